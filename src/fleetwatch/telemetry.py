@@ -1,0 +1,433 @@
+"""Wire format v1: the canonical telemetry the agent sends and the server stores.
+
+This module is the one contract between agent and server (and any third-party pusher). Every
+collector maps its source onto :class:`GpuSample`; the server never knows where a reading came from.
+
+Field names follow DCGM's where one exists, in snake_case with the unit in the name. A field the
+source does not report is absent (``None``), never 0: "no data" and "no errors" are different facts.
+
+``SAMPLE_FIELDS`` describes each sample field once (kind, unit, help text); storage columns,
+Prometheus gauges and rate derivation are all generated from it.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+
+__all__ = [
+    "SAMPLE_FIELDS",
+    "WIRE_VERSION",
+    "Batch",
+    "Event",
+    "FieldKind",
+    "FieldSpec",
+    "GpuIdentity",
+    "GpuSample",
+    "IngestLimits",
+    "NodeInfo",
+    "normalize_pci_bus_id",
+]
+
+WIRE_VERSION = 1
+
+FieldKind = Literal["gauge", "counter", "flag", "bitmask"]
+
+
+@dataclass(frozen=True)
+class FieldSpec:
+    """One canonical sample field: how to store it, export it and derive rates from it."""
+
+    name: str
+    kind: FieldKind
+    unit: str
+    help: str
+    dcgm: str | None = None
+
+    @property
+    def is_integer(self) -> bool:
+        return self.kind in ("counter", "bitmask")
+
+
+SAMPLE_FIELDS: tuple[FieldSpec, ...] = (
+    # thermal and power
+    FieldSpec("gpu_temp_c", "gauge", "celsius", "GPU die temperature", "DCGM_FI_DEV_GPU_TEMP"),
+    FieldSpec("memory_temp_c", "gauge", "celsius", "HBM temperature", "DCGM_FI_DEV_MEMORY_TEMP"),
+    FieldSpec("power_w", "gauge", "watts", "Board power draw", "DCGM_FI_DEV_POWER_USAGE"),
+    FieldSpec("power_limit_w", "gauge", "watts", "Enforced power limit", "DCGM_FI_DEV_POWER_MGMT_LIMIT"),
+    FieldSpec(
+        "energy_mj",
+        "counter",
+        "millijoules",
+        "Energy consumed since the driver loaded",
+        "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
+    ),
+    FieldSpec("sm_clock_mhz", "gauge", "megahertz", "SM clock", "DCGM_FI_DEV_SM_CLOCK"),
+    FieldSpec("mem_clock_mhz", "gauge", "megahertz", "Memory clock", "DCGM_FI_DEV_MEM_CLOCK"),
+    FieldSpec(
+        "clocks_event_reasons",
+        "bitmask",
+        "bitmask",
+        "Clocks event (throttle) reasons, NVML bitmask",
+        "DCGM_FI_DEV_CLOCKS_EVENT_REASONS",
+    ),
+    FieldSpec(
+        "power_violation_us",
+        "counter",
+        "microseconds",
+        "Time throttled by the power limit",
+        "DCGM_FI_DEV_POWER_VIOLATION",
+    ),
+    FieldSpec(
+        "thermal_violation_us",
+        "counter",
+        "microseconds",
+        "Time throttled by thermal limits",
+        "DCGM_FI_DEV_THERMAL_VIOLATION",
+    ),
+    FieldSpec("fan_speed_pct", "gauge", "percent", "Fan speed", "DCGM_FI_DEV_FAN_SPEED"),
+    # use
+    FieldSpec("gpu_util_pct", "gauge", "percent", "GPU utilisation", "DCGM_FI_DEV_GPU_UTIL"),
+    FieldSpec(
+        "mem_copy_util_pct", "gauge", "percent", "Memory copy utilisation", "DCGM_FI_DEV_MEM_COPY_UTIL"
+    ),
+    FieldSpec("fb_used_mib", "gauge", "mebibytes", "Framebuffer used", "DCGM_FI_DEV_FB_USED"),
+    FieldSpec("fb_total_mib", "gauge", "mebibytes", "Framebuffer total", "DCGM_FI_DEV_FB_TOTAL"),
+    FieldSpec("pcie_link_gen", "gauge", "generation", "Current PCIe link generation", "DCGM_FI_DEV_PCIE_LINK_GEN"),
+    FieldSpec("pcie_link_width", "gauge", "lanes", "Current PCIe link width", "DCGM_FI_DEV_PCIE_LINK_WIDTH"),
+    # memory errors
+    FieldSpec(
+        "ecc_sbe_volatile_total", "counter", "errors", "Single-bit ECC errors since driver load",
+        "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL",
+    ),
+    FieldSpec(
+        "ecc_dbe_volatile_total", "counter", "errors", "Double-bit ECC errors since driver load",
+        "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
+    ),
+    FieldSpec(
+        "ecc_sbe_aggregate_total", "counter", "errors", "Single-bit ECC errors over the GPU's life",
+        "DCGM_FI_DEV_ECC_SBE_AGG_TOTAL",
+    ),
+    FieldSpec(
+        "ecc_dbe_aggregate_total", "counter", "errors", "Double-bit ECC errors over the GPU's life",
+        "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL",
+    ),
+    FieldSpec("retired_pages_sbe", "counter", "pages", "Pages retired for SBE", "DCGM_FI_DEV_RETIRED_SBE"),
+    FieldSpec("retired_pages_dbe", "counter", "pages", "Pages retired for DBE", "DCGM_FI_DEV_RETIRED_DBE"),
+    FieldSpec(
+        "retired_pages_pending", "flag", "bool", "A page retirement waits for a reset",
+        "DCGM_FI_DEV_RETIRED_PENDING",
+    ),
+    FieldSpec(
+        "remapped_rows_correctable", "counter", "rows", "Rows remapped for correctable errors",
+        "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
+    ),
+    FieldSpec(
+        "remapped_rows_uncorrectable", "counter", "rows", "Rows remapped for uncorrectable errors",
+        "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
+    ),
+    FieldSpec(
+        "remapped_rows_pending", "flag", "bool", "A row remap waits for a GPU reset",
+        "DCGM_FI_DEV_ROW_REMAP_PENDING",
+    ),
+    FieldSpec(
+        "remapped_rows_failure", "flag", "bool", "A row remap failed", "DCGM_FI_DEV_ROW_REMAP_FAILURE"
+    ),
+    # interconnect
+    FieldSpec(
+        "nvlink_crc_flit_errors_total", "counter", "errors", "NVLink flow-control CRC errors, all links",
+        "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL",
+    ),
+    FieldSpec(
+        "nvlink_crc_data_errors_total", "counter", "errors", "NVLink data CRC errors, all links",
+        "DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL",
+    ),
+    FieldSpec(
+        "nvlink_replay_errors_total", "counter", "errors", "NVLink replays, all links",
+        "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL",
+    ),
+    FieldSpec(
+        "nvlink_recovery_errors_total", "counter", "errors", "NVLink recoveries, all links",
+        "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL",
+    ),
+    FieldSpec("pcie_replay_total", "counter", "replays", "PCIe replays", "DCGM_FI_DEV_PCIE_REPLAY_COUNTER"),
+    FieldSpec(
+        "gpu_recovery_action", "gauge", "enum",
+        "Driver's recovery action (0 none, 1 GPU reset, 2 node reboot, 3 drain P2P, 4 drain and reset)",
+        "DCGM_FI_DEV_GET_GPU_RECOVERY_ACTION",
+    ),
+)
+
+SAMPLE_FIELD_NAMES: tuple[str, ...] = tuple(spec.name for spec in SAMPLE_FIELDS)
+
+_PCI_RE = re.compile(
+    r"^(?:(?P<domain>[0-9a-fA-F]{1,8}):)?(?P<bus>[0-9a-fA-F]{1,2}):(?P<dev>[0-9a-fA-F]{1,2})\.(?P<fn>[0-7])$"
+)
+_NODE_NAME_RE = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$"
+_UUID_RE = r"^(GPU|MIG)-[A-Za-z0-9-]{1,120}$"
+_KIND_RE = r"^[a-z][a-z0-9_]{0,63}$"
+_LABEL_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
+
+
+def normalize_pci_bus_id(value: str) -> str:
+    """Return the canonical ``dddd:bb:dd.f`` form, lower case, of a PCI bus id.
+
+    nvidia-smi prints ``00000000:3B:00.0`` and the kernel ``0000:3b:00.0`` or ``3b:00.0``; all mean
+    the same slot.
+
+    >>> normalize_pci_bus_id("00000000:3B:00.0")
+    '0000:3b:00.0'
+    """
+    match = _PCI_RE.match(value.strip())
+    if match is None:
+        raise ValueError(f"not a PCI bus id (expected like 0000:3b:00.0): {value!r}")
+    domain = int(match["domain"] or "0", 16)
+    if domain > 0xFFFF:
+        raise ValueError(f"PCI domain out of range: {value!r}")
+    return (
+        f"{domain:04x}:{int(match['bus'], 16):02x}:{int(match['dev'], 16):02x}.{int(match['fn'])}"
+    )
+
+
+@dataclass(frozen=True)
+class IngestLimits:
+    """Server-side limits applied while validating a batch (passed as validation context)."""
+
+    now: datetime
+    max_future_skew: timedelta = timedelta(minutes=5)
+    max_gpus: int = 1024
+    max_samples: int = 50_000
+    max_events: int = 10_000
+
+
+def _check_ts(value: datetime, info: ValidationInfo) -> datetime:
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise ValueError("timestamp must carry a time zone (e.g. 2026-11-30T05:00:00Z)")
+    value = value.astimezone(UTC)
+    limits = info.context.get("limits") if isinstance(info.context, dict) else None
+    if isinstance(limits, IngestLimits) and value > limits.now + limits.max_future_skew:
+        raise ValueError(
+            f"timestamp is {value - limits.now} in the future (more than the allowed clock skew of "
+            f"{limits.max_future_skew}); check the node's clock"
+        )
+    return value
+
+
+class _WireModel(BaseModel):
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+
+
+Counter = Annotated[int, Field(ge=0, description="Cumulative counter as read from the GPU")]
+Percent = Annotated[float, Field(ge=0, le=100)]
+
+
+class NodeInfo(_WireModel):
+    """The node that sent the batch."""
+
+    name: str = Field(pattern=_NODE_NAME_RE, description="Node name, unique in the fleet")
+    labels: dict[str, str] = Field(default_factory=dict, description="cluster, rack, row, ...")
+    interval_s: float = Field(default=10.0, gt=0, le=3600, description="Collection interval")
+    agent_version: str | None = Field(default=None, max_length=64)
+    boot_id: str | None = Field(
+        default=None, max_length=64, description="Changes when the node reboots (counter resets)"
+    )
+
+    @field_validator("labels")
+    @classmethod
+    def _labels_are_prometheus_safe(cls, labels: dict[str, str]) -> dict[str, str]:
+        if len(labels) > 64:
+            raise ValueError("at most 64 labels")
+        for key, value in labels.items():
+            if not _LABEL_KEY_RE.match(key):
+                raise ValueError(f"label key {key!r} must match [A-Za-z_][A-Za-z0-9_]*")
+            if len(value) > 256:
+                raise ValueError(f"label {key!r} is longer than 256 characters")
+        return labels
+
+
+class GpuIdentity(_WireModel):
+    """What does not change while a GPU sits in its slot."""
+
+    uuid: str = Field(pattern=_UUID_RE)
+    index: int = Field(ge=0, le=1023)
+    serial: str | None = Field(default=None, max_length=64)
+    pci_bus_id: str | None = None
+    name: str | None = Field(default=None, max_length=128)
+    driver_version: str | None = Field(default=None, max_length=64)
+    vbios_version: str | None = Field(default=None, max_length=64)
+
+    @field_validator("pci_bus_id")
+    @classmethod
+    def _normalize_pci(cls, value: str | None) -> str | None:
+        return None if value is None else normalize_pci_bus_id(value)
+
+
+class GpuSample(_WireModel):
+    """One GPU at one instant: every canonical field it reported, nothing it did not."""
+
+    uuid: str = Field(pattern=_UUID_RE)
+    ts: datetime
+
+    gpu_temp_c: float | None = Field(default=None, ge=-50, le=200)
+    memory_temp_c: float | None = Field(default=None, ge=-50, le=200)
+    power_w: float | None = Field(default=None, ge=0, le=10_000)
+    power_limit_w: float | None = Field(default=None, ge=0, le=10_000)
+    energy_mj: Counter | None = None
+    sm_clock_mhz: float | None = Field(default=None, ge=0, le=20_000)
+    mem_clock_mhz: float | None = Field(default=None, ge=0, le=50_000)
+    clocks_event_reasons: int | None = Field(default=None, ge=0, le=2**63 - 1)
+    power_violation_us: Counter | None = None
+    thermal_violation_us: Counter | None = None
+    fan_speed_pct: Percent | None = None
+
+    gpu_util_pct: Percent | None = None
+    mem_copy_util_pct: Percent | None = None
+    fb_used_mib: float | None = Field(default=None, ge=0)
+    fb_total_mib: float | None = Field(default=None, ge=0)
+    pcie_link_gen: int | None = Field(default=None, ge=1, le=16)
+    pcie_link_width: int | None = Field(default=None, ge=1, le=64)
+
+    ecc_sbe_volatile_total: Counter | None = None
+    ecc_dbe_volatile_total: Counter | None = None
+    ecc_sbe_aggregate_total: Counter | None = None
+    ecc_dbe_aggregate_total: Counter | None = None
+    retired_pages_sbe: Counter | None = None
+    retired_pages_dbe: Counter | None = None
+    retired_pages_pending: StrictBool | None = None
+    remapped_rows_correctable: Counter | None = None
+    remapped_rows_uncorrectable: Counter | None = None
+    remapped_rows_pending: StrictBool | None = None
+    remapped_rows_failure: StrictBool | None = None
+
+    nvlink_crc_flit_errors_total: Counter | None = None
+    nvlink_crc_data_errors_total: Counter | None = None
+    nvlink_replay_errors_total: Counter | None = None
+    nvlink_recovery_errors_total: Counter | None = None
+    pcie_replay_total: Counter | None = None
+    gpu_recovery_action: int | None = Field(default=None, ge=0, le=255)
+
+    _ts = field_validator("ts")(_check_ts)
+
+    def values(self) -> dict[str, Any]:
+        """The canonical fields this sample reported (absent ones left out)."""
+        return {name: v for name in SAMPLE_FIELD_NAMES if (v := getattr(self, name)) is not None}
+
+
+class Event(_WireModel):
+    """Something that happened once: an Xid, a GPU lost from the bus, an agent start."""
+
+    kind: str = Field(pattern=_KIND_RE, description="xid, gpu_lost, nvlink_down, agent_start, ...")
+    ts: datetime
+    uuid: str | None = Field(default=None, pattern=_UUID_RE)
+    pci_bus_id: str | None = None
+    xid: int | None = Field(default=None, ge=0, le=65535)
+    message: str | None = Field(default=None, max_length=4096)
+    pid: int | None = Field(default=None, ge=0)
+    process: str | None = Field(default=None, max_length=256)
+    details: dict[str, Any] | None = Field(
+        default=None, description="Source-specific extras, kept as sent"
+    )
+
+    _ts = field_validator("ts")(_check_ts)
+
+    @field_validator("pci_bus_id")
+    @classmethod
+    def _normalize_pci(cls, value: str | None) -> str | None:
+        return None if value is None else normalize_pci_bus_id(value)
+
+    @model_validator(mode="after")
+    def _xid_needs_code(self) -> Event:
+        if self.kind == "xid" and self.xid is None:
+            raise ValueError("an event of kind 'xid' needs the field 'xid' (the Xid code)")
+        return self
+
+
+BATCH_EXAMPLE: dict[str, Any] = {
+    "batch_id": "0b9c5e1e-4f7d-4d6e-9a7e-1c1f1b0a2f00",
+    "node": {
+        "name": "gpu-node-017",
+        "labels": {"cluster": "a", "rack": "r12", "row": "3"},
+        "interval_s": 10,
+        "agent_version": "0.1.0",
+        "boot_id": "5f0e6a4c-2b1d-4c3e-8f7a-9d8c7b6a5e4f",
+    },
+    "gpus": [
+        {
+            "uuid": "GPU-5e1d2c3b-4a59-6877-8695-a4b3c2d1e0f9",
+            "index": 0,
+            "serial": "1652823011234",
+            "pci_bus_id": "0000:18:00.0",
+            "name": "NVIDIA H100 80GB HBM3",
+            "driver_version": "550.90.07",
+        }
+    ],
+    "samples": [
+        {
+            "uuid": "GPU-5e1d2c3b-4a59-6877-8695-a4b3c2d1e0f9",
+            "ts": "2026-11-30T05:00:00Z",
+            "gpu_temp_c": 41,
+            "power_w": 312.5,
+            "ecc_dbe_volatile_total": 0,
+            "remapped_rows_pending": False,
+        }
+    ],
+    "events": [
+        {
+            "kind": "xid",
+            "uuid": "GPU-5e1d2c3b-4a59-6877-8695-a4b3c2d1e0f9",
+            "pci_bus_id": "0000:18:00.0",
+            "xid": 79,
+            "ts": "2026-11-30T05:00:03Z",
+            "message": "GPU has fallen off the bus.",
+        }
+    ],
+}
+
+
+class Batch(_WireModel):
+    """``POST /v1/ingest`` body: one node's readings since its last push."""
+
+    model_config = ConfigDict(
+        strict=True, extra="forbid", frozen=True, json_schema_extra={"examples": [BATCH_EXAMPLE]}
+    )
+
+    batch_id: str = Field(
+        min_length=1,
+        max_length=128,
+        pattern=r"^[A-Za-z0-9._:-]+$",
+        description="Unique per batch (a UUID); a replay of the same id is stored once",
+    )
+    node: NodeInfo
+    gpus: list[GpuIdentity] = Field(default_factory=list)
+    samples: list[GpuSample] = Field(default_factory=list)
+    events: list[Event] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _within_limits(self, info: ValidationInfo) -> Batch:
+        limits = info.context.get("limits") if isinstance(info.context, dict) else None
+        if not isinstance(limits, IngestLimits):
+            return self
+        for name, items, most in (
+            ("gpus", self.gpus, limits.max_gpus),
+            ("samples", self.samples, limits.max_samples),
+            ("events", self.events, limits.max_events),
+        ):
+            if len(items) > most:
+                raise ValueError(
+                    f"too many {name}: {len(items)} > {most}; split the batch into smaller ones"
+                )
+        return self
+
+
