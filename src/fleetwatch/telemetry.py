@@ -66,7 +66,9 @@ SAMPLE_FIELDS: tuple[FieldSpec, ...] = (
     FieldSpec("gpu_temp_c", "gauge", "celsius", "GPU die temperature", "DCGM_FI_DEV_GPU_TEMP"),
     FieldSpec("memory_temp_c", "gauge", "celsius", "HBM temperature", "DCGM_FI_DEV_MEMORY_TEMP"),
     FieldSpec("power_w", "gauge", "watts", "Board power draw", "DCGM_FI_DEV_POWER_USAGE"),
-    FieldSpec("power_limit_w", "gauge", "watts", "Enforced power limit", "DCGM_FI_DEV_POWER_MGMT_LIMIT"),
+    FieldSpec(
+        "power_limit_w", "gauge", "watts", "Enforced power limit", "DCGM_FI_DEV_POWER_MGMT_LIMIT"
+    ),
     FieldSpec(
         "energy_mj",
         "counter",
@@ -101,71 +103,135 @@ SAMPLE_FIELDS: tuple[FieldSpec, ...] = (
     # use
     FieldSpec("gpu_util_pct", "gauge", "percent", "GPU utilisation", "DCGM_FI_DEV_GPU_UTIL"),
     FieldSpec(
-        "mem_copy_util_pct", "gauge", "percent", "Memory copy utilisation", "DCGM_FI_DEV_MEM_COPY_UTIL"
+        "mem_copy_util_pct",
+        "gauge",
+        "percent",
+        "Memory copy utilisation",
+        "DCGM_FI_DEV_MEM_COPY_UTIL",
     ),
     FieldSpec("fb_used_mib", "gauge", "mebibytes", "Framebuffer used", "DCGM_FI_DEV_FB_USED"),
     FieldSpec("fb_total_mib", "gauge", "mebibytes", "Framebuffer total", "DCGM_FI_DEV_FB_TOTAL"),
-    FieldSpec("pcie_link_gen", "gauge", "generation", "Current PCIe link generation", "DCGM_FI_DEV_PCIE_LINK_GEN"),
-    FieldSpec("pcie_link_width", "gauge", "lanes", "Current PCIe link width", "DCGM_FI_DEV_PCIE_LINK_WIDTH"),
+    FieldSpec(
+        "pcie_link_gen",
+        "gauge",
+        "generation",
+        "Current PCIe link generation",
+        "DCGM_FI_DEV_PCIE_LINK_GEN",
+    ),
+    FieldSpec(
+        "pcie_link_width",
+        "gauge",
+        "lanes",
+        "Current PCIe link width",
+        "DCGM_FI_DEV_PCIE_LINK_WIDTH",
+    ),
     # memory errors
     FieldSpec(
-        "ecc_sbe_volatile_total", "counter", "errors", "Single-bit ECC errors since driver load",
+        "ecc_sbe_volatile_total",
+        "counter",
+        "errors",
+        "Single-bit ECC errors since driver load",
         "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL",
     ),
     FieldSpec(
-        "ecc_dbe_volatile_total", "counter", "errors", "Double-bit ECC errors since driver load",
+        "ecc_dbe_volatile_total",
+        "counter",
+        "errors",
+        "Double-bit ECC errors since driver load",
         "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
     ),
     FieldSpec(
-        "ecc_sbe_aggregate_total", "counter", "errors", "Single-bit ECC errors over the GPU's life",
+        "ecc_sbe_aggregate_total",
+        "counter",
+        "errors",
+        "Single-bit ECC errors over the GPU's life",
         "DCGM_FI_DEV_ECC_SBE_AGG_TOTAL",
     ),
     FieldSpec(
-        "ecc_dbe_aggregate_total", "counter", "errors", "Double-bit ECC errors over the GPU's life",
+        "ecc_dbe_aggregate_total",
+        "counter",
+        "errors",
+        "Double-bit ECC errors over the GPU's life",
         "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL",
     ),
-    FieldSpec("retired_pages_sbe", "counter", "pages", "Pages retired for SBE", "DCGM_FI_DEV_RETIRED_SBE"),
-    FieldSpec("retired_pages_dbe", "counter", "pages", "Pages retired for DBE", "DCGM_FI_DEV_RETIRED_DBE"),
     FieldSpec(
-        "retired_pages_pending", "flag", "bool", "A page retirement waits for a reset",
+        "retired_pages_sbe", "counter", "pages", "Pages retired for SBE", "DCGM_FI_DEV_RETIRED_SBE"
+    ),
+    FieldSpec(
+        "retired_pages_dbe", "counter", "pages", "Pages retired for DBE", "DCGM_FI_DEV_RETIRED_DBE"
+    ),
+    FieldSpec(
+        "retired_pages_pending",
+        "flag",
+        "bool",
+        "A page retirement waits for a reset",
         "DCGM_FI_DEV_RETIRED_PENDING",
     ),
     FieldSpec(
-        "remapped_rows_correctable", "counter", "rows", "Rows remapped for correctable errors",
+        "remapped_rows_correctable",
+        "counter",
+        "rows",
+        "Rows remapped for correctable errors",
         "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
     ),
     FieldSpec(
-        "remapped_rows_uncorrectable", "counter", "rows", "Rows remapped for uncorrectable errors",
+        "remapped_rows_uncorrectable",
+        "counter",
+        "rows",
+        "Rows remapped for uncorrectable errors",
         "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
     ),
     FieldSpec(
-        "remapped_rows_pending", "flag", "bool", "A row remap waits for a GPU reset",
+        "remapped_rows_pending",
+        "flag",
+        "bool",
+        "A row remap waits for a GPU reset",
         "DCGM_FI_DEV_ROW_REMAP_PENDING",
     ),
     FieldSpec(
-        "remapped_rows_failure", "flag", "bool", "A row remap failed", "DCGM_FI_DEV_ROW_REMAP_FAILURE"
+        "remapped_rows_failure",
+        "flag",
+        "bool",
+        "A row remap failed",
+        "DCGM_FI_DEV_ROW_REMAP_FAILURE",
     ),
     # interconnect
     FieldSpec(
-        "nvlink_crc_flit_errors_total", "counter", "errors", "NVLink flow-control CRC errors, all links",
+        "nvlink_crc_flit_errors_total",
+        "counter",
+        "errors",
+        "NVLink flow-control CRC errors, all links",
         "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL",
     ),
     FieldSpec(
-        "nvlink_crc_data_errors_total", "counter", "errors", "NVLink data CRC errors, all links",
+        "nvlink_crc_data_errors_total",
+        "counter",
+        "errors",
+        "NVLink data CRC errors, all links",
         "DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL",
     ),
     FieldSpec(
-        "nvlink_replay_errors_total", "counter", "errors", "NVLink replays, all links",
+        "nvlink_replay_errors_total",
+        "counter",
+        "errors",
+        "NVLink replays, all links",
         "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL",
     ),
     FieldSpec(
-        "nvlink_recovery_errors_total", "counter", "errors", "NVLink recoveries, all links",
+        "nvlink_recovery_errors_total",
+        "counter",
+        "errors",
+        "NVLink recoveries, all links",
         "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL",
     ),
-    FieldSpec("pcie_replay_total", "counter", "replays", "PCIe replays", "DCGM_FI_DEV_PCIE_REPLAY_COUNTER"),
     FieldSpec(
-        "gpu_recovery_action", "gauge", "enum",
-        "Driver's recovery action (0 none, 1 GPU reset, 2 node reboot, 3 drain P2P, 4 drain and reset)",
+        "pcie_replay_total", "counter", "replays", "PCIe replays", "DCGM_FI_DEV_PCIE_REPLAY_COUNTER"
+    ),
+    FieldSpec(
+        "gpu_recovery_action",
+        "gauge",
+        "enum",
+        "Driver's recovery action (0 none, 1 GPU reset, 2 node reboot, 3 drain P2P, 4 drain+reset)",
         "DCGM_FI_DEV_GET_GPU_RECOVERY_ACTION",
     ),
 )
@@ -429,5 +495,3 @@ class Batch(_WireModel):
                     f"too many {name}: {len(items)} > {most}; split the batch into smaller ones"
                 )
         return self
-
-

@@ -1,0 +1,139 @@
+"""FleetWatch's exception tree. Every error the product raises on purpose is one of these.
+
+::
+
+    FleetWatchError
+      ConfigError                 bad settings or flags; the CLI exits 2
+      StorageError                the database refused or is unreachable
+        NotFound                  a named node, GPU, token, ... does not exist
+        SchemaOutOfDate           the database is not migrated to this version's head
+      InvalidInput                input that fails validation (loc + msg per problem)
+        PayloadTooLarge           a request body over the configured limit
+        BatchConflict             a batch_id replayed with different content
+        UnsupportedMediaType      a Content-Type or Content-Encoding the server does not read
+      AuthError
+        Unauthenticated           no token, or an unknown/revoked one
+        Forbidden                 a valid token without the scope an endpoint needs
+      PushError                   the agent could not deliver a batch (wraps httpx errors)
+      CollectorError              a telemetry source failed
+      ModelError                  a statistical model cannot be fitted or used
+
+Routes raise these; ``server/errors.py`` maps each to one HTTP status in one table, and ``cli.py``
+maps each to one exit code. Context travels as attributes, not only in the message.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+__all__ = [
+    "AuthError",
+    "BatchConflict",
+    "CollectorError",
+    "ConfigError",
+    "FleetWatchError",
+    "Forbidden",
+    "InvalidInput",
+    "ModelError",
+    "NotFound",
+    "PayloadTooLarge",
+    "PushError",
+    "SchemaOutOfDate",
+    "StorageError",
+    "Unauthenticated",
+    "UnsupportedMediaType",
+]
+
+
+class FleetWatchError(Exception):
+    """Base of every error FleetWatch raises on purpose."""
+
+    exit_code = 1
+
+
+class ConfigError(FleetWatchError):
+    exit_code = 2
+
+
+class StorageError(FleetWatchError):
+    pass
+
+
+class NotFound(StorageError):
+    def __init__(self, what: str, key: str) -> None:
+        super().__init__(f"{what} {key!r} not found")
+        self.what = what
+        self.key = key
+
+
+class SchemaOutOfDate(StorageError):
+    def __init__(self, current: str | None, head: str) -> None:
+        super().__init__(
+            f"database schema is at revision {current or 'none'}, this version needs {head}; "
+            "run `fleetwatch db upgrade`"
+        )
+        self.current = current
+        self.head = head
+
+
+class InvalidInput(FleetWatchError):
+    """Input that fails validation; ``detail`` has one ``{"loc": [...], "msg": ...}`` a problem."""
+
+    def __init__(self, message: str, detail: Sequence[dict[str, Any]] = ()) -> None:
+        super().__init__(message)
+        self.detail = list(detail)
+
+
+class PayloadTooLarge(InvalidInput):
+    def __init__(self, limit_bytes: int) -> None:
+        super().__init__(
+            f"request body exceeds the limit of {limit_bytes} bytes; send smaller batches",
+            [{"loc": ["body"], "msg": f"more than {limit_bytes} bytes"}],
+        )
+        self.limit_bytes = limit_bytes
+
+
+class BatchConflict(InvalidInput):
+    def __init__(self, batch_id: str) -> None:
+        super().__init__(
+            f"batch_id {batch_id!r} was already stored with different content; "
+            "a batch_id must be unique per batch",
+            [{"loc": ["body", "batch_id"], "msg": "reused for a different batch"}],
+        )
+        self.batch_id = batch_id
+
+
+class UnsupportedMediaType(InvalidInput):
+    pass
+
+
+class AuthError(FleetWatchError):
+    pass
+
+
+class Unauthenticated(AuthError):
+    pass
+
+
+class Forbidden(AuthError):
+    def __init__(self, scope: str, needed: Sequence[str]) -> None:
+        super().__init__(
+            f"token scope {scope!r} may not do this; it needs one of: {', '.join(needed)}"
+        )
+        self.scope = scope
+        self.needed = tuple(needed)
+
+
+class PushError(FleetWatchError):
+    def __init__(self, message: str, status_code: int | None = None) -> None:
+        super().__init__(message)
+        self.status_code = status_code
+
+
+class CollectorError(FleetWatchError):
+    pass
+
+
+class ModelError(FleetWatchError):
+    pass

@@ -1,0 +1,45 @@
+"""Alembic environment: the URL or an open connection comes from fleetwatch, not an ini file."""
+
+from __future__ import annotations
+
+from alembic import context
+from sqlalchemy import create_engine
+
+from fleetwatch.server.db import tables  # noqa: F401  (registers the tables on metadata)
+from fleetwatch.server.db.base import metadata
+
+config = context.config
+
+
+def _run(connection: object) -> None:
+    context.configure(
+        connection=connection,  # type: ignore[arg-type]
+        target_metadata=metadata,
+        compare_type=True,
+        render_as_batch=connection.dialect.name == "sqlite",  # type: ignore[attr-defined]
+    )
+    with context.begin_transaction():
+        context.run_migrations()
+
+
+def run_migrations_online() -> None:
+    connection = config.attributes.get("connection")
+    if connection is not None:
+        _run(connection)
+        return
+    engine = create_engine(config.get_main_option("sqlalchemy.url") or "")
+    with engine.connect() as conn:
+        _run(conn)
+    engine.dispose()
+
+
+if context.is_offline_mode():
+    context.configure(
+        url=config.get_main_option("sqlalchemy.url"),
+        target_metadata=metadata,
+        literal_binds=True,
+    )
+    with context.begin_transaction():
+        context.run_migrations()
+else:
+    run_migrations_online()

@@ -1,0 +1,1 @@
+"""The central service: FastAPI app, storage, ingest, read API, auth and /metrics."""

@@ -1,0 +1,155 @@
+"""The app factory. Nothing is built at import: ``create_app(settings)`` builds everything.
+
+Run with ``uvicorn --factory fleetwatch.server.app:create_app`` (settings from the environment) or
+``fleetwatch server``.
+"""
+
+from __future__ import annotations
+
+import gzip
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import Depends, FastAPI, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.openapi.utils import get_openapi
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CollectorRegistry, generate_latest
+from sqlalchemy import text
+
+import fleetwatch
+from fleetwatch.config import ServerSettings, load_server_settings
+from fleetwatch.errors import SchemaOutOfDate
+from fleetwatch.metrics import ServerMetrics
+from fleetwatch.server.auth import Permission
+from fleetwatch.server.db.migrate import current_revision, head_revision, upgrade
+from fleetwatch.server.db.session import Database, make_engine
+from fleetwatch.server.deps import require
+from fleetwatch.server.errors import install_error_handlers
+from fleetwatch.server.exposition import FleetExposition
+from fleetwatch.server.routers import api_router
+from fleetwatch.telemetry import Batch
+
+__all__ = ["create_app", "prepare_database"]
+
+logger = logging.getLogger(__name__)
+
+DESCRIPTION = """\
+FleetWatch keeps a GPU fleet healthy. Agents push telemetry to `POST /v1/ingest` (wire format v1);
+schedulers and people read the fleet through the other endpoints and `/metrics`.
+
+Every endpoint but `/healthz`, `/readyz` and these docs needs `Authorization: Bearer <token>`
+(`fleetwatch token create --scope agent|read|scheduler|admin`).
+"""
+
+
+def prepare_database(db: Database, settings: ServerSettings) -> None:
+    """Migrate the embedded SQLite file; insist that PostgreSQL was migrated by an operator."""
+    if settings.is_sqlite:
+        upgrade(db.engine)
+        return
+    current, head = current_revision(db.engine), head_revision()
+    if current != head:
+        raise SchemaOutOfDate(current, head)
+
+
+def _openapi(app: FastAPI) -> dict[str, Any]:
+    if app.openapi_schema is None:
+        schema = get_openapi(
+            title=app.title, version=app.version, description=app.description, routes=app.routes
+        )
+        # The ingest route reads its body itself (to bound and gunzip it before parsing), so
+        # the wire format's schema is added here for the docs.
+        batch = Batch.model_json_schema(ref_template="#/components/schemas/{model}")
+        components = schema.setdefault("components", {}).setdefault("schemas", {})
+        components.update(batch.pop("$defs", {}))
+        components["Batch"] = batch
+        app.openapi_schema = schema
+    return app.openapi_schema
+
+
+def create_app(settings: ServerSettings | None = None) -> FastAPI:
+    settings = settings or load_server_settings()
+    if settings.insecure_no_auth:
+        logger.warning(
+            "authentication is OFF (--insecure-no-auth): anyone who can reach this port is admin"
+        )
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        db = Database(make_engine(settings))
+        prepare_database(db, settings)
+        registry = CollectorRegistry()
+        app.state.db = db
+        app.state.settings = settings
+        app.state.registry = registry
+        app.state.metrics = ServerMetrics(registry)
+        app.state.fleet = FleetExposition(
+            db,
+            ttl_s=settings.metrics_cache_ttl_s,
+            unreachable_factor=settings.unreachable_after_intervals,
+        )
+        logger.info(
+            "FleetWatch %s serving on %s", fleetwatch.__version__, db.engine.url.render_as_string()
+        )
+        try:
+            yield
+        finally:
+            db.dispose()
+
+    app = FastAPI(
+        title="FleetWatch",
+        version=fleetwatch.__version__,
+        description=DESCRIPTION,
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    install_error_handlers(app)
+    app.include_router(api_router)
+    _add_operational_routes(app, settings)
+    app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
+    return app
+
+
+def _add_operational_routes(app: FastAPI, settings: ServerSettings) -> None:
+    read_auth = require(Permission.READ)
+
+    @app.get("/healthz", tags=["operations"], summary="Liveness: the process answers")
+    def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/readyz", tags=["operations"], summary="Readiness: the database answers")
+    def readyz(request: Request) -> JSONResponse:
+        db: Database = request.app.state.db
+        try:
+            with db.read() as conn:
+                conn.execute(text("SELECT 1"))
+            current, head = current_revision(db.engine), head_revision()
+        except Exception as exc:  # noqa: BLE001 - any failure here means "not ready", with the reason
+            return JSONResponse({"status": "unavailable", "reason": str(exc)}, status_code=503)
+        if current != head:
+            return JSONResponse(
+                {"status": "unavailable", "reason": f"schema at {current}, needs {head}"},
+                status_code=503,
+            )
+        return JSONResponse({"status": "ready", "schema": current})
+
+    @app.get(
+        "/metrics",
+        tags=["operations"],
+        summary="Prometheus metrics: per-GPU latest state, node liveness, Xid counts, ingest",
+        response_class=Response,
+        dependencies=[Depends(read_auth)] if settings.metrics_require_token else [],
+    )
+    async def metrics(request: Request) -> Response:
+        fleet: FleetExposition = request.app.state.fleet
+        body = await run_in_threadpool(fleet.render)
+        payload = (generate_latest(request.app.state.registry).decode() + body).encode()
+        headers = {"Content-Type": "text/plain; version=0.0.4; charset=utf-8"}
+        if "gzip" in request.headers.get("accept-encoding", ""):
+            # Level 1: a 10,000-GPU page is tens of MB; speed matters more than the last byte.
+            payload = await run_in_threadpool(gzip.compress, payload, 1)
+            headers["Content-Encoding"] = "gzip"
+        return Response(payload, headers=headers)

@@ -1,0 +1,170 @@
+"""Bearer tokens: creation, hashing, lookup and the scope each permission needs.
+
+A token reads ``fwt_<token_id>_<secret>``. The database keeps the token id (to find the row) and
+the SHA-256 of the whole token (to check it); the secret is shown once, at creation. Tokens carry
+256 bits of randomness, so a fast hash is enough: there is nothing to brute-force.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import hmac
+import secrets
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import Connection, insert, select, update
+
+from fleetwatch.errors import Forbidden, InvalidInput, NotFound, Unauthenticated
+from fleetwatch.server.db.base import utcnow
+from fleetwatch.server.db.tables import api_tokens
+
+__all__ = [
+    "SCOPES",
+    "Permission",
+    "TokenInfo",
+    "authenticate",
+    "check_permission",
+    "create_token",
+    "list_tokens",
+    "revoke_token",
+]
+
+SCOPES = ("agent", "read", "scheduler", "admin")
+
+
+class Permission(enum.Enum):
+    INGEST = "ingest"
+    READ = "read"
+    SCHEDULE = "schedule"
+    ADMIN = "admin"
+
+
+# Which scopes grant each permission. An agent token can only push: a stolen one reads nothing.
+GRANTED_BY: dict[Permission, tuple[str, ...]] = {
+    Permission.INGEST: ("agent", "admin"),
+    Permission.READ: ("read", "scheduler", "admin"),
+    Permission.SCHEDULE: ("scheduler", "admin"),
+    Permission.ADMIN: ("admin",),
+}
+
+_PREFIX = "fwt_"
+
+
+@dataclass(frozen=True)
+class TokenInfo:
+    token_id: str
+    name: str
+    scope: str
+    created_at: datetime
+    revoked_at: datetime | None = None
+    last_used_at: datetime | None = None
+
+
+def _digest(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def create_token(conn: Connection, *, name: str, scope: str) -> tuple[str, TokenInfo]:
+    """Store a new token and return it in clear (the only time it exists in clear) with its info."""
+    if scope not in SCOPES:
+        raise InvalidInput(
+            f"unknown scope {scope!r}; choose one of {', '.join(SCOPES)}",
+            [{"loc": ["scope"], "msg": f"must be one of {', '.join(SCOPES)}"}],
+        )
+    name = name.strip()
+    if not name or len(name) > 128:
+        raise InvalidInput(
+            "token name must be 1 to 128 characters",
+            [{"loc": ["name"], "msg": "1 to 128 characters"}],
+        )
+    token_id = secrets.token_hex(6)
+    token = f"{_PREFIX}{token_id}_{secrets.token_urlsafe(32)}"
+    now = utcnow()
+    conn.execute(
+        insert(api_tokens).values(
+            token_id=token_id, name=name, scope=scope, secret_sha256=_digest(token), created_at=now
+        )
+    )
+    return token, TokenInfo(token_id=token_id, name=name, scope=scope, created_at=now)
+
+
+def authenticate(conn: Connection, token: str | None) -> TokenInfo:
+    """The active token behind a presented bearer string, or :class:`Unauthenticated`."""
+    if not token:
+        raise Unauthenticated("missing bearer token: send 'Authorization: Bearer <token>'")
+    parts = token.split("_", 2)
+    if len(parts) != 3 or f"{parts[0]}_" != _PREFIX:
+        raise Unauthenticated("malformed token")
+    row = conn.execute(select(api_tokens).where(api_tokens.c.token_id == parts[1])).first()
+    # compare_digest keeps the comparison's time independent of where the hashes differ.
+    if row is None or not hmac.compare_digest(row.secret_sha256, _digest(token)):
+        raise Unauthenticated("unknown token")
+    if row.revoked_at is not None:
+        raise Unauthenticated("token revoked")
+    return TokenInfo(
+        token_id=row.token_id,
+        name=row.name,
+        scope=row.scope,
+        created_at=row.created_at,
+        last_used_at=row.last_used_at,
+    )
+
+
+def check_permission(scope: str, permission: Permission) -> None:
+    needed = GRANTED_BY[permission]
+    if scope not in needed:
+        raise Forbidden(scope, needed)
+
+
+def touch_token(conn: Connection, token_id: str, when: datetime) -> None:
+    conn.execute(
+        update(api_tokens).where(api_tokens.c.token_id == token_id).values(last_used_at=when)
+    )
+
+
+def list_tokens(conn: Connection, *, include_revoked: bool = False) -> list[TokenInfo]:
+    query = select(api_tokens).order_by(api_tokens.c.id)
+    if not include_revoked:
+        query = query.where(api_tokens.c.revoked_at.is_(None))
+    return [
+        TokenInfo(
+            token_id=row.token_id,
+            name=row.name,
+            scope=row.scope,
+            created_at=row.created_at,
+            revoked_at=row.revoked_at,
+            last_used_at=row.last_used_at,
+        )
+        for row in conn.execute(query)
+    ]
+
+
+def revoke_token(conn: Connection, key: str) -> TokenInfo:
+    """Revoke the active token whose id or name is ``key``; a name shared by several is refused."""
+    rows = conn.execute(
+        select(api_tokens).where(
+            api_tokens.c.revoked_at.is_(None),
+            (api_tokens.c.token_id == key) | (api_tokens.c.name == key),
+        )
+    ).all()
+    if not rows:
+        raise NotFound("active token", key)
+    if len(rows) > 1:
+        ids = ", ".join(row.token_id for row in rows)
+        raise InvalidInput(
+            f"{len(rows)} active tokens are named {key!r} ({ids}); revoke by token id",
+            [{"loc": ["token"], "msg": "ambiguous name"}],
+        )
+    row = rows[0]
+    now = utcnow()
+    conn.execute(update(api_tokens).where(api_tokens.c.id == row.id).values(revoked_at=now))
+    return TokenInfo(
+        token_id=row.token_id,
+        name=row.name,
+        scope=row.scope,
+        created_at=row.created_at,
+        revoked_at=now,
+        last_used_at=row.last_used_at,
+    )

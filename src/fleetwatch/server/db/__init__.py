@@ -1,0 +1,1 @@
+"""Database schema (SQLAlchemy Core tables), engine set-up and migrations glue."""

@@ -1,0 +1,44 @@
+"""Schema migrations: upgrade to head, and tell whether a database is at head."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import Engine
+
+import fleetwatch.migrations
+
+__all__ = ["alembic_config", "current_revision", "head_revision", "upgrade"]
+
+SCRIPT_LOCATION = str(Path(fleetwatch.migrations.__file__).parent)
+
+
+def alembic_config(url: str | None = None) -> Config:
+    config = Config()
+    config.set_main_option("script_location", SCRIPT_LOCATION)
+    if url is not None:
+        config.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
+    return config
+
+
+def head_revision() -> str:
+    head = ScriptDirectory.from_config(alembic_config()).get_current_head()
+    assert head is not None, "no migrations shipped"
+    return head
+
+
+def current_revision(engine: Engine) -> str | None:
+    with engine.connect() as conn:
+        return MigrationContext.configure(conn).get_current_revision()
+
+
+def upgrade(engine: Engine, revision: str = "head") -> None:
+    """Migrate the database behind ``engine`` to ``revision`` (default: this version's head)."""
+    config = alembic_config()
+    with engine.begin() as conn:
+        config.attributes["connection"] = conn
+        command.upgrade(config, revision)

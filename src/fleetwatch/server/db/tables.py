@@ -1,0 +1,157 @@
+"""The schema, declared once; Alembic revisions are checked against it in tests.
+
+``gpu_samples`` is wide: one row per GPU per tick, one column per canonical field, generated from
+:data:`fleetwatch.telemetry.SAMPLE_FIELDS` so that the wire schema and the table cannot drift.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    Column,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Table,
+    Text,
+)
+from sqlalchemy.types import TypeEngine
+
+from fleetwatch.server.db.base import BigId, Json, UtcDateTime, metadata
+from fleetwatch.telemetry import SAMPLE_FIELDS, FieldSpec
+
+__all__ = [
+    "api_tokens",
+    "events",
+    "gpu_lifetimes",
+    "gpu_samples",
+    "gpus",
+    "ingest_batches",
+    "nodes",
+]
+
+nodes = Table(
+    "nodes",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("name", String(253), nullable=False, unique=True),
+    Column("labels", Json, nullable=False),
+    Column("interval_s", Float, nullable=False),
+    Column("agent_version", String(64)),
+    Column("boot_id", String(64)),
+    Column("first_seen", UtcDateTime, nullable=False),
+    Column("last_seen", UtcDateTime, nullable=False, index=True),
+)
+
+gpus = Table(
+    "gpus",
+    metadata,
+    Column("uuid", String(128), primary_key=True),
+    Column("node_id", Integer, ForeignKey("nodes.id"), nullable=False, index=True),
+    Column("index", Integer, nullable=False),
+    Column("serial", String(64), index=True),
+    Column("pci_bus_id", String(16)),
+    Column("name", String(128)),
+    Column("driver_version", String(64)),
+    Column("vbios_version", String(64)),
+    Column("first_seen", UtcDateTime, nullable=False),
+    Column("last_seen", UtcDateTime, nullable=False, index=True),
+    # The newest sample, denormalised so that /metrics and GET /v1/gpus never scan gpu_samples.
+    Column("latest_ts", UtcDateTime),
+    Column("latest", Json),
+)
+
+
+def _sample_column(spec: FieldSpec) -> Column[Any]:
+    kind: TypeEngine[Any]
+    if spec.kind == "flag":
+        kind = Boolean()
+    elif spec.is_integer:
+        kind = BigInteger()
+    else:
+        kind = Float()
+    return Column(spec.name, kind, comment=f"{spec.help} ({spec.unit})")
+
+
+gpu_samples = Table(
+    "gpu_samples",
+    metadata,
+    Column("id", BigId, primary_key=True, autoincrement=True),
+    # No foreign key: checking one per row would halve the bulk-load rate; ingest checks GPUs once
+    # per batch instead.
+    Column("gpu_uuid", String(128), nullable=False),
+    Column("node_id", Integer, nullable=False),
+    Column("ts", UtcDateTime, nullable=False),
+    Column("boot_id", String(64)),
+    *(_sample_column(spec) for spec in SAMPLE_FIELDS),
+    Index("ix_gpu_samples_gpu_uuid_ts", "gpu_uuid", "ts"),
+    Index("ix_gpu_samples_ts", "ts"),
+)
+
+events = Table(
+    "events",
+    metadata,
+    Column("id", BigId, primary_key=True, autoincrement=True),
+    Column("node_id", Integer, ForeignKey("nodes.id"), nullable=False),
+    Column("gpu_uuid", String(128)),
+    Column("pci_bus_id", String(16)),
+    Column("kind", String(64), nullable=False),
+    Column("xid", Integer),
+    Column("ts", UtcDateTime, nullable=False),
+    Column("received_at", UtcDateTime, nullable=False),
+    Column("message", Text),
+    Column("pid", BigInteger),
+    Column("process", String(256)),
+    Column("details", Json),
+    Column("batch_id", String(128)),
+    Index("ix_events_ts", "ts"),
+    Index("ix_events_kind_xid", "kind", "xid"),
+    Index("ix_events_node_id_ts", "node_id", "ts"),
+    Index("ix_events_gpu_uuid_ts", "gpu_uuid", "ts"),
+)
+
+gpu_lifetimes = Table(
+    "gpu_lifetimes",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("serial", String(64), nullable=False, index=True),
+    Column("gpu_uuid", String(128)),
+    Column("node_id", Integer, ForeignKey("nodes.id")),
+    Column("location", String(128)),
+    Column("sku", String(128)),
+    Column("installed_at", UtcDateTime, nullable=False),
+    Column("removed_at", UtcDateTime),
+    Column("end_kind", String(16), comment="failure | repair | retirement; null while in service"),
+    Column("cause", Text),
+    Column("evidence", Json),
+    Column("source", String(16), nullable=False, comment="observed | operator | import"),
+)
+
+api_tokens = Table(
+    "api_tokens",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("token_id", String(16), nullable=False, unique=True, comment="public part of the token"),
+    Column("name", String(128), nullable=False),
+    Column("scope", String(16), nullable=False),
+    Column("secret_sha256", String(64), nullable=False),
+    Column("created_at", UtcDateTime, nullable=False),
+    Column("revoked_at", UtcDateTime),
+    Column("last_used_at", UtcDateTime),
+)
+
+ingest_batches = Table(
+    "ingest_batches",
+    metadata,
+    Column("batch_id", String(128), primary_key=True),
+    Column("node_id", Integer, ForeignKey("nodes.id"), nullable=False),
+    Column("received_at", UtcDateTime, nullable=False, index=True),
+    Column("content_sha256", String(64), nullable=False),
+    Column("samples", Integer, nullable=False),
+    Column("events", Integer, nullable=False),
+)

@@ -1,0 +1,84 @@
+"""One table from domain errors to HTTP statuses, and the handlers that apply it.
+
+Every error body has the same shape: ``{"error": "...", "detail": [{"loc": [...], "msg": ...}]}``.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from fleetwatch.errors import (
+    BatchConflict,
+    FleetWatchError,
+    Forbidden,
+    InvalidInput,
+    NotFound,
+    PayloadTooLarge,
+    SchemaOutOfDate,
+    StorageError,
+    Unauthenticated,
+    UnsupportedMediaType,
+)
+from fleetwatch.server.schemas.common import error_body
+
+__all__ = ["ERROR_STATUS", "install_error_handlers"]
+
+logger = logging.getLogger(__name__)
+
+# Most specific first: the first isinstance match wins.
+ERROR_STATUS: tuple[tuple[type[FleetWatchError], int], ...] = (
+    (Unauthenticated, 401),
+    (Forbidden, 403),
+    (NotFound, 404),
+    (BatchConflict, 409),
+    (PayloadTooLarge, 413),
+    (UnsupportedMediaType, 415),
+    (InvalidInput, 422),
+    (SchemaOutOfDate, 503),
+    (StorageError, 503),
+)
+
+
+def status_for(exc: FleetWatchError) -> int:
+    for kind, status in ERROR_STATUS:
+        if isinstance(exc, kind):
+            return status
+    return 500
+
+
+async def _domain_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, FleetWatchError)
+    status = status_for(exc)
+    detail = exc.detail if isinstance(exc, InvalidInput) else []
+    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+    if status >= 500:
+        logger.error("%s %s failed: %s", request.method, request.url.path, exc)
+    return JSONResponse(error_body(str(exc), detail), status_code=status, headers=headers)
+
+
+async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    detail = [
+        {"loc": [str(p) if not isinstance(p, int) else p for p in err["loc"]], "msg": err["msg"]}
+        for err in exc.errors()
+    ]
+    where = ", ".join(".".join(str(p) for p in d["loc"]) for d in detail[:5])
+    return JSONResponse(error_body(f"invalid request: {where}", detail), status_code=422)
+
+
+async def _http_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, StarletteHTTPException)
+    return JSONResponse(
+        error_body(str(exc.detail)), status_code=exc.status_code, headers=exc.headers
+    )
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    app.add_exception_handler(FleetWatchError, _domain_error)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(StarletteHTTPException, _http_error)

@@ -1,0 +1,1 @@
+"""Queries, one module per resource; keyword-only functions that take a connection."""

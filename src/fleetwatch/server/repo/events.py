@@ -1,0 +1,61 @@
+"""Reading events (Xid and others)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, Row, select
+
+from fleetwatch.server.db.tables import events, nodes
+from fleetwatch.server.schemas.fleet import EventPublic
+
+__all__ = ["event_from_row", "list_events"]
+
+
+def event_from_row(row: Row[Any]) -> EventPublic:
+    return EventPublic(
+        id=row.id,
+        node=row.node_name,
+        kind=row.kind,
+        ts=row.ts,
+        received_at=row.received_at,
+        gpu_uuid=row.gpu_uuid,
+        pci_bus_id=row.pci_bus_id,
+        xid=row.xid,
+        message=row.message,
+        pid=row.pid,
+        process=row.process,
+        details=row.details,
+    )
+
+
+def list_events(
+    conn: Connection,
+    *,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    node: str | None = None,
+    kind: str | None = None,
+    xid: int | None = None,
+    gpu_uuid: str | None = None,
+    limit: int = 1000,
+) -> list[EventPublic]:
+    """Newest first."""
+    query = select(events, nodes.c.name.label("node_name")).join(
+        nodes, nodes.c.id == events.c.node_id
+    )
+    if since is not None:
+        query = query.where(events.c.ts >= since)
+    if until is not None:
+        query = query.where(events.c.ts < until)
+    if node is not None:
+        query = query.where(nodes.c.name == node)
+    if kind is not None:
+        query = query.where(events.c.kind == kind)
+    if xid is not None:
+        query = query.where(events.c.xid == xid)
+    if gpu_uuid is not None:
+        query = query.where(events.c.gpu_uuid == gpu_uuid)
+    query = query.order_by(events.c.ts.desc(), events.c.id.desc()).limit(limit)
+    return [event_from_row(row) for row in conn.execute(query)]

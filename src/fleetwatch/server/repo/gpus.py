@@ -1,0 +1,118 @@
+"""Reading GPUs and their samples."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, Row, Select, select
+
+from fleetwatch.errors import InvalidInput, NotFound
+from fleetwatch.server.db.tables import gpu_samples, gpus, nodes
+from fleetwatch.server.rates import CounterReading, counter_rates
+from fleetwatch.server.repo.events import list_events
+from fleetwatch.server.schemas.fleet import (
+    GpuDetail,
+    GpuSummary,
+    LatestSample,
+    SamplePoint,
+    SamplesPublic,
+)
+from fleetwatch.telemetry import SAMPLE_FIELD_NAMES, SAMPLE_FIELDS
+
+__all__ = ["get_gpu", "gpu_summary_query", "list_gpus", "list_samples", "summary_from_row"]
+
+_COUNTERS = frozenset(spec.name for spec in SAMPLE_FIELDS if spec.kind == "counter")
+
+
+def gpu_summary_query() -> Select[Any]:
+    return select(gpus, nodes.c.name.label("node_name")).join(nodes, nodes.c.id == gpus.c.node_id)
+
+
+def summary_from_row(row: Row[Any]) -> GpuSummary:
+    latest = LatestSample(ts=row.latest_ts, values=row.latest) if row.latest_ts else None
+    return GpuSummary(
+        uuid=row.uuid,
+        index=row.index,
+        serial=row.serial,
+        pci_bus_id=row.pci_bus_id,
+        name=row.name,
+        driver_version=row.driver_version,
+        vbios_version=row.vbios_version,
+        node=row.node_name,
+        first_seen=row.first_seen,
+        last_seen=row.last_seen,
+        latest=latest,
+    )
+
+
+def list_gpus(
+    conn: Connection, *, node: str | None = None, limit: int = 10_000
+) -> list[GpuSummary]:
+    query = gpu_summary_query().order_by(nodes.c.name, gpus.c.index).limit(limit)
+    if node is not None:
+        query = query.where(nodes.c.name == node)
+    return [summary_from_row(row) for row in conn.execute(query)]
+
+
+def get_gpu(conn: Connection, *, uuid: str, recent_events: int = 20) -> GpuDetail:
+    row = conn.execute(gpu_summary_query().where(gpus.c.uuid == uuid)).first()
+    if row is None:
+        raise NotFound("GPU", uuid)
+    summary = summary_from_row(row)
+    return GpuDetail(
+        **summary.model_dump(),
+        recent_events=list_events(conn, gpu_uuid=uuid, limit=recent_events),
+    )
+
+
+def parse_fields(raw: str | None) -> list[str]:
+    if not raw:
+        return list(SAMPLE_FIELD_NAMES)
+    wanted = [f.strip() for f in raw.split(",") if f.strip()]
+    unknown = [f for f in wanted if f not in SAMPLE_FIELD_NAMES]
+    if unknown:
+        raise InvalidInput(
+            f"unknown field(s): {', '.join(unknown)}",
+            [{"loc": ["query", "fields"], "msg": f"unknown field {f!r}"} for f in unknown],
+        )
+    return wanted
+
+
+def list_samples(
+    conn: Connection,
+    *,
+    uuid: str,
+    fields: list[str],
+    since: datetime | None,
+    until: datetime | None,
+    limit: int,
+    rates: bool,
+) -> SamplesPublic:
+    """Oldest first, so that rates read naturally; ``limit`` keeps the newest samples."""
+    if conn.execute(select(gpus.c.uuid).where(gpus.c.uuid == uuid)).first() is None:
+        raise NotFound("GPU", uuid)
+    columns = [gpu_samples.c.ts, gpu_samples.c.boot_id, *(gpu_samples.c[f] for f in fields)]
+    query = select(*columns).where(gpu_samples.c.gpu_uuid == uuid)
+    if since is not None:
+        query = query.where(gpu_samples.c.ts >= since)
+    if until is not None:
+        query = query.where(gpu_samples.c.ts < until)
+    rows = list(conn.execute(query.order_by(gpu_samples.c.ts.desc()).limit(limit)))
+    rows.reverse()
+    points = [
+        SamplePoint(
+            ts=row.ts,
+            boot_id=row.boot_id,
+            values={f: v for f in fields if (v := getattr(row, f)) is not None},
+        )
+        for row in rows
+    ]
+    derived = None
+    if rates:
+        derived = {
+            f: counter_rates([CounterReading(p.ts, p.boot_id, p.values.get(f)) for p in points])
+            for f in fields
+            if f in _COUNTERS
+        }
+    return SamplesPublic(uuid=uuid, fields=fields, data=points, count=len(points), rates=derived)

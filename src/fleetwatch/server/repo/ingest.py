@@ -1,0 +1,269 @@
+"""Storing one validated batch, atomically: all of it or none of it.
+
+Order inside the transaction: node, then the batch id (so a replay stops before writing anything),
+then GPU identities, samples (bulk), latest state, events. A duplicate batch rolls back whatever it
+touched, so a replay changes nothing, not even the node's last_seen.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, bindparam, insert, select, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+from fleetwatch.errors import BatchConflict, InvalidInput
+from fleetwatch.server.db.session import Database
+from fleetwatch.server.db.tables import events, gpu_samples, gpus, ingest_batches, nodes
+from fleetwatch.telemetry import SAMPLE_FIELD_NAMES, Batch, GpuIdentity, GpuSample
+
+__all__ = ["IngestResult", "store_batch"]
+
+_IDENTITY = ("index", "serial", "pci_bus_id", "name", "driver_version", "vbios_version")
+_SAMPLE_COLUMNS = ("gpu_uuid", "node_id", "ts", "boot_id", *SAMPLE_FIELD_NAMES)
+
+
+@dataclass(frozen=True)
+class IngestResult:
+    samples: int
+    events: int
+    duplicate: bool
+    node_id: int | None = None
+
+
+class _Duplicate(Exception):
+    """Raised inside the transaction to roll it back when the batch id was already stored."""
+
+
+def store_batch(db: Database, batch: Batch, *, content_sha256: str, now: datetime) -> IngestResult:
+    """Store ``batch`` and commit, or raise and store nothing."""
+    try:
+        with db.write() as conn:
+            node_id = _upsert_node(conn, batch, now)
+            _claim_batch_id(conn, batch, node_id, content_sha256, now)
+            node_gpus = _upsert_gpus(conn, batch, node_id, now)
+            _insert_samples(conn, db, batch.samples, node_id, batch.node.boot_id)
+            _update_latest(conn, batch.samples, now)
+            _insert_events(conn, batch, node_id, node_gpus, now)
+    except _Duplicate:
+        return IngestResult(samples=0, events=0, duplicate=True)
+    return IngestResult(
+        samples=len(batch.samples), events=len(batch.events), duplicate=False, node_id=node_id
+    )
+
+
+def _upsert_node(conn: Connection, batch: Batch, now: datetime) -> int:
+    info = batch.node
+    row = conn.execute(select(nodes.c.id, nodes.c.boot_id).where(nodes.c.name == info.name)).first()
+    fields = {
+        "labels": info.labels,
+        "interval_s": info.interval_s,
+        "agent_version": info.agent_version,
+        "last_seen": now,
+    }
+    if info.boot_id is not None:
+        fields["boot_id"] = info.boot_id
+    if row is None:
+        return int(
+            conn.execute(
+                insert(nodes).values(name=info.name, first_seen=now, **fields).returning(nodes.c.id)
+            ).scalar_one()
+        )
+    conn.execute(update(nodes).where(nodes.c.id == row.id).values(**fields))
+    if row.boot_id is not None and info.boot_id is not None and row.boot_id != info.boot_id:
+        # Volatile counters restart from zero after a reboot; the event marks where.
+        conn.execute(
+            insert(events).values(
+                node_id=row.id,
+                kind="node_boot",
+                ts=now,
+                received_at=now,
+                message="node rebooted (boot_id changed)",
+                batch_id=batch.batch_id,
+                details={"previous_boot_id": row.boot_id, "boot_id": info.boot_id},
+            )
+        )
+    return int(row.id)
+
+
+def _claim_batch_id(
+    conn: Connection, batch: Batch, node_id: int, content_sha256: str, now: datetime
+) -> None:
+    values = {
+        "batch_id": batch.batch_id,
+        "node_id": node_id,
+        "received_at": now,
+        "content_sha256": content_sha256,
+        "samples": len(batch.samples),
+        "events": len(batch.events),
+    }
+    dialect_insert = pg_insert if conn.dialect.name == "postgresql" else sqlite_insert
+    # ON CONFLICT DO NOTHING: a concurrent replay waits for the first to commit, then finds it.
+    claimed = conn.execute(
+        dialect_insert(ingest_batches)
+        .values(**values)
+        .on_conflict_do_nothing(index_elements=["batch_id"])
+        .returning(ingest_batches.c.batch_id)
+    ).first()
+    if claimed is not None:
+        return
+    stored = conn.execute(
+        select(ingest_batches.c.content_sha256).where(ingest_batches.c.batch_id == batch.batch_id)
+    ).scalar_one()
+    if stored != content_sha256:
+        raise BatchConflict(batch.batch_id)
+    raise _Duplicate
+
+
+def _upsert_gpus(conn: Connection, batch: Batch, node_id: int, now: datetime) -> dict[str, str]:
+    """Register or update the batch's GPUs; return this node's GPUs as pci_bus_id -> uuid."""
+    declared = {gpu.uuid: gpu for gpu in batch.gpus}
+    referenced = {s.uuid for s in batch.samples} | {e.uuid for e in batch.events if e.uuid}
+    known = {
+        row.uuid: row
+        for row in conn.execute(
+            select(gpus).where(gpus.c.uuid.in_(list(declared.keys() | referenced)))
+        )
+    }
+    _check_references(batch, declared, known, node_id)
+
+    new_rows, changed = [], []
+    for uuid, gpu in declared.items():
+        identity = _identity(gpu)
+        row = known.get(uuid)
+        if row is None:
+            new_rows.append(
+                {"uuid": uuid, "node_id": node_id, "first_seen": now, "last_seen": now, **identity}
+            )
+        elif row.node_id != node_id or any(getattr(row, k) != v for k, v in identity.items()):
+            changed.append({"b_uuid": uuid, "node_id": node_id, **identity})
+    if new_rows:
+        conn.execute(insert(gpus), new_rows)
+    if changed:
+        conn.execute(
+            update(gpus)
+            .where(gpus.c.uuid == bindparam("b_uuid"))
+            .values(node_id=bindparam("node_id"), **{k: bindparam(k) for k in _IDENTITY}),
+            changed,
+        )
+    by_pci = {
+        row.pci_bus_id: row.uuid
+        for row in conn.execute(
+            select(gpus.c.uuid, gpus.c.pci_bus_id).where(gpus.c.node_id == node_id)
+        )
+        if row.pci_bus_id
+    }
+    return by_pci
+
+
+def _identity(gpu: GpuIdentity) -> dict[str, Any]:
+    return {key: getattr(gpu, key) for key in _IDENTITY}
+
+
+def _check_references(
+    batch: Batch, declared: dict[str, GpuIdentity], known: dict[str, Any], node_id: int
+) -> None:
+    def usable(uuid: str) -> bool:
+        return uuid in declared or (uuid in known and known[uuid].node_id == node_id)
+
+    problems: list[dict[str, Any]] = []
+    for i, sample in enumerate(batch.samples):
+        if not usable(sample.uuid):
+            problems.append(
+                {
+                    "loc": ["body", "samples", i, "uuid"],
+                    "msg": f"unknown GPU {sample.uuid}: list it in 'gpus'",
+                }
+            )
+    for i, event in enumerate(batch.events):
+        if event.uuid and not usable(event.uuid):
+            problems.append(
+                {
+                    "loc": ["body", "events", i, "uuid"],
+                    "msg": f"unknown GPU {event.uuid}: list it in 'gpus'",
+                }
+            )
+    if problems:
+        raise InvalidInput(
+            f"{len(problems)} item(s) reference GPUs this node never declared; nothing was stored",
+            problems[:50],
+        )
+
+
+def _insert_samples(
+    conn: Connection, db: Database, samples: list[GpuSample], node_id: int, boot_id: str | None
+) -> None:
+    if not samples:
+        return
+    rows = (
+        (s.uuid, node_id, s.ts, boot_id, *(getattr(s, name) for name in SAMPLE_FIELD_NAMES))
+        for s in samples
+    )
+    if conn.dialect.name == "postgresql":
+        _copy_rows(conn, rows)
+    else:
+        conn.execute(
+            insert(gpu_samples), [dict(zip(_SAMPLE_COLUMNS, r, strict=True)) for r in rows]
+        )
+
+
+def _copy_rows(conn: Connection, rows: Iterable[tuple[Any, ...]]) -> None:
+    """PostgreSQL's bulk path, inside the SQLAlchemy transaction (same connection)."""
+    raw = conn.connection.driver_connection
+    assert raw is not None
+    statement = f"COPY gpu_samples ({', '.join(_SAMPLE_COLUMNS)}) FROM STDIN"
+    with raw.cursor() as cursor, cursor.copy(statement) as copy:
+        for row in rows:
+            copy.write_row(row)
+
+
+def _update_latest(conn: Connection, samples: list[GpuSample], now: datetime) -> None:
+    newest: dict[str, GpuSample] = {}
+    for sample in samples:
+        current = newest.get(sample.uuid)
+        if current is None or sample.ts >= current.ts:
+            newest[sample.uuid] = sample
+    if not newest:
+        return
+    # Replayed old batches must not overwrite fresher state: only move latest_ts forward.
+    conn.execute(
+        update(gpus)
+        .where(
+            gpus.c.uuid == bindparam("b_uuid"),
+            (gpus.c.latest_ts.is_(None)) | (gpus.c.latest_ts <= bindparam("b_ts")),
+        )
+        .values(latest_ts=bindparam("b_ts"), latest=bindparam("b_latest"), last_seen=now),
+        [{"b_uuid": uuid, "b_ts": s.ts, "b_latest": s.values()} for uuid, s in newest.items()],
+    )
+
+
+def _insert_events(
+    conn: Connection, batch: Batch, node_id: int, node_gpus: dict[str, str], now: datetime
+) -> None:
+    if not batch.events:
+        return
+    conn.execute(
+        insert(events),
+        [
+            {
+                "node_id": node_id,
+                # The kernel log names a PCI slot, not a GPU: map it through the node's inventory.
+                "gpu_uuid": e.uuid or (node_gpus.get(e.pci_bus_id) if e.pci_bus_id else None),
+                "pci_bus_id": e.pci_bus_id,
+                "kind": e.kind,
+                "xid": e.xid,
+                "ts": e.ts,
+                "received_at": now,
+                "message": e.message,
+                "pid": e.pid,
+                "process": e.process,
+                "details": e.details,
+                "batch_id": batch.batch_id,
+            }
+            for e in batch.events
+        ],
+    )

@@ -1,0 +1,80 @@
+"""Reading nodes, with their liveness computed at read time."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, Row, func, select
+
+from fleetwatch.errors import NotFound
+from fleetwatch.server.db.tables import gpus, nodes
+from fleetwatch.server.liveness import node_state
+from fleetwatch.server.repo.gpus import gpu_summary_query, summary_from_row
+from fleetwatch.server.schemas.fleet import NodeDetail, NodePublic
+
+__all__ = ["get_node", "list_nodes"]
+
+
+def _gpu_counts() -> Any:
+    return (
+        select(gpus.c.node_id, func.count().label("gpu_count")).group_by(gpus.c.node_id).subquery()
+    )
+
+
+def _public(row: Row[Any], *, factor: float, now: datetime) -> dict[str, Any]:
+    return {
+        "name": row.name,
+        "state": node_state(row.last_seen, row.interval_s, factor, now),
+        "last_seen": row.last_seen,
+        "first_seen": row.first_seen,
+        "labels": row.labels,
+        "interval_s": row.interval_s,
+        "agent_version": row.agent_version,
+        "gpu_count": row.gpu_count or 0,
+    }
+
+
+def list_nodes(
+    conn: Connection,
+    *,
+    now: datetime,
+    factor: float,
+    state: str | None = None,
+    labels: dict[str, str] | None = None,
+    limit: int = 10_000,
+    offset: int = 0,
+) -> list[NodePublic]:
+    counts = _gpu_counts()
+    query = (
+        select(nodes, counts.c.gpu_count)
+        .outerjoin(counts, counts.c.node_id == nodes.c.id)
+        .order_by(nodes.c.name)
+    )
+    found = []
+    for row in conn.execute(query):
+        if labels and any(row.labels.get(k) != v for k, v in labels.items()):
+            continue
+        node = NodePublic(**_public(row, factor=factor, now=now))
+        if state is None or node.state == state:
+            found.append(node)
+    return found[offset : offset + limit]
+
+
+def get_node(conn: Connection, *, name: str, now: datetime, factor: float) -> NodeDetail:
+    counts = _gpu_counts()
+    row = conn.execute(
+        select(nodes, counts.c.gpu_count)
+        .outerjoin(counts, counts.c.node_id == nodes.c.id)
+        .where(nodes.c.name == name)
+    ).first()
+    if row is None:
+        raise NotFound("node", name)
+    gpu_rows = conn.execute(
+        gpu_summary_query().where(gpus.c.node_id == row.id).order_by(gpus.c.index)
+    )
+    return NodeDetail(
+        **_public(row, factor=factor, now=now),
+        boot_id=row.boot_id,
+        gpus=[summary_from_row(g) for g in gpu_rows],
+    )

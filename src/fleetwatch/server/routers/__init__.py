@@ -1,0 +1,13 @@
+"""One router per resource, all mounted under /v1 by the app factory."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from fleetwatch.server.routers import events, gpus, ingest, nodes, tokens
+
+__all__ = ["api_router"]
+
+api_router = APIRouter(prefix="/v1")
+for _module in (ingest, nodes, gpus, events, tokens):
+    api_router.include_router(_module.router)

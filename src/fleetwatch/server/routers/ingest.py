@@ -1,0 +1,167 @@
+"""``POST /v1/ingest``: wire format v1, acknowledged only after commit."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+import zlib
+from datetime import timedelta
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.concurrency import run_in_threadpool
+from pydantic import ValidationError
+
+from fleetwatch.config import ServerSettings
+from fleetwatch.errors import InvalidInput, PayloadTooLarge, UnsupportedMediaType
+from fleetwatch.metrics import ServerMetrics
+from fleetwatch.server.db.base import utcnow
+from fleetwatch.server.db.session import Database
+from fleetwatch.server.deps import IngestAuth
+from fleetwatch.server.errors import status_for
+from fleetwatch.server.repo.ingest import store_batch
+from fleetwatch.server.schemas.common import ErrorResponse, IngestAccepted, IngestResponse
+from fleetwatch.telemetry import BATCH_EXAMPLE, Batch, IngestLimits
+
+__all__ = ["router"]
+
+logger = logging.getLogger(__name__)
+
+router = APIRouter(tags=["ingest"])
+
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    code: {"model": ErrorResponse, "description": text}
+    for code, text in (
+        (401, "No token, or an unknown or revoked one"),
+        (403, "The token's scope may not ingest (needs agent or admin)"),
+        (409, "The batch_id was stored before with different content"),
+        (413, "Body larger than the limit (default 8 MiB, after decompression)"),
+        (415, "Content-Type is not application/json, or an unsupported Content-Encoding"),
+        (422, "Invalid batch: each problem names its field; nothing of the batch was stored"),
+    )
+}
+
+_BODY_DOC: dict[str, Any] = {
+    "requestBody": {
+        "required": True,
+        "description": "One node's readings since its last push. May be sent with "
+        "`Content-Encoding: gzip`.",
+        "content": {
+            "application/json": {
+                "schema": {"$ref": "#/components/schemas/Batch"},
+                "examples": {"one_gpu_one_xid": {"value": BATCH_EXAMPLE}},
+            }
+        },
+    }
+}
+
+
+async def _read_body(request: Request, limit: int) -> bytes:
+    """The decompressed body, refusing more than ``limit`` bytes before or after gunzip."""
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > limit:
+        raise PayloadTooLarge(limit)
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise PayloadTooLarge(limit)
+        chunks.append(chunk)
+    body = b"".join(chunks)
+    encoding = request.headers.get("content-encoding", "identity").strip().lower()
+    if encoding in ("", "identity"):
+        return body
+    if encoding != "gzip":
+        raise UnsupportedMediaType(
+            f"unsupported Content-Encoding {encoding!r}; send identity or gzip",
+            [{"loc": ["header", "content-encoding"], "msg": "must be gzip or identity"}],
+        )
+    inflater = zlib.decompressobj(wbits=31)
+    try:
+        # max_length bounds the output, so a small gzip bomb cannot inflate past the limit.
+        body = inflater.decompress(body, limit + 1)
+    except zlib.error as exc:
+        raise InvalidInput(
+            f"body is not valid gzip: {exc}", [{"loc": ["body"], "msg": "invalid gzip data"}]
+        ) from exc
+    if len(body) > limit or inflater.unconsumed_tail:
+        raise PayloadTooLarge(limit)
+    return body
+
+
+def _check_content_type(request: Request) -> None:
+    content_type = request.headers.get("content-type", "application/json").split(";")[0].strip()
+    if content_type.lower() != "application/json":
+        raise UnsupportedMediaType(
+            f"Content-Type must be application/json, got {content_type!r}",
+            [{"loc": ["header", "content-type"], "msg": "must be application/json"}],
+        )
+
+
+def _validate(body: bytes, settings: ServerSettings) -> Batch:
+    limits = IngestLimits(
+        now=utcnow(),
+        max_future_skew=timedelta(seconds=settings.max_future_skew_s),
+        max_gpus=settings.max_gpus_per_batch,
+        max_samples=settings.max_samples_per_batch,
+        max_events=settings.max_events_per_batch,
+    )
+    try:
+        return Batch.model_validate_json(body, context={"limits": limits})
+    except ValidationError as exc:
+        detail = [
+            {"loc": ["body", *err["loc"]], "msg": err["msg"].removeprefix("Value error, ")}
+            for err in exc.errors(include_url=False)
+        ]
+        first = detail[0]
+        where = ".".join(str(p) for p in first["loc"])
+        more = f" (and {len(detail) - 1} more)" if len(detail) > 1 else ""
+        raise InvalidInput(
+            f"invalid batch: {where}: {first['msg']}{more}; nothing was stored", detail[:100]
+        ) from None
+
+
+def _ingest(body: bytes, settings: ServerSettings, db: Database) -> IngestResponse:
+    batch = _validate(body, settings)
+    result = store_batch(db, batch, content_sha256=hashlib.sha256(body).hexdigest(), now=utcnow())
+    logger.debug(
+        "batch %s from %s: %d samples, %d events, duplicate=%s",
+        batch.batch_id,
+        batch.node.name,
+        result.samples,
+        result.events,
+        result.duplicate,
+    )
+    return IngestResponse(
+        accepted=IngestAccepted(samples=result.samples, events=result.events),
+        duplicate=result.duplicate,
+    )
+
+
+@router.post(
+    "/ingest",
+    response_model=IngestResponse,
+    responses=_ERRORS,
+    openapi_extra=_BODY_DOC,
+    summary="Push a batch of GPU samples and events (wire format v1)",
+)
+async def ingest(request: Request, _token: IngestAuth) -> IngestResponse:
+    """Store one node's batch atomically. Answers 200 only after the batch is committed; a
+    replayed ``batch_id`` answers 200 with ``duplicate: true`` and stores nothing new."""
+    started = time.perf_counter()
+    metrics: ServerMetrics = request.app.state.metrics
+    settings: ServerSettings = request.app.state.settings
+    try:
+        _check_content_type(request)
+        body = await _read_body(request, settings.max_body_bytes)
+        response = await run_in_threadpool(_ingest, body, settings, request.app.state.db)
+    except InvalidInput as exc:
+        metrics.ingest_batches.labels("rejected").inc()
+        metrics.ingest_rejections.labels(str(status_for(exc))).inc()
+        raise
+    metrics.ingest_batches.labels("duplicate" if response.duplicate else "accepted").inc()
+    metrics.ingest_samples.inc(response.accepted.samples)
+    metrics.ingest_events.inc(response.accepted.events)
+    metrics.ingest_latency.observe(time.perf_counter() - started)
+    return response

@@ -1,0 +1,61 @@
+"""Nodes: liveness, labels, GPU counts."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Query
+
+from fleetwatch.errors import InvalidInput
+from fleetwatch.server.db.base import utcnow
+from fleetwatch.server.deps import DatabaseDep, ReadAuth, SettingsDep
+from fleetwatch.server.repo.nodes import get_node, list_nodes
+from fleetwatch.server.schemas.fleet import NodeDetail, NodesPublic
+
+__all__ = ["router"]
+
+router = APIRouter(prefix="/nodes", tags=["nodes"])
+
+
+def _parse_labels(raw: list[str]) -> dict[str, str]:
+    labels = {}
+    for item in raw:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise InvalidInput(
+                f"label filter {item!r} must look like key=value",
+                [{"loc": ["query", "label"], "msg": "expected key=value"}],
+            )
+        labels[key] = value
+    return labels
+
+
+@router.get("", response_model=NodesPublic, summary="List nodes with liveness and GPU counts")
+def read_nodes(
+    db: DatabaseDep,
+    settings: SettingsDep,
+    _token: ReadAuth,
+    state: Literal["up", "unreachable"] | None = None,
+    label: Annotated[list[str], Query(description="Filter by label, e.g. rack=r12")] = [],  # noqa: B006
+    limit: Annotated[int, Query(ge=1, le=100_000)] = 10_000,
+    offset: Annotated[int, Query(ge=0)] = 0,
+) -> NodesPublic:
+    """Nodes sorted by name; a node is unreachable after 3 silent intervals."""
+    with db.read() as conn:
+        found = list_nodes(
+            conn,
+            now=utcnow(),
+            factor=settings.unreachable_after_intervals,
+            state=state,
+            labels=_parse_labels(label),
+            limit=limit,
+            offset=offset,
+        )
+    return NodesPublic(data=found, count=len(found))
+
+
+@router.get("/{name}", response_model=NodeDetail, summary="One node and its GPUs")
+def read_node(name: str, db: DatabaseDep, settings: SettingsDep, _token: ReadAuth) -> NodeDetail:
+    """The node's state, labels and boot id, with each GPU's identity and latest sample."""
+    with db.read() as conn:
+        return get_node(conn, name=name, now=utcnow(), factor=settings.unreachable_after_intervals)
