@@ -1,0 +1,200 @@
+"""``fleetwatch server``, ``db`` and ``token``: the central service's commands.
+
+Server modules are imported inside each command, so a node with only the agent extra can still
+run ``fleetwatch --help`` and get a clear message from these.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import click
+
+from fleetwatch.config import ServerSettings, load_server_settings
+
+__all__ = ["db", "server", "token"]
+
+database_option = click.option(
+    "--database-url",
+    envvar="FLEETWATCH_SERVER_DATABASE_URL",
+    help="sqlite:///path.db or postgresql://user@host/db  [env FLEETWATCH_SERVER_DATABASE_URL]",
+)
+
+
+@click.command()
+@click.option("--host", help="Address to listen on [default 127.0.0.1]")
+@click.option("--port", type=int, help="Port [default 8400]")
+@database_option
+@click.option("--workers", type=int, help="Worker processes [default 1]")
+@click.option(
+    "--insecure-no-auth",
+    is_flag=True,
+    default=None,
+    help="Accept requests without tokens, as admin. For local experiments only.",
+)
+def server(
+    host: str | None,
+    port: int | None,
+    database_url: str | None,
+    workers: int | None,
+    insecure_no_auth: bool | None,
+) -> None:
+    """Run the central service (REST API, ingest, /metrics)."""
+    import uvicorn
+
+    settings = load_server_settings(
+        host=host,
+        port=port,
+        database_url=database_url,
+        workers=workers,
+        insecure_no_auth=insecure_no_auth,
+    )
+    # Workers are separate processes that build their own app from the environment.
+    for name, value in settings.model_dump().items():
+        os.environ[f"FLEETWATCH_SERVER_{name.upper()}"] = str(value)
+    _check_database(settings)
+    uvicorn.run(
+        "fleetwatch.server.app:create_app",
+        factory=True,
+        host=settings.host,
+        port=settings.port,
+        workers=settings.workers,
+        log_level="info",
+        proxy_headers=True,
+    )
+
+
+def _check_database(settings: ServerSettings) -> None:
+    """Fail before binding the port if the database is unreachable or not migrated."""
+    from fleetwatch.server.app import prepare_database
+    from fleetwatch.server.db.session import Database, make_engine
+
+    db = Database(make_engine(settings))
+    try:
+        prepare_database(db, settings)
+    finally:
+        db.dispose()
+
+
+def _open_database(database_url: str | None, *, migrate_sqlite: bool = True) -> Any:
+    from fleetwatch.server.app import prepare_database
+    from fleetwatch.server.db.session import Database, make_engine
+
+    settings = load_server_settings(database_url=database_url)
+    db = Database(make_engine(settings))
+    if migrate_sqlite:
+        prepare_database(db, settings)
+    return db
+
+
+@click.group()
+def db() -> None:
+    """Database schema."""
+
+
+@db.command("upgrade")
+@database_option
+@click.option("--revision", default="head", show_default=True)
+def db_upgrade(database_url: str | None, revision: str) -> None:
+    """Migrate the database schema (needed before the first start on PostgreSQL)."""
+    from fleetwatch.server.db.migrate import current_revision, upgrade
+
+    database = _open_database(database_url, migrate_sqlite=False)
+    try:
+        before = current_revision(database.engine)
+        upgrade(database.engine, revision)
+        after = current_revision(database.engine)
+    finally:
+        database.dispose()
+    click.echo(f"schema {before or 'empty'} -> {after}")
+
+
+@db.command("current")
+@database_option
+def db_current(database_url: str | None) -> None:
+    """Print the database's schema revision and this version's head."""
+    from fleetwatch.server.db.migrate import current_revision, head_revision
+
+    database = _open_database(database_url, migrate_sqlite=False)
+    try:
+        click.echo(
+            f"current {current_revision(database.engine) or 'empty'}, head {head_revision()}"
+        )
+    finally:
+        database.dispose()
+
+
+@click.group()
+def token() -> None:
+    """API tokens (scopes: agent, read, scheduler, admin)."""
+
+
+@token.command("create")
+@click.option("--scope", required=True, type=click.Choice(["agent", "read", "scheduler", "admin"]))
+@click.option("--name", required=True, help="Who or what uses it, e.g. pool-a")
+@database_option
+def token_create(scope: str, name: str, database_url: str | None) -> None:
+    """Create a token and print it once, alone on the last line."""
+    from fleetwatch.server.auth import create_token
+
+    database = _open_database(database_url)
+    try:
+        with database.write() as conn:
+            secret, info = create_token(conn, name=name, scope=scope)
+    finally:
+        database.dispose()
+    click.echo(
+        f"created {info.scope} token {info.name!r} (id {info.token_id}); "
+        "it is shown only now, store it safely:"
+    )
+    click.echo(secret)
+
+
+@token.command("list")
+@click.option("--all", "include_revoked", is_flag=True, help="Include revoked tokens.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
+@database_option
+def token_list(include_revoked: bool, as_json: bool, database_url: str | None) -> None:
+    """List tokens (never their secrets)."""
+    from fleetwatch.server.auth import list_tokens
+
+    database = _open_database(database_url)
+    try:
+        with database.read() as conn:
+            tokens = list_tokens(conn, include_revoked=include_revoked)
+    finally:
+        database.dispose()
+    if as_json:
+        for t in tokens:
+            click.echo(
+                json.dumps({k: str(v) if v is not None else None for k, v in vars(t).items()})
+            )
+        return
+    click.echo(f"{'ID':<14}{'SCOPE':<11}{'CREATED':<22}{'LAST USED':<22}{'REVOKED':<22}NAME")
+    for t in tokens:
+        click.echo(
+            f"{t.token_id:<14}{t.scope:<11}{_when(t.created_at):<22}{_when(t.last_used_at):<22}"
+            f"{_when(t.revoked_at):<22}{t.name}"
+        )
+
+
+def _when(value: Any) -> str:
+    return value.strftime("%Y-%m-%d %H:%M:%S") if value else "-"
+
+
+@token.command("revoke")
+@click.argument("key")
+@database_option
+def token_revoke(key: str, database_url: str | None) -> None:
+    """Revoke a token by id or name; it stops working at once."""
+    from fleetwatch.server.auth import revoke_token
+
+    database = _open_database(database_url)
+    try:
+        with database.write() as conn:
+            info = revoke_token(conn, key)
+    finally:
+        database.dispose()
+    click.echo(f"revoked {info.scope} token {info.name!r} (id {info.token_id})")
