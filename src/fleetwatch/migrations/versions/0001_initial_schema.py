@@ -198,7 +198,7 @@ def upgrade() -> None:
             "gpu_recovery_action",
             sa.Float(),
             nullable=True,
-            comment="Driver's recovery action (0 none, 1 GPU reset, 2 node reboot, 3 drain P2P, 4 drain and reset) (enum)",
+            comment="Driver's recovery action (0 none, 1 GPU reset, 2 node reboot, 3 drain P2P, 4 drain+reset) (enum)",
         ),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_gpu_samples")),
     )

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, bindparam, insert, select, update
+from sqlalchemy import Connection, Table, bindparam, insert, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
@@ -56,9 +56,12 @@ def store_batch(db: Database, batch: Batch, *, content_sha256: str, now: datetim
     )
 
 
+def _dialect_insert(conn: Connection, table: Table) -> Any:
+    return (pg_insert if conn.dialect.name == "postgresql" else sqlite_insert)(table)
+
+
 def _upsert_node(conn: Connection, batch: Batch, now: datetime) -> int:
     info = batch.node
-    row = conn.execute(select(nodes.c.id, nodes.c.boot_id).where(nodes.c.name == info.name)).first()
     fields = {
         "labels": info.labels,
         "interval_s": info.interval_s,
@@ -67,12 +70,16 @@ def _upsert_node(conn: Connection, batch: Batch, now: datetime) -> int:
     }
     if info.boot_id is not None:
         fields["boot_id"] = info.boot_id
-    if row is None:
-        return int(
-            conn.execute(
-                insert(nodes).values(name=info.name, first_seen=now, **fields).returning(nodes.c.id)
-            ).scalar_one()
-        )
+    # Two first batches of a new node may race (retries, replicas): ON CONFLICT lets the second
+    # wait for the first and then find its row, instead of failing on the unique name.
+    conn.execute(
+        _dialect_insert(conn, nodes)
+        .values(name=info.name, first_seen=now, **fields)
+        .on_conflict_do_nothing(index_elements=["name"])
+    )
+    row = conn.execute(
+        select(nodes.c.id, nodes.c.boot_id).where(nodes.c.name == info.name).with_for_update()
+    ).one()
     conn.execute(update(nodes).where(nodes.c.id == row.id).values(**fields))
     if row.boot_id is not None and info.boot_id is not None and row.boot_id != info.boot_id:
         # Volatile counters restart from zero after a reboot; the event marks where.
@@ -101,10 +108,9 @@ def _claim_batch_id(
         "samples": len(batch.samples),
         "events": len(batch.events),
     }
-    dialect_insert = pg_insert if conn.dialect.name == "postgresql" else sqlite_insert
     # ON CONFLICT DO NOTHING: a concurrent replay waits for the first to commit, then finds it.
     claimed = conn.execute(
-        dialect_insert(ingest_batches)
+        _dialect_insert(conn, ingest_batches)
         .values(**values)
         .on_conflict_do_nothing(index_elements=["batch_id"])
         .returning(ingest_batches.c.batch_id)
@@ -142,7 +148,10 @@ def _upsert_gpus(conn: Connection, batch: Batch, node_id: int, now: datetime) ->
         elif row.node_id != node_id or any(getattr(row, k) != v for k, v in identity.items()):
             changed.append({"b_uuid": uuid, "node_id": node_id, **identity})
     if new_rows:
-        conn.execute(insert(gpus), new_rows)
+        # Conflict-safe for the same reason as nodes: two batches may register a GPU at once.
+        conn.execute(
+            _dialect_insert(conn, gpus).on_conflict_do_nothing(index_elements=["uuid"]), new_rows
+        )
     if changed:
         conn.execute(
             update(gpus)

@@ -1,0 +1,47 @@
+# FleetWatch: `make demo` runs the product, `make test` runs the whole suite. Both set up what
+# they need on a fresh machine (a .venv, the package, a local PostgreSQL for the tests).
+
+PYTHON ?= python3
+VENV   ?= .venv
+BIN     = $(VENV)/bin
+STAMP   = $(VENV)/.fleetwatch-installed
+PYTEST_ARGS ?=
+
+.PHONY: demo test lint typecheck check bench install clean
+
+$(BIN)/python:
+	$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "FleetWatch needs Python >= 3.11"'
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+# Reinstall when the dependency list changes.
+$(STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/fleetwatch demo $(DEMO_ARGS)
+
+# PostgreSQL tests are not optional here: FLEETWATCH_REQUIRE_POSTGRES turns "no PostgreSQL"
+# into a failure instead of a skip.
+test: $(STAMP)
+	scripts/ensure-postgres.sh
+	FLEETWATCH_REQUIRE_POSTGRES=1 $(BIN)/python -m pytest $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff format --check src tests benchmarks
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+check: lint typecheck test
+
+bench: $(STAMP)
+	scripts/ensure-postgres.sh
+	$(BIN)/python benchmarks/ingest.py
+
+clean:
+	rm -rf $(VENV) var .pytest_cache .mypy_cache .ruff_cache

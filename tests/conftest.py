@@ -1,0 +1,122 @@
+"""Shared fixtures: settings, an app client on SQLite, a real PostgreSQL database, tokens.
+
+PostgreSQL: ``FLEETWATCH_TEST_DATABASE_URL`` if set, else the local server at 127.0.0.1:5432.
+One throwaway database is created per run and dropped at the end. Where none can be reached the
+PostgreSQL tests skip with the reason, unless ``FLEETWATCH_REQUIRE_POSTGRES=1`` (as `make test`
+and CI set), where they fail instead: a green run then means PostgreSQL was tested.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import text
+from sqlalchemy.engine import make_url
+
+from fleetwatch.config import ServerSettings
+from fleetwatch.server.app import create_app
+from fleetwatch.server.auth import create_token
+from fleetwatch.server.db.migrate import upgrade
+from fleetwatch.server.db.session import Database, make_engine
+from fleetwatch.server.db.tables import metadata
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared"
+
+
+@pytest.fixture(scope="session")
+def shared_dir() -> Path:
+    if not SHARED.is_dir():
+        pytest.skip(f"shared data not found at {SHARED}")
+    return SHARED
+
+
+def _server_url() -> str:
+    return os.environ.get(
+        "FLEETWATCH_TEST_DATABASE_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
+    )
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> Iterator[str]:
+    """URL of a fresh, empty PostgreSQL database for this test run."""
+    import psycopg
+
+    base = make_url(ServerSettings(database_url=_server_url()).database_url)
+    name = f"fleetwatch_test_{os.getpid()}_{secrets.token_hex(3)}"
+    admin_dsn = base.set(drivername="postgresql").render_as_string(hide_password=False)
+    try:
+        admin = psycopg.connect(admin_dsn, autocommit=True, connect_timeout=5)
+    except psycopg.OperationalError as exc:
+        reason = f"no PostgreSQL at {base.render_as_string()}: {exc}".splitlines()[0]
+        if os.environ.get("FLEETWATCH_REQUIRE_POSTGRES") == "1":
+            pytest.fail(f"PostgreSQL is required for this run: {reason}")
+        pytest.skip(reason)
+    admin.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield base.set(database=name).render_as_string(hide_password=False)
+    finally:
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        admin.close()
+
+
+@pytest.fixture(scope="session")
+def migrated_postgres_url(postgres_url: str) -> str:
+    db = Database(make_engine(ServerSettings(database_url=postgres_url)))
+    upgrade(db.engine)
+    db.dispose()
+    return postgres_url
+
+
+def _truncate(url: str) -> None:
+    db = Database(make_engine(ServerSettings(database_url=url)))
+    names = ", ".join(t.name for t in reversed(metadata.sorted_tables))
+    with db.write() as conn:
+        conn.execute(text(f"TRUNCATE {names} RESTART IDENTITY CASCADE"))
+    db.dispose()
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Each test using this runs on the embedded SQLite file and on real PostgreSQL."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'fleetwatch.db'}"
+    url: str = request.getfixturevalue("migrated_postgres_url")
+    _truncate(url)
+    return url
+
+
+@pytest.fixture
+def settings(database_url: str) -> ServerSettings:
+    return ServerSettings(database_url=database_url, metrics_cache_ttl_s=0, _env_file=None)  # type: ignore[call-arg]
+
+
+@pytest.fixture
+def client(settings: ServerSettings) -> Iterator[TestClient]:
+    with TestClient(create_app(settings)) as test_client:
+        yield test_client
+
+
+@pytest.fixture
+def db(client: TestClient) -> Database:
+    database: Database = client.app.state.db  # type: ignore[attr-defined]
+    return database
+
+
+@pytest.fixture
+def tokens(db: Database) -> dict[str, str]:
+    """One token per scope, keyed by scope."""
+    made = {}
+    with db.write() as conn:
+        for scope in ("agent", "read", "scheduler", "admin"):
+            made[scope], _ = create_token(conn, name=f"test-{scope}", scope=scope)
+    return made
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}

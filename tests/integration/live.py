@@ -1,0 +1,87 @@
+"""Real processes for integration tests: a `fleetwatch server` (uvicorn) on a free loopback port."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+FLEETWATCH = [sys.executable, "-m", "fleetwatch"]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def fleetwatch(*args: str, check: bool = True, env: dict[str, str] | None = None) -> str:
+    result = subprocess.run(
+        [*FLEETWATCH, *args], capture_output=True, text=True, timeout=60,
+        env={**os.environ, **(env or {})},
+    )
+    if check and result.returncode != 0:
+        raise AssertionError(f"fleetwatch {' '.join(args)} failed: {result.stderr}")
+    return result.stdout
+
+
+def create_token(database_url: str, scope: str, name: str | None = None) -> str:
+    out = fleetwatch("token", "create", "--scope", scope, "--name", name or f"it-{scope}",
+                     "--database-url", database_url)
+    return out.strip().splitlines()[-1]
+
+
+@dataclass
+class LiveServer:
+    url: str
+    process: subprocess.Popen[bytes]
+    log: Path
+
+    def client(self, token: str) -> httpx.Client:
+        return httpx.Client(
+            base_url=self.url, headers={"Authorization": f"Bearer {token}"}, timeout=10
+        )
+
+
+@contextmanager
+def live_server(database_url: str, log_dir: Path, *extra: str) -> Iterator[LiveServer]:
+    port = free_port()
+    log = log_dir / f"server-{port}.log"
+    with log.open("wb") as sink:
+        process = subprocess.Popen(
+            [*FLEETWATCH, "server", "--port", str(port), "--database-url", database_url, *extra],
+            stdout=sink, stderr=subprocess.STDOUT,
+        )
+    server = LiveServer(url=f"http://127.0.0.1:{port}", process=process, log=log)
+    try:
+        _wait_ready(server)
+        yield server
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def _wait_ready(server: LiveServer, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if server.process.poll() is not None:
+            raise AssertionError(f"server exited early:\n{server.log.read_text()}")
+        try:
+            if httpx.get(f"{server.url}/readyz", timeout=1).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.1)
+    raise AssertionError(f"server not ready after {timeout}s:\n{server.log.read_text()}")

@@ -1,0 +1,139 @@
+"""The real server process (uvicorn) over loopback HTTP, on SQLite and on real PostgreSQL."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.factories import make_batch
+from tests.integration.live import create_token, fleetwatch, free_port, live_server
+
+
+@pytest.fixture
+def server_db(database_url: str) -> str:
+    if database_url.startswith("sqlite"):
+        fleetwatch("db", "upgrade", "--database-url", database_url)
+    return database_url
+
+
+def test_server_process_ingests_and_serves_reads_and_metrics(server_db: str, tmp_path: Path) -> None:
+    agent, reader = create_token(server_db, "agent"), create_token(server_db, "read")
+    with live_server(server_db, tmp_path) as server:
+        batch = make_batch("node-live", gpus=8, ticks=3)
+        body = gzip.compress(json.dumps(batch).encode())
+        with server.client(agent) as push:
+            answer = push.post(
+                "/v1/ingest", content=body,
+                headers={"Content-Encoding": "gzip", "Content-Type": "application/json"},
+            )
+        assert answer.status_code == 200, answer.text
+        assert answer.json() == {"accepted": {"samples": 24, "events": 0}, "duplicate": False}
+        with server.client(reader) as read:
+            node = read.get("/v1/nodes/node-live").json()
+            assert node["state"] == "up" and node["gpu_count"] == 8
+            uuid = batch["gpus"][3]["uuid"]
+            samples = read.get(f"/v1/gpus/{uuid}/samples", params={"fields": "gpu_temp_c"}).json()
+            assert [p["values"] for p in samples["data"]] == [{"gpu_temp_c": 41.0}] * 3
+            metrics = read.get("/metrics").text
+        families = {f.name: f for f in text_string_to_metric_families(metrics)}
+        temps = [s for s in families["fleetwatch_gpu_temperature_celsius"].samples]
+        assert len(temps) == 8 and {s.labels["node"] for s in temps} == {"node-live"}
+
+
+def test_server_process_concurrent_replays_store_once(server_db: str, tmp_path: Path) -> None:
+    agent, reader = create_token(server_db, "agent"), create_token(server_db, "read")
+    batch = make_batch("node-race", gpus=8, ticks=2)
+    with live_server(server_db, tmp_path) as server, server.client(agent) as push:
+        with ThreadPoolExecutor(8) as pool:
+            answers = list(pool.map(lambda _: push.post("/v1/ingest", json=batch), range(8)))
+        assert [a.status_code for a in answers] == [200] * 8
+        duplicates = sorted(a.json()["duplicate"] for a in answers)
+        assert duplicates == [False] + [True] * 7
+        with server.client(reader) as read:
+            uuid = batch["gpus"][0]["uuid"]
+            assert read.get(f"/v1/gpus/{uuid}/samples").json()["count"] == 2
+
+
+def test_server_process_reports_unreachable_within_seconds_of_deadline(
+    server_db: str, tmp_path: Path
+) -> None:
+    agent, reader = create_token(server_db, "agent"), create_token(server_db, "read")
+    interval = 0.5
+    with live_server(server_db, tmp_path) as server:
+        with server.client(agent) as push:
+            assert push.post("/v1/ingest", json=make_batch("node-quiet", interval_s=interval)).is_success
+        sent = time.monotonic()
+        deadline = sent + 3 * interval
+        with server.client(reader) as read:
+            assert read.get("/v1/nodes/node-quiet").json()["state"] == "up"
+            seen_api = seen_metrics = None
+            while time.monotonic() < deadline + 10 and not (seen_api and seen_metrics):
+                now = time.monotonic()
+                if not seen_api and read.get("/v1/nodes/node-quiet").json()["state"] == "unreachable":
+                    seen_api = now
+                if not seen_metrics and 'fleetwatch_node_up{node="node-quiet"} 0' in read.get(
+                    "/metrics"
+                ).text:
+                    seen_metrics = now
+                time.sleep(0.05)
+    assert seen_api is not None and seen_metrics is not None
+    # Visible once the deadline passes (never before it), and within seconds after it.
+    assert deadline - 0.2 <= seen_api <= deadline + 3
+    assert deadline - 0.2 <= seen_metrics <= deadline + 3
+
+
+def test_server_process_keeps_data_across_restart(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'restart.db'}"
+    agent, reader = create_token(url, "agent"), create_token(url, "read")
+    batch = make_batch("node-persist", gpus=2)
+    with live_server(url, tmp_path) as server, server.client(agent) as push:
+        assert push.post("/v1/ingest", json=batch).json()["duplicate"] is False
+    with live_server(url, tmp_path) as server:
+        with server.client(agent) as push:
+            assert push.post("/v1/ingest", json=batch).json()["duplicate"] is True
+        with server.client(reader) as read:
+            assert read.get("/v1/nodes").json()["count"] == 1
+
+
+@pytest.mark.postgres
+def test_server_refuses_unmigrated_postgres(postgres_url: str, tmp_path: Path) -> None:
+    import psycopg
+    from sqlalchemy.engine import make_url
+
+    base = make_url(postgres_url)
+    name = f"{base.database}_bare"
+    dsn = base.set(drivername="postgresql").render_as_string(hide_password=False)
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    try:
+        bare = base.set(database=name).render_as_string(hide_password=False)
+        import subprocess
+        import sys
+
+        result = subprocess.run(
+            [sys.executable, "-m", "fleetwatch", "server", "--port", str(free_port()),
+             "--database-url", bare],
+            capture_output=True, text=True, timeout=60,
+        )
+        assert result.returncode != 0
+        assert "fleetwatch db upgrade" in result.stderr
+        assert "Traceback" not in result.stderr
+    finally:
+        with psycopg.connect(dsn, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def test_server_process_answers_413_for_oversized_body(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'big.db'}"
+    agent = create_token(url, "agent")
+    with live_server(url, tmp_path) as server, server.client(agent) as push:
+        answer = push.post("/v1/ingest", content=b"{" + b" " * (9 * 1024 * 1024) + b"}",
+                           headers={"Content-Type": "application/json"})
+    assert answer.status_code == 413
+    assert "8388608" in answer.json()["error"]
