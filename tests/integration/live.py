@@ -25,7 +25,10 @@ def free_port() -> int:
 
 def fleetwatch(*args: str, check: bool = True, env: dict[str, str] | None = None) -> str:
     result = subprocess.run(
-        [*FLEETWATCH, *args], capture_output=True, text=True, timeout=60,
+        [*FLEETWATCH, *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
         env={**os.environ, **(env or {})},
     )
     if check and result.returncode != 0:
@@ -34,8 +37,16 @@ def fleetwatch(*args: str, check: bool = True, env: dict[str, str] | None = None
 
 
 def create_token(database_url: str, scope: str, name: str | None = None) -> str:
-    out = fleetwatch("token", "create", "--scope", scope, "--name", name or f"it-{scope}",
-                     "--database-url", database_url)
+    out = fleetwatch(
+        "token",
+        "create",
+        "--scope",
+        scope,
+        "--name",
+        name or f"it-{scope}",
+        "--database-url",
+        database_url,
+    )
     return out.strip().splitlines()[-1]
 
 
@@ -58,7 +69,8 @@ def live_server(database_url: str, log_dir: Path, *extra: str) -> Iterator[LiveS
     with log.open("wb") as sink:
         process = subprocess.Popen(
             [*FLEETWATCH, "server", "--port", str(port), "--database-url", database_url, *extra],
-            stdout=sink, stderr=subprocess.STDOUT,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
         )
     server = LiveServer(url=f"http://127.0.0.1:{port}", process=process, log=log)
     try:

@@ -22,14 +22,17 @@ def server_db(database_url: str) -> str:
     return database_url
 
 
-def test_server_process_ingests_and_serves_reads_and_metrics(server_db: str, tmp_path: Path) -> None:
+def test_server_process_ingests_and_serves_reads_and_metrics(
+    server_db: str, tmp_path: Path
+) -> None:
     agent, reader = create_token(server_db, "agent"), create_token(server_db, "read")
     with live_server(server_db, tmp_path) as server:
         batch = make_batch("node-live", gpus=8, ticks=3)
         body = gzip.compress(json.dumps(batch).encode())
         with server.client(agent) as push:
             answer = push.post(
-                "/v1/ingest", content=body,
+                "/v1/ingest",
+                content=body,
                 headers={"Content-Encoding": "gzip", "Content-Type": "application/json"},
             )
         assert answer.status_code == 200, answer.text
@@ -42,7 +45,7 @@ def test_server_process_ingests_and_serves_reads_and_metrics(server_db: str, tmp
             assert [p["values"] for p in samples["data"]] == [{"gpu_temp_c": 41.0}] * 3
             metrics = read.get("/metrics").text
         families = {f.name: f for f in text_string_to_metric_families(metrics)}
-        temps = [s for s in families["fleetwatch_gpu_temperature_celsius"].samples]
+        temps = list(families["fleetwatch_gpu_temperature_celsius"].samples)
         assert len(temps) == 8 and {s.labels["node"] for s in temps} == {"node-live"}
 
 
@@ -67,7 +70,9 @@ def test_server_process_reports_unreachable_within_seconds_of_deadline(
     interval = 0.5
     with live_server(server_db, tmp_path) as server:
         with server.client(agent) as push:
-            assert push.post("/v1/ingest", json=make_batch("node-quiet", interval_s=interval)).is_success
+            assert push.post(
+                "/v1/ingest", json=make_batch("node-quiet", interval_s=interval)
+            ).is_success
         sent = time.monotonic()
         deadline = sent + 3 * interval
         with server.client(reader) as read:
@@ -75,11 +80,15 @@ def test_server_process_reports_unreachable_within_seconds_of_deadline(
             seen_api = seen_metrics = None
             while time.monotonic() < deadline + 10 and not (seen_api and seen_metrics):
                 now = time.monotonic()
-                if not seen_api and read.get("/v1/nodes/node-quiet").json()["state"] == "unreachable":
+                if (
+                    not seen_api
+                    and read.get("/v1/nodes/node-quiet").json()["state"] == "unreachable"
+                ):
                     seen_api = now
-                if not seen_metrics and 'fleetwatch_node_up{node="node-quiet"} 0' in read.get(
-                    "/metrics"
-                ).text:
+                if (
+                    not seen_metrics
+                    and 'fleetwatch_node_up{node="node-quiet"} 0' in read.get("/metrics").text
+                ):
                     seen_metrics = now
                 time.sleep(0.05)
     assert seen_api is not None and seen_metrics is not None
@@ -117,9 +126,19 @@ def test_server_refuses_unmigrated_postgres(postgres_url: str, tmp_path: Path) -
         import sys
 
         result = subprocess.run(
-            [sys.executable, "-m", "fleetwatch", "server", "--port", str(free_port()),
-             "--database-url", bare],
-            capture_output=True, text=True, timeout=60,
+            [
+                sys.executable,
+                "-m",
+                "fleetwatch",
+                "server",
+                "--port",
+                str(free_port()),
+                "--database-url",
+                bare,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
         )
         assert result.returncode != 0
         assert "fleetwatch db upgrade" in result.stderr
@@ -133,7 +152,10 @@ def test_server_process_answers_413_for_oversized_body(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'big.db'}"
     agent = create_token(url, "agent")
     with live_server(url, tmp_path) as server, server.client(agent) as push:
-        answer = push.post("/v1/ingest", content=b"{" + b" " * (9 * 1024 * 1024) + b"}",
-                           headers={"Content-Type": "application/json"})
+        answer = push.post(
+            "/v1/ingest",
+            content=b"{" + b" " * (9 * 1024 * 1024) + b"}",
+            headers={"Content-Type": "application/json"},
+        )
     assert answer.status_code == 413
     assert "8388608" in answer.json()["error"]

@@ -37,3 +37,5 @@ def configure_logging(level: str, fmt: str) -> None:
     if level.lower() != "debug":
         # Alembic narrates every plugin it loads at INFO.
         logging.getLogger("alembic").setLevel(logging.WARNING)
+        # httpx logs every request at INFO; the agent and demo log their own summaries.
+        logging.getLogger("httpx").setLevel(logging.WARNING)

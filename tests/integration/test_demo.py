@@ -1,0 +1,67 @@
+"""`fleetwatch demo` (what `make demo` runs) serves a live fleet that the printed token can read."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+from tests.integration.live import free_port
+
+
+def test_demo_prints_tokens_and_serves_a_live_fleet(tmp_path: Path) -> None:
+    port = free_port()
+    demo = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "fleetwatch",
+            "demo",
+            "--data-dir",
+            str(tmp_path / "demo"),
+            "--port",
+            str(port),
+            "--interval",
+            "0.5",
+            "--duration",
+            "20",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        assert demo.stdout is not None
+        banner = ""
+        deadline = time.monotonic() + 30
+        while "Ctrl-C" not in banner and time.monotonic() < deadline:
+            banner += demo.stdout.readline()
+        read_token = re.search(r"^\s+read\s+(fwt_\S+)$", banner, re.M)
+        agent_token = re.search(r"^\s+agent\s+(fwt_\S+)$", banner, re.M)
+        assert read_token and agent_token, banner
+        assert f"http://127.0.0.1:{port}/docs" in banner
+        headers = {"Authorization": f"Bearer {read_token[1]}"}
+        nodes: dict[str, object] = {}
+        for _ in range(50):
+            nodes = httpx.get(f"http://127.0.0.1:{port}/v1/nodes", headers=headers).json()
+            if nodes.get("count") == 4:
+                break
+            time.sleep(0.2)
+        assert nodes["count"] == 4
+        assert all(n["state"] == "up" and n["gpu_count"] == 8 for n in nodes["data"])  # type: ignore[attr-defined]
+        metrics = httpx.get(f"http://127.0.0.1:{port}/metrics", headers=headers).text
+        assert metrics.count("fleetwatch_gpu_temperature_celsius{") == 32
+        # The agent token can push, which is what the README's curl example shows.
+        pushed = httpx.post(
+            f"http://127.0.0.1:{port}/v1/ingest",
+            headers={"Authorization": f"Bearer {agent_token[1]}"},
+            json={"batch_id": "demo-curl-1", "node": {"name": "curl-node"}},
+        )
+        assert pushed.status_code == 200, pushed.text
+    finally:
+        demo.terminate()
+        demo.communicate(timeout=20)
