@@ -6,14 +6,18 @@ tests construct them directly. Every knob has a description that ``fleetwatch co
 
 from __future__ import annotations
 
-from typing import Any
+import os
+import socket
+import tomllib
+from pathlib import Path
+from typing import Annotated, Any
 
-from pydantic import Field, ValidationError, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from fleetwatch.errors import ConfigError
 
-__all__ = ["ServerSettings", "load_server_settings"]
+__all__ = ["AgentSettings", "ServerSettings", "load_agent_settings", "load_server_settings"]
 
 
 class ServerSettings(BaseSettings):
@@ -70,13 +74,132 @@ class ServerSettings(BaseSettings):
         return self.database_url.startswith("sqlite")
 
 
+def _problems(exc: ValidationError) -> str:
+    return "; ".join(
+        f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in exc.errors()
+    )
+
+
 def load_server_settings(**overrides: Any) -> ServerSettings:
     """Build settings from the environment, with explicit values (e.g. CLI flags) on top."""
     given = {key: value for key, value in overrides.items() if value is not None}
     try:
         return ServerSettings(**given)
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in exc.errors()
-        )
-        raise ConfigError(f"invalid server settings: {problems}") from exc
+        raise ConfigError(f"invalid server settings: {_problems(exc)}") from exc
+
+
+KNOWN_COLLECTORS = ("nvml", "dcgm-exporter", "nvidia-smi", "kernel-log", "sim")
+
+
+def _split_list(value: Any) -> Any:
+    if isinstance(value, str):
+        return [item.strip() for item in value.split(",") if item.strip()]
+    return value
+
+
+class AgentSettings(BaseSettings):
+    """The node agent. Environment: ``FLEETWATCH_AGENT_<NAME>``; file: TOML with the same keys."""
+
+    model_config = SettingsConfigDict(env_prefix="FLEETWATCH_AGENT_", extra="forbid")
+
+    server_url: str = Field(
+        default="http://127.0.0.1:8400", description="FleetWatch server base URL"
+    )
+    token: SecretStr | None = Field(default=None, description="Bearer token with agent scope")
+    token_file: Path | None = Field(default=None, description="File holding the token")
+    node_name: str = Field(
+        default_factory=socket.gethostname, description="Node name (default: hostname)"
+    )
+    labels: Annotated[dict[str, str], NoDecode] = Field(
+        default_factory=dict, description="Node labels, e.g. cluster=a,rack=r12"
+    )
+    interval_s: float = Field(default=10.0, gt=0, le=3600, description="Collection interval")
+    collectors: Annotated[list[str], NoDecode] = Field(
+        default_factory=lambda: ["nvml", "kernel-log"],
+        description=f"Sources to read, comma-separated: {', '.join(KNOWN_COLLECTORS)}",
+    )
+    spool_dir: Path = Field(
+        default=Path("/var/lib/fleetwatch/spool"),
+        description="Durable spool: batches wait here until the server acknowledges them",
+    )
+    spool_max_bytes: int = Field(
+        default=512 * 1024 * 1024, ge=1024 * 1024, description="Spool bound; oldest dropped beyond"
+    )
+    ca_bundle: Path | None = Field(default=None, description="CA bundle to verify the server")
+    push_timeout_s: float = Field(default=15.0, gt=0, description="Timeout of one push")
+    dcgm_url: str = Field(
+        default="http://127.0.0.1:9400/metrics",
+        description="dcgm-exporter /metrics URL, or a file path",
+    )
+    nvidia_smi: str = Field(
+        default="nvidia-smi -q -x", description="Command to run, or a file with its XML output"
+    )
+    kernel_log: str = Field(
+        default="auto",
+        description="auto (/dev/kmsg, else journalctl -k -f), kmsg, journal, or a file to follow",
+    )
+    metrics_port: int | None = Field(
+        default=None, ge=1, le=65535, description="Serve agent self-metrics on this port"
+    )
+    sim_spec: Path | None = Field(default=None, description="Simulated fleet spec (sim collector)")
+    boot_id: str | None = Field(
+        default=None, description="Override the node's boot id (default: the kernel's)"
+    )
+
+    @field_validator("labels", mode="before")
+    @classmethod
+    def _parse_labels(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            pairs = _split_list(value)
+            parsed = {}
+            for pair in pairs:
+                key, sep, val = pair.partition("=")
+                if not sep:
+                    raise ValueError(f"label {pair!r} must look like key=value")
+                parsed[key.strip()] = val.strip()
+            return parsed
+        return value
+
+    @field_validator("collectors", mode="before")
+    @classmethod
+    def _parse_collectors(cls, value: Any) -> Any:
+        value = _split_list(value)
+        unknown = [c for c in value if c not in KNOWN_COLLECTORS]
+        if unknown:
+            raise ValueError(
+                f"unknown collector(s) {', '.join(unknown)}; known: {', '.join(KNOWN_COLLECTORS)}"
+            )
+        return value
+
+    def bearer_token(self) -> str | None:
+        if self.token is not None:
+            return self.token.get_secret_value()
+        if self.token_file is not None:
+            try:
+                return self.token_file.read_text().strip()
+            except OSError as exc:
+                raise ConfigError(f"cannot read token_file {self.token_file}: {exc}") from exc
+        return None
+
+
+def load_agent_settings(config_file: Path | None = None, **flags: Any) -> AgentSettings:
+    """Flags over environment over the TOML file over defaults."""
+    from_file: dict[str, Any] = {}
+    if config_file is not None:
+        try:
+            from_file = tomllib.loads(config_file.read_text())
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise ConfigError(f"cannot read agent config {config_file}: {exc}") from exc
+    # Keyword arguments beat the environment in pydantic-settings, so file values that the
+    # environment also sets are left out for the environment to win.
+    values = {
+        key: value
+        for key, value in from_file.items()
+        if f"FLEETWATCH_AGENT_{key.upper()}" not in os.environ
+    }
+    values.update({key: value for key, value in flags.items() if value is not None})
+    try:
+        return AgentSettings(**values)
+    except ValidationError as exc:
+        raise ConfigError(f"invalid agent settings: {_problems(exc)}") from exc

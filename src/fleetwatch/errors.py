@@ -16,6 +16,9 @@
         Forbidden                 a valid token without the scope an endpoint needs
       PushError                   the agent could not deliver a batch (wraps httpx errors)
       CollectorError              a telemetry source failed
+        NvmlUnavailable           no NVML library or driver on this node
+        DeviceLost                a GPU stopped answering (fallen off the bus, reset)
+        FieldNotSupported         this GPU or driver does not offer a reading
       ModelError                  a statistical model cannot be fitted or used
 
 Routes raise these; ``server/errors.py`` maps each to one HTTP status in one table, and ``cli.py``
@@ -32,11 +35,14 @@ __all__ = [
     "BatchConflict",
     "CollectorError",
     "ConfigError",
+    "DeviceLost",
+    "FieldNotSupported",
     "FleetWatchError",
     "Forbidden",
     "InvalidInput",
     "ModelError",
     "NotFound",
+    "NvmlUnavailable",
     "PayloadTooLarge",
     "PushError",
     "SchemaOutOfDate",
@@ -133,6 +139,23 @@ class PushError(FleetWatchError):
 
 class CollectorError(FleetWatchError):
     pass
+
+
+class NvmlUnavailable(CollectorError):
+    pass
+
+
+class DeviceLost(CollectorError):
+    def __init__(self, message: str, gpu_uuid: str | None = None, index: int | None = None) -> None:
+        super().__init__(message)
+        self.gpu_uuid = gpu_uuid
+        self.index = index
+
+
+class FieldNotSupported(CollectorError):
+    def __init__(self, field: str, message: str = "") -> None:
+        super().__init__(message or f"{field} is not supported by this GPU or driver")
+        self.field = field
 
 
 class ModelError(FleetWatchError):

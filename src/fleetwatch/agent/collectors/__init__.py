@@ -1,0 +1,1 @@
+"""Collectors: one small class per telemetry source, all yielding canonical telemetry."""
