@@ -86,13 +86,15 @@ def main(ctx: click.Context, debug: bool, log_level: str, log_format: str) -> No
 
 
 def _register() -> None:
-    from fleetwatch.cli import config_cmd, demo_cmd, server_cmds
+    from fleetwatch.cli import agent_cmd, config_cmd, demo_cmd, parse_cmd, server_cmds
 
     main.add_command(server_cmds.server)
     main.add_command(server_cmds.db)
     main.add_command(server_cmds.token)
     main.add_command(config_cmd.config)
     main.add_command(demo_cmd.demo)
+    main.add_command(agent_cmd.agent)
+    main.add_command(parse_cmd.parse)
 
 
 _register()

@@ -1,0 +1,194 @@
+"""The agent: collect every interval, spool, push; critical events at once.
+
+Three kinds of thread: the collection loop (this module's ``run``), the pusher draining the spool,
+and one per watching collector (kernel log, NVML events) that hands events over the moment they
+appear. Only this module catches broad exceptions, once per cycle, so that one bad reading never
+stops the agent.
+"""
+
+from __future__ import annotations
+
+import gzip
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from datetime import datetime
+
+from fleetwatch import __version__
+from fleetwatch.agent.collectors.base import Collection, Collector, Watcher, merge_readings
+from fleetwatch.agent.push import Pusher
+from fleetwatch.agent.selfmetrics import AgentMetrics
+from fleetwatch.agent.spool import DropReport, Spool
+from fleetwatch.errors import CollectorError
+from fleetwatch.telemetry import Batch, Event, GpuIdentity, NodeInfo
+
+__all__ = ["Agent", "build_batch", "read_boot_id"]
+
+logger = logging.getLogger(__name__)
+
+
+def read_boot_id() -> str | None:
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return f.read().strip() or None
+    except OSError:
+        return None
+
+
+def build_batch(node: NodeInfo, collection: Collection) -> Batch:
+    return Batch(
+        batch_id=str(uuid.uuid4()),
+        node=node,
+        gpus=collection.gpus,
+        samples=collection.samples,
+        events=collection.events,
+    )
+
+
+def encode(batch: Batch) -> bytes:
+    """The exact bytes pushed (and replayed): absent fields are left out, never sent as null."""
+    return gzip.compress(batch.model_dump_json(exclude_none=True).encode(), compresslevel=6)
+
+
+def _drop_event(report: DropReport, now: datetime) -> Event:
+    return Event(
+        kind="spool_dropped",
+        ts=now,
+        message=(
+            f"agent spool was full: dropped {report.batches} batches "
+            f"({report.samples} samples, {report.events} events)"
+        ),
+        details={"batches": report.batches, "samples": report.samples, "events": report.events},
+    )
+
+
+class Agent:
+    def __init__(
+        self,
+        *,
+        node: NodeInfo,
+        collectors: Sequence[Collector],
+        spool: Spool,
+        pusher: Pusher,
+        metrics: AgentMetrics,
+        clock: Callable[[], datetime],
+    ) -> None:
+        self.node = node
+        self._collectors = list(collectors)
+        self._spool = spool
+        self._pusher = pusher
+        self._metrics = metrics
+        self._clock = clock
+        self._known_gpus: list[GpuIdentity] = []
+        self._critical_lock = threading.Lock()
+        self._dropped_seen = spool.counter("dropped_batches")
+
+    # -- one cycle --------------------------------------------------------------------------
+
+    def collect(self) -> Collection:
+        """Every collector once, merged; a failing collector is counted and skipped."""
+        now = self._clock()
+        started = time.perf_counter()
+        collections = []
+        for collector in self._collectors:
+            try:
+                collections.append(collector.collect(now))
+            except CollectorError as exc:
+                self._metrics.collector_errors.labels(collector.name, type(exc).__name__).inc()
+                logger.warning("collector %s failed: %s", collector.name, exc)
+        self._metrics.collect_duration.observe(time.perf_counter() - started)
+        merged = merge_readings(collections)
+        if merged.gpus:
+            self._known_gpus = merged.gpus
+        return merged
+
+    def spool_collection(self, collection: Collection, *, critical: bool = False) -> Batch | None:
+        report = self._spool.take_drop_report()
+        if report:
+            collection.events.append(_drop_event(report, self._clock()))
+        if not (collection.samples or collection.events):
+            if report:
+                self._spool.restore_drop_report(report)
+            return None
+        batch = build_batch(self.node, collection)
+        try:
+            self._spool.put(
+                batch.batch_id,
+                encode(batch),
+                samples=len(batch.samples),
+                events=len(batch.events),
+                critical=critical,
+            )
+        except BaseException:
+            if report:
+                self._spool.restore_drop_report(report)
+            raise
+        dropped = self._spool.counter("dropped_batches")
+        if dropped > self._dropped_seen:
+            self._metrics.spool_dropped.inc(dropped - self._dropped_seen)
+            self._dropped_seen = dropped
+        self._pusher.wake()
+        return batch
+
+    def emit_critical(self, events: list[Event]) -> None:
+        """Called from watcher threads: spool these events as their own batch and push now."""
+        if not events:
+            return
+        with self._critical_lock:
+            # Declare the GPUs we know, so the server can attach the events even if this is the
+            # first batch it ever sees from this node.
+            self.spool_collection(
+                Collection(gpus=list(self._known_gpus), events=events), critical=True
+            )
+        logger.info(
+            "pushed %d event(s) at once: %s",
+            len(events),
+            ", ".join(f"{e.kind} {e.xid or ''}".strip() for e in events[:5]),
+        )
+
+    def drain_once(self) -> None:
+        """Push what the spool holds now (``--once``); stops at the first failure."""
+        self._pusher.drain()
+
+    def spool_depth(self) -> tuple[int, int]:
+        return self._spool.depth()
+
+    # -- the loop ---------------------------------------------------------------------------
+
+    def run(self, stop: threading.Event) -> None:
+        pusher = threading.Thread(target=self._pusher.run, args=(stop,), name="pusher", daemon=True)
+        pusher.start()
+        watchers = [c for c in self._collectors if isinstance(c, Watcher)]
+        for watcher in watchers:
+            watcher.start_watch(self.emit_critical)
+        logger.info(
+            "agent %s for node %s: collectors %s, every %.1fs",
+            __version__,
+            self.node.name,
+            ", ".join(c.name for c in self._collectors),
+            self.node.interval_s,
+        )
+        try:
+            while not stop.is_set():
+                started = time.monotonic()
+                try:
+                    batch = self.spool_collection(self.collect())
+                    if batch is not None:
+                        logger.info(
+                            "spooled %d samples, %d events for %d GPUs",
+                            len(batch.samples),
+                            len(batch.events),
+                            len(batch.gpus),
+                        )
+                except Exception:
+                    logger.exception("collection cycle failed; trying again next interval")
+                stop.wait(max(0.0, self.node.interval_s - (time.monotonic() - started)))
+        finally:
+            for watcher in watchers:
+                watcher.stop_watch()
+            self._pusher.wake()
+            pusher.join(timeout=10)
+            for collector in self._collectors:
+                collector.close()

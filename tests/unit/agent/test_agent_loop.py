@@ -1,0 +1,140 @@
+"""The agent end to end in-process: collectors -> spool -> pusher -> the real app (TestClient)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import ClassVar
+
+import pytest
+from fastapi.testclient import TestClient
+
+from fleetwatch.agent.collectors.base import Collection
+from fleetwatch.agent.collectors.kernel_log import KernelLogCollector
+from fleetwatch.agent.kmsg import open_kernel_log
+from fleetwatch.agent.loop import Agent
+from fleetwatch.agent.push import Pusher
+from fleetwatch.agent.selfmetrics import AgentMetrics
+from fleetwatch.agent.spool import Spool
+from fleetwatch.config import ServerSettings
+from fleetwatch.errors import CollectorError
+from fleetwatch.server.app import create_app
+from fleetwatch.server.auth import create_token
+from fleetwatch.telemetry import GpuIdentity, GpuSample, NodeInfo
+
+UUID = "GPU-00000000-1111-2222-3333-444444444444"
+
+
+class StaticCollector:
+    name: ClassVar[str] = "static"
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def collect(self, now: datetime) -> Collection:
+        self.calls += 1
+        return Collection(
+            gpus=[GpuIdentity(uuid=UUID, index=0, pci_bus_id="0000:3b:00.0")],
+            samples=[GpuSample(uuid=UUID, ts=now, gpu_temp_c=50.0 + self.calls)],
+        )
+
+    def close(self) -> None:
+        pass
+
+
+class BrokenCollector:
+    name: ClassVar[str] = "broken"
+
+    def collect(self, now: datetime) -> Collection:
+        raise CollectorError("device went away")
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[tuple[TestClient, str, str]]:
+    app = create_app(ServerSettings(database_url=f"sqlite:///{tmp_path / 's.db'}"))
+    with TestClient(app) as client:
+        with app.state.db.write() as conn:
+            agent_token, _ = create_token(conn, name="a", scope="agent")
+            read_token, _ = create_token(conn, name="r", scope="read")
+        yield client, agent_token, read_token
+
+
+def _agent(tmp_path: Path, client: TestClient, token: str, collectors: list[object]) -> Agent:
+    client.headers["Authorization"] = f"Bearer {token}"
+    spool = Spool(tmp_path / "spool")
+    metrics = AgentMetrics()
+    pusher = Pusher(client, spool, metrics, rejected_dir=tmp_path / "rejected")
+    return Agent(
+        node=NodeInfo(name="node-1", interval_s=0.2, boot_id="b1"),
+        collectors=collectors,  # type: ignore[arg-type]
+        spool=spool,
+        pusher=pusher,
+        metrics=metrics,
+        clock=lambda: datetime.now(UTC),
+    )
+
+
+def test_agent_pushes_samples_and_survives_a_failing_collector(
+    tmp_path: Path, server: tuple[TestClient, str, str]
+) -> None:
+    client, agent_token, read_token = server
+    agent = _agent(tmp_path, client, agent_token, [BrokenCollector(), StaticCollector()])
+    stop = threading.Event()
+    runner = threading.Thread(target=agent.run, args=(stop,))
+    runner.start()
+    time.sleep(1.0)
+    stop.set()
+    runner.join(timeout=10)
+    auth = {"Authorization": f"Bearer {read_token}"}
+    samples = client.get(f"/v1/gpus/{UUID}/samples", headers=auth).json()
+    assert samples["count"] >= 3
+    temps = [p["values"]["gpu_temp_c"] for p in samples["data"]]
+    assert temps == sorted(temps)  # in order, none repeated
+    assert len(set(temps)) == len(temps)
+    assert agent.spool_depth() == (0, 0)
+    errors = agent._metrics.collector_errors.labels("broken", "CollectorError")._value.get()
+    assert errors >= 3
+
+
+def test_agent_pushes_a_kernel_xid_line_within_a_second(
+    tmp_path: Path, server: tuple[TestClient, str, str]
+) -> None:
+    client, agent_token, read_token = server
+    log = tmp_path / "kern.log"
+    log.write_text("")
+    kernel = KernelLogCollector(
+        open_kernel_log(str(log), tmp_path / "state"), clock=lambda: datetime.now(UTC), poll_s=0.05
+    )
+    agent = _agent(tmp_path, client, agent_token, [StaticCollector(), kernel])
+    agent.node = NodeInfo(name="node-1", interval_s=30, boot_id="b1")  # ticks far apart
+    stop = threading.Event()
+    runner = threading.Thread(target=agent.run, args=(stop,))
+    runner.start()
+    try:
+        time.sleep(0.3)  # the first tick has registered the GPU
+        with log.open("a") as f:
+            f.write(
+                "[12345.678901] NVRM: Xid (PCI:0000:3b:00): 79, pid=4242, name=python3, "
+                "GPU has fallen off the bus.\n"
+            )
+        written = time.monotonic()
+        auth = {"Authorization": f"Bearer {read_token}"}
+        found = []
+        while time.monotonic() - written < 5 and not found:
+            found = client.get("/v1/events", params={"xid": 79}, headers=auth).json()["data"]
+            time.sleep(0.02)
+        latency = time.monotonic() - written
+    finally:
+        stop.set()
+        runner.join(timeout=10)
+    assert found, "Xid 79 never reached the server"
+    assert latency < 1.0
+    event = found[0]
+    assert (event["gpu_uuid"], event["pid"], event["process"]) == (UUID, 4242, "python3")
+    assert event["pci_bus_id"] == "0000:3b:00.0"
