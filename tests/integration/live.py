@@ -63,10 +63,12 @@ class LiveServer:
 
 
 @contextmanager
-def live_server(database_url: str, log_dir: Path, *extra: str) -> Iterator[LiveServer]:
-    port = free_port()
+def live_server(
+    database_url: str, log_dir: Path, *extra: str, port: int | None = None
+) -> Iterator[LiveServer]:
+    port = port or free_port()
     log = log_dir / f"server-{port}.log"
-    with log.open("wb") as sink:
+    with log.open("ab") as sink:
         process = subprocess.Popen(
             [*FLEETWATCH, "server", "--port", str(port), "--database-url", database_url, *extra],
             stdout=sink,
@@ -97,3 +99,68 @@ def _wait_ready(server: LiveServer, timeout: float = 30.0) -> None:
             pass
         time.sleep(0.1)
     raise AssertionError(f"server not ready after {timeout}s:\n{server.log.read_text()}")
+
+
+@dataclass
+class AgentProcess:
+    name: str
+    process: subprocess.Popen[bytes]
+    log: Path
+    spool_dir: Path
+    metrics_port: int
+
+    def metric(self, name: str) -> float | None:
+        try:
+            text = httpx.get(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=2).text
+        except httpx.TransportError:
+            return None
+        for line in text.splitlines():
+            if line.startswith(name + " "):
+                return float(line.split()[-1])
+        return None
+
+    def stop(self) -> str:
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        return self.log.read_text()
+
+
+def start_agent(
+    name: str,
+    server_url: str,
+    token: str,
+    work_dir: Path,
+    *collector_args: str,
+    interval_s: float = 1.0,
+) -> AgentProcess:
+    spool = work_dir / name / "spool"
+    spool.mkdir(parents=True, exist_ok=True)
+    log = work_dir / name / "agent.log"
+    port = free_port()
+    with log.open("ab") as sink:
+        process = subprocess.Popen(
+            [
+                *FLEETWATCH,
+                "agent",
+                "--server-url",
+                server_url,
+                "--token",
+                token,
+                "--node-name",
+                name,
+                "--interval",
+                str(interval_s),
+                "--spool-dir",
+                str(spool),
+                "--metrics-port",
+                str(port),
+                *collector_args,
+            ],
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+        )
+    return AgentProcess(name, process, log, spool, port)

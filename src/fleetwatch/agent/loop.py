@@ -190,5 +190,8 @@ class Agent:
                 watcher.stop_watch()
             self._pusher.wake()
             pusher.join(timeout=10)
+            # One last attempt for what the final cycle spooled; whatever fails stays spooled
+            # for the next start.
+            self._pusher.drain()
             for collector in self._collectors:
                 collector.close()

@@ -87,6 +87,12 @@ async def _read_body(request: Request, limit: int) -> bytes:
         ) from exc
     if len(body) > limit or inflater.unconsumed_tail:
         raise PayloadTooLarge(limit)
+    # Without eof the CRC was never checked (truncated stream); unused_data would be dropped.
+    if not inflater.eof or inflater.unused_data:
+        raise InvalidInput(
+            "body is not valid gzip: the stream is truncated or followed by extra bytes",
+            [{"loc": ["body"], "msg": "invalid gzip data"}],
+        )
     return body
 
 

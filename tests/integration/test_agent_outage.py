@@ -1,0 +1,91 @@
+"""Real agents keep running while the real server is down for 60 s: every sample arrives once.
+
+Agents are `fleetwatch agent` processes reading a real nvidia-smi XML capture (no GPU here); the
+server is a `fleetwatch server` process, stopped and restarted on the same port and database.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.integration.live import create_token, fleetwatch, free_port, live_server, start_agent
+
+OUTAGE_S = 60
+# One real capture per node: each holds one GPU of its own.
+CAPTURES = (
+    "fixtures/nvidia_smi/xml/telegraf__a100-sxm4-v12.xml",
+    "fixtures/nvidia_smi/xml/telegraf__a10g.xml",
+    "fixtures/nvidia_smi/xml/telegraf__tesla-t4.xml",
+)
+
+
+def _spooled_cycles(log: str) -> int:
+    return sum(1 for line in log.splitlines() if " spooled " in line and " samples" in line)
+
+
+@pytest.mark.slow
+def test_agents_lose_nothing_and_duplicate_nothing_across_a_server_outage(
+    database_url: str, tmp_path: Path, shared_dir: Path
+) -> None:
+    if database_url.startswith("sqlite"):
+        fleetwatch("db", "upgrade", "--database-url", database_url)
+    agent_token, read_token = (
+        create_token(database_url, "agent"),
+        create_token(database_url, "read"),
+    )
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    agents = []
+    with live_server(database_url, tmp_path, port=port) as server:
+        agents = [
+            start_agent(
+                f"node-{i}",
+                url,
+                agent_token,
+                tmp_path,
+                "--collectors",
+                "nvidia-smi",
+                "--nvidia-smi",
+                str(shared_dir / capture),
+            )
+            for i, capture in enumerate(CAPTURES)
+        ]
+        time.sleep(5)
+    # The server is down now; agents keep collecting into their spools.
+    time.sleep(OUTAGE_S / 2)
+    waiting = [a.metric("fleetwatch_agent_spool_batches") for a in agents]
+    assert all(w is not None and w >= 10 for w in waiting), waiting
+    time.sleep(OUTAGE_S / 2)
+    with live_server(database_url, tmp_path, port=port) as server:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if all(a.metric("fleetwatch_agent_spool_batches") == 0 for a in agents):
+                break
+            time.sleep(0.5)
+        logs = {a.name: a.stop() for a in agents}
+        with httpx.Client(
+            base_url=server.url, headers={"Authorization": f"Bearer {read_token}"}
+        ) as read:
+            for agent in agents:
+                node = read.get(f"/v1/nodes/{agent.name}").json()
+                (gpu,) = node["gpus"]
+                samples = read.get(
+                    f"/v1/gpus/{gpu['uuid']}/samples", params={"limit": 100000}
+                ).json()
+                stamps = [p["ts"] for p in samples["data"]]
+                cycles = _spooled_cycles(logs[agent.name])
+                assert cycles >= OUTAGE_S, f"{agent.name} ran only {cycles} cycles"
+                assert len(stamps) == len(set(stamps)), "a sample arrived twice"
+                assert len(stamps) == cycles, f"{agent.name}: {len(stamps)} stored of {cycles}"
+    for agent in agents:
+        left = (
+            sqlite3.connect(agent.spool_dir / "spool.db")
+            .execute("SELECT COUNT(*) FROM batches")
+            .fetchone()[0]
+        )
+        assert left == 0

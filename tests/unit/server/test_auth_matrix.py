@@ -1,0 +1,296 @@
+"""Who may call what: every route x every scope, plus missing, malformed, unknown, revoked tokens.
+
+The expected table is written out by hand; ``test_auth_matrix_covers_every_route`` compares it with
+the app's own routes, so an endpoint added later cannot slip past without an entry here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import secrets
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import pytest
+from fastapi.routing import iter_route_contexts
+from fastapi.testclient import TestClient
+from sqlalchemy import select
+from tests.conftest import bearer
+from tests.factories import gpu_uuid, make_batch
+
+from fleetwatch.server.auth import create_token, revoke_token
+from fleetwatch.server.db.session import Database
+from fleetwatch.server.db.tables import api_tokens
+
+SCOPES = ("agent", "read", "scheduler", "admin")
+ALLOWED = {
+    "ingest": {"agent", "admin"},
+    "read": {"read", "scheduler", "admin"},
+    "admin": {"admin"},
+}
+
+# (method, route path) -> (permission class, concrete request path, status when allowed)
+ENDPOINTS: dict[tuple[str, str], tuple[str, str, int]] = {
+    ("POST", "/v1/ingest"): ("ingest", "/v1/ingest", 200),
+    ("GET", "/v1/nodes"): ("read", "/v1/nodes", 200),
+    ("GET", "/v1/nodes/{name}"): ("read", "/v1/nodes/node-a", 200),
+    ("GET", "/v1/gpus"): ("read", "/v1/gpus", 200),
+    ("GET", "/v1/gpus/{uuid}"): ("read", f"/v1/gpus/{gpu_uuid('node-a', 0)}", 200),
+    ("GET", "/v1/gpus/{uuid}/samples"): (
+        "read",
+        f"/v1/gpus/{gpu_uuid('node-a', 0)}/samples",
+        200,
+    ),
+    ("GET", "/v1/events"): ("read", "/v1/events", 200),
+    ("GET", "/metrics"): ("read", "/metrics", 200),
+    ("POST", "/v1/tokens"): ("admin", "/v1/tokens", 201),
+    ("GET", "/v1/tokens"): ("admin", "/v1/tokens", 200),
+    ("DELETE", "/v1/tokens/{key}"): ("admin", "/v1/tokens/{victim}", 200),
+}
+
+OPEN = {
+    ("GET", "/healthz"),
+    ("GET", "/readyz"),
+    ("GET", "/docs"),
+    ("GET", "/redoc"),
+    ("GET", "/openapi.json"),
+    ("GET", "/docs/oauth2-redirect"),
+}
+
+
+def _app_routes(client: TestClient) -> set[tuple[str, str]]:
+    """(method, path) of every route, included routers flattened; a mount or websocket shows as
+    ("*", path) so that it, too, needs an entry."""
+    found = set()
+    for route in iter_route_contexts(client.app.routes):  # type: ignore[attr-defined]
+        assert route.path is not None, f"route without a path: {route!r}"
+        for method in route.methods or {"*"}:
+            if method != "HEAD":
+                found.add((method, route.path))
+    return found
+
+
+@pytest.fixture
+def fleet(client: TestClient, tokens: dict[str, str]) -> None:
+    """node-a with one GPU, so that every path parameter names something that exists."""
+    response = client.post(
+        "/v1/ingest", json=make_batch("node-a", gpus=1), headers=bearer(tokens["agent"])
+    )
+    assert response.status_code == 200, response.text
+
+
+def _call(
+    client: TestClient, db: Database, key: tuple[str, str], headers: dict[str, str]
+) -> httpx.Response:
+    """One request to the endpoint ``key`` that succeeds when the caller may make it."""
+    method, _ = key
+    _, path, _ = ENDPOINTS[key]
+    kwargs: dict[str, Any] = {"headers": headers}
+    if "{victim}" in path:
+        with db.write() as conn:
+            _, victim = create_token(conn, name=f"victim-{secrets.token_hex(3)}", scope="read")
+        path = path.format(victim=victim.token_id)
+    if key == ("POST", "/v1/ingest"):
+        kwargs["json"] = make_batch("node-a", gpus=1)
+    elif key == ("POST", "/v1/tokens"):
+        kwargs["json"] = {"name": "made-by-test", "scope": "read"}
+    return client.request(method, path, **kwargs)
+
+
+def test_auth_matrix_covers_every_route(client: TestClient) -> None:
+    routes = _app_routes(client)
+    assert routes == set(ENDPOINTS) | OPEN, (
+        f"routes without an expected entry: {sorted(routes - set(ENDPOINTS) - OPEN)}; "
+        f"entries without a route: {sorted(set(ENDPOINTS) | OPEN - routes)}"
+    )
+
+
+@pytest.mark.parametrize(("method", "path"), sorted(OPEN))
+def test_auth_open_routes_need_no_token(client: TestClient, method: str, path: str) -> None:
+    response = client.request(method, path)
+    assert response.status_code == 200, response.text
+
+
+@pytest.mark.parametrize(
+    ("key", "scope"), list(itertools.product(sorted(ENDPOINTS), SCOPES)), ids=lambda v: str(v)
+)
+def test_auth_matrix_scope_decides(
+    client: TestClient,
+    db: Database,
+    tokens: dict[str, str],
+    fleet: None,
+    key: tuple[str, str],
+    scope: str,
+) -> None:
+    permission, _, ok_status = ENDPOINTS[key]
+    response = _call(client, db, key, bearer(tokens[scope]))
+    if scope in ALLOWED[permission]:
+        assert response.status_code == ok_status, response.text
+        return
+    assert response.status_code == 403, response.text
+    message = response.json()["error"]
+    assert repr(scope) in message
+    for needed in sorted(ALLOWED[permission]):
+        assert needed in message, f"403 for {key} does not name scope {needed!r}: {message}"
+
+
+def _revoked_admin(db: Database) -> str:
+    with db.write() as conn:
+        token, info = create_token(conn, name="soon-revoked", scope="admin")
+        revoke_token(conn, info.token_id)
+    return token
+
+
+BAD_CREDENTIALS: dict[str, Callable[[Database], dict[str, str]]] = {
+    "none": lambda db: {},
+    "malformed": lambda db: {"Authorization": "Bearer not-a-fleetwatch-token"},
+    "not_bearer": lambda db: {"Authorization": "Basic dXNlcjpwYXNz"},
+    "unknown": lambda db: bearer(f"fwt_{secrets.token_hex(6)}_{secrets.token_urlsafe(32)}"),
+    "revoked": lambda db: bearer(_revoked_admin(db)),
+}
+
+
+@pytest.mark.parametrize("key", sorted(ENDPOINTS), ids=str)
+@pytest.mark.parametrize("credential", sorted(BAD_CREDENTIALS))
+def test_auth_matrix_refuses_bad_credentials_with_401(
+    client: TestClient, db: Database, fleet: None, key: tuple[str, str], credential: str
+) -> None:
+    response = _call(client, db, key, BAD_CREDENTIALS[credential](db))
+    assert response.status_code == 401, response.text
+    assert response.headers["www-authenticate"] == "Bearer"
+    assert response.json()["error"]
+
+
+def test_auth_tampered_secret_is_refused(client: TestClient, tokens: dict[str, str]) -> None:
+    genuine = tokens["admin"]
+    tampered = genuine[:-1] + ("A" if genuine[-1] != "A" else "B")
+    response = client.get("/v1/nodes", headers=bearer(tampered))
+    assert response.status_code == 401
+    assert client.get("/v1/nodes", headers=bearer(genuine)).status_code == 200
+
+
+def test_auth_revoked_token_reports_revoked(client: TestClient, db: Database) -> None:
+    response = client.get("/v1/nodes", headers=bearer(_revoked_admin(db)))
+    assert response.status_code == 401
+    assert "revoked" in response.json()["error"]
+
+
+def test_auth_insecure_no_auth_lets_requests_through(
+    make_client: Callable[..., TestClient],
+) -> None:
+    open_client = make_client(insecure_no_auth=True)
+    ingest = open_client.post("/v1/ingest", json=make_batch("node-a", gpus=1))
+    assert ingest.status_code == 200, ingest.text
+    assert open_client.get("/v1/nodes").json()["count"] == 1
+    assert open_client.get("/metrics").status_code == 200
+    created = open_client.post("/v1/tokens", json={"name": "x", "scope": "read"})
+    assert created.status_code == 201, created.text
+
+
+def test_auth_insecure_no_auth_is_off_by_default(client: TestClient) -> None:
+    assert client.get("/v1/nodes").status_code == 401
+
+
+def test_auth_metrics_token_can_be_switched_off(
+    make_client: Callable[..., TestClient],
+) -> None:
+    scrape = make_client(metrics_require_token=False)
+    assert scrape.get("/metrics").status_code == 200
+    assert scrape.get("/v1/nodes").status_code == 401
+
+
+# -- tokens: stored hashed, shown once, revocable --------------------------------------------
+
+
+def test_auth_tokens_are_stored_hashed(
+    client: TestClient, db: Database, tokens: dict[str, str]
+) -> None:
+    response = client.post(
+        "/v1/tokens", json={"name": "pool-a", "scope": "agent"}, headers=bearer(tokens["admin"])
+    )
+    assert response.status_code == 201, response.text
+    token = response.json()["token"]
+    with db.read() as conn:
+        rows = [dict(row._mapping) for row in conn.execute(select(api_tokens))]
+    dumped = repr(rows)
+    for clear in [token, *tokens.values()]:
+        assert clear not in dumped
+        assert clear.split("_", 2)[2] not in dumped  # the secret part alone
+    mine = [row for row in rows if row["name"] == "pool-a"]
+    assert len(mine) == 1
+    assert mine[0]["secret_sha256"] == hashlib.sha256(token.encode()).hexdigest()
+    assert mine[0]["scope"] == "agent"
+
+
+def test_auth_token_secret_is_shown_once(client: TestClient, tokens: dict[str, str]) -> None:
+    admin = bearer(tokens["admin"])
+    created = client.post("/v1/tokens", json={"name": "pool-b", "scope": "read"}, headers=admin)
+    assert created.status_code == 201, created.text
+    body = created.json()
+    assert body["token"].startswith(f"fwt_{body['token_id']}_")
+    assert body["name"] == "pool-b" and body["scope"] == "read" and body["revoked_at"] is None
+
+    listed = client.get("/v1/tokens", headers=admin)
+    assert listed.status_code == 200
+    assert body["token"] not in listed.text
+    assert all("token" not in entry for entry in listed.json())
+    names = {entry["name"]: entry for entry in listed.json()}
+    assert names["pool-b"]["token_id"] == body["token_id"]
+    # The new token works, with its scope.
+    assert client.get("/v1/nodes", headers=bearer(body["token"])).status_code == 200
+    assert client.get("/v1/tokens", headers=bearer(body["token"])).status_code == 403
+
+
+@pytest.mark.parametrize(
+    "body", [{"name": "x", "scope": "root"}, {"name": "", "scope": "read"}, {"scope": "read"}]
+)
+def test_auth_token_create_rejects_bad_input(
+    client: TestClient, tokens: dict[str, str], body: dict[str, str]
+) -> None:
+    response = client.post("/v1/tokens", json=body, headers=bearer(tokens["admin"]))
+    assert response.status_code == 422, response.text
+    assert response.json()["detail"][0]["loc"][0] == "body"
+
+
+def test_auth_revoke_by_name(client: TestClient, tokens: dict[str, str]) -> None:
+    admin = bearer(tokens["admin"])
+    made = client.post("/v1/tokens", json={"name": "pool-c", "scope": "read"}, headers=admin).json()
+    assert client.get("/v1/nodes", headers=bearer(made["token"])).status_code == 200
+
+    revoked = client.delete("/v1/tokens/pool-c", headers=admin)
+    assert revoked.status_code == 200, revoked.text
+    assert revoked.json()["token_id"] == made["token_id"]
+    assert revoked.json()["revoked_at"] is not None
+
+    assert client.get("/v1/nodes", headers=bearer(made["token"])).status_code == 401
+    active = client.get("/v1/tokens", headers=admin).json()
+    assert "pool-c" not in {t["name"] for t in active}
+    everything = client.get("/v1/tokens", params={"include_revoked": "true"}, headers=admin).json()
+    assert {t["name"]: t["revoked_at"] is not None for t in everything}["pool-c"] is True
+    # Revoked tokens are not found again.
+    assert client.delete("/v1/tokens/pool-c", headers=admin).status_code == 404
+
+
+def test_auth_revoke_ambiguous_name_is_refused(client: TestClient, tokens: dict[str, str]) -> None:
+    admin = bearer(tokens["admin"])
+    made = [
+        client.post("/v1/tokens", json={"name": "dup", "scope": "read"}, headers=admin).json()
+        for _ in range(2)
+    ]
+    response = client.delete("/v1/tokens/dup", headers=admin)
+    assert response.status_code == 422, response.text
+    for token in made:
+        assert token["token_id"] in response.json()["error"]
+        assert client.get("/v1/nodes", headers=bearer(token["token"])).status_code == 200
+    # By id it is unambiguous.
+    assert client.delete(f"/v1/tokens/{made[0]['token_id']}", headers=admin).status_code == 200
+    assert client.get("/v1/nodes", headers=bearer(made[0]["token"])).status_code == 401
+    assert client.get("/v1/nodes", headers=bearer(made[1]["token"])).status_code == 200
+
+
+def test_auth_revoke_unknown_token_is_404(client: TestClient, tokens: dict[str, str]) -> None:
+    response = client.delete("/v1/tokens/nobody", headers=bearer(tokens["admin"]))
+    assert response.status_code == 404
+    assert "nobody" in response.json()["error"]
