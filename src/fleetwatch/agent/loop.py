@@ -84,6 +84,7 @@ class Agent:
         self._known_gpus: list[GpuIdentity] = []
         self._critical_lock = threading.Lock()
         self._dropped_seen = spool.counter("dropped_batches")
+        self._errors_seen: dict[tuple[str, str], int] = {}
 
     # -- one cycle --------------------------------------------------------------------------
 
@@ -98,11 +99,24 @@ class Agent:
             except CollectorError as exc:
                 self._metrics.collector_errors.labels(collector.name, type(exc).__name__).inc()
                 logger.warning("collector %s failed: %s", collector.name, exc)
+            self._export_inner_errors(collector)
         self._metrics.collect_duration.observe(time.perf_counter() - started)
         merged = merge_readings(collections)
         if merged.gpus:
             self._known_gpus = merged.gpus
         return merged
+
+    def _export_inner_errors(self, collector: Collector) -> None:
+        """Collectors that survive per-device failures count them in ``errors``
+        ({(collector, reason): n}); carry the increments into the agent's metrics."""
+        counts = getattr(collector, "errors", None)
+        if not counts:
+            return
+        for key, total in counts.items():
+            new = total - self._errors_seen.get(key, 0)
+            if new > 0:
+                self._metrics.collector_errors.labels(*key).inc(new)
+                self._errors_seen[key] = total
 
     def spool_collection(self, collection: Collection, *, critical: bool = False) -> Batch | None:
         report = self._spool.take_drop_report()
