@@ -1,15 +1,8 @@
 """NVML through nvidia-ml-py: the one module that imports ``pynvml``, and only in :meth:`Nvml.open`.
 
 :class:`Nvml` wraps a pynvml-like module (the real one, or :class:`fleetwatch.testing.FakePynvml`)
-and reads every canonical field NVML offers for every GPU. Units, from the NVML API reference:
-
-- nvmlDeviceGetPowerUsage, nvmlDeviceGetEnforcedPowerLimit: milliwatts; power_w = mW / 1000
-- nvmlDeviceGetTotalEnergyConsumption: millijoules since the driver loaded; energy_mj as is
-- nvmlDeviceGetViolationStatus: ``violationTime`` in nanoseconds; *_violation_us = ns // 1000
-- nvmlDeviceGetMemoryInfo (v1): bytes, ``used`` counts driver-reserved memory; fb_*_mib = B / 2**20
-- nvmlDeviceGetTemperature, field NVML_FI_DEV_MEMORY_TEMP (82): degrees Celsius
-- nvmlDeviceGetRetiredPages: the list of retired page addresses; retired_pages_* = its length
-- nvmlDeviceGetNvLinkErrorCounter: per link; nvlink_*_total = the sum over the active links
+and reads every canonical field NVML offers for every GPU: the field table (and units) lives in
+:mod:`fleetwatch.agent.nvml_fields`, the event watching in :mod:`fleetwatch.agent.nvml_events`.
 
 NVMLError codes map onto our errors; any other code is a plain :class:`CollectorError`: that field
 is absent from this sample, counted, and asked again next time::
@@ -24,7 +17,6 @@ a field this nvidia-ml-py lacks is turned off for all GPUs at :meth:`Nvml.open`,
 
 from __future__ import annotations
 
-import ctypes
 import importlib
 import logging
 import threading
@@ -37,8 +29,12 @@ from typing import Any, Protocol, TypeVar, cast
 
 from pydantic import BaseModel, ValidationError
 
+from fleetwatch.agent.nvml_events import _EVENT_KINDS as _EVENT_KINDS  # for tests
+from fleetwatch.agent.nvml_events import _watch
+from fleetwatch.agent.nvml_fields import _FIELD_IDS as _FIELD_IDS  # for tests
+from fleetwatch.agent.nvml_fields import _IDENTITY_PROBES, _PROBES, _Device, _Probe
 from fleetwatch.errors import CollectorError, DeviceLost, FieldNotSupported, NvmlUnavailable
-from fleetwatch.telemetry import Event, GpuIdentity, GpuSample, normalize_pci_bus_id
+from fleetwatch.telemetry import Event, GpuIdentity, GpuSample
 
 __all__ = ["COLLECTOR", "LostGpu", "Nvml", "NvmlLike", "NvmlRead"]
 
@@ -60,14 +56,6 @@ _UNAVAILABLE = (
 )
 _LOST = ("GPU_IS_LOST", "GPU_NOT_FOUND", "UNKNOWN", "RESET_REQUIRED")
 _UNSUPPORTED = ("NOT_SUPPORTED", "FUNCTION_NOT_FOUND", "NO_PERMISSION")
-# nvmlValueType_t → member of the c_nvmlValue_t union; fixed by the NVML ABI.
-_VALUE_MEMBER = ("dVal", "uiVal", "ulVal", "ullVal", "sllVal", "siVal", "usVal")
-_MIB = 1024 * 1024
-_EVENT_KINDS = (  # event type constant, Event.kind, message
-    ("nvmlEventTypeXidCriticalError", "xid", "NVML Xid critical error event"),
-    ("nvmlEventTypeDoubleBitEccError", "ecc_dbe", "NVML double-bit ECC error event"),
-    ("nvmlEventTypeSingleBitEccError", "ecc_sbe", "NVML single-bit ECC error event"),
-)
 
 
 class NvmlLike(Protocol):
@@ -152,42 +140,6 @@ class NvmlRead:
     gpus: list[GpuIdentity] = field(default_factory=list)
     samples: list[GpuSample] = field(default_factory=list)
     lost: list[LostGpu] = field(default_factory=list)
-
-
-@dataclass
-class _Device:
-    """One GPU during one read; ``cache`` shares a result between probes (one NVML call)."""
-
-    nvml: Nvml
-    lib: NvmlLike
-    handle: Any
-    index: int
-    uuid: str | None
-    cache: dict[str, Any] = field(default_factory=dict)
-    turned_off: list[tuple[tuple[str, ...], str]] = field(default_factory=list)
-
-    def call(self, fn: Callable[..., T], *args: Any) -> T:
-        return self.nvml._call(fn, *args, index=self.index, uuid=self.uuid)
-
-    def once(self, key: str, compute: Callable[[], T]) -> T:
-        if key not in self.cache:
-            try:
-                self.cache[key] = compute()
-            except CollectorError as exc:
-                self.cache[key] = exc
-        value = self.cache[key]
-        if isinstance(value, CollectorError):
-            raise value
-        return cast(T, value)
-
-
-@dataclass(frozen=True)
-class _Probe:
-    """Canonical ``fields`` read by ``read``; ``needs`` names the pynvml attributes it uses."""
-
-    fields: tuple[str, ...]
-    needs: tuple[str, ...]
-    read: Callable[[_Device], dict[str, Any]]
 
 
 class Nvml:
@@ -327,35 +279,7 @@ class Nvml:
         Waits at most ``timeout_ms`` at a time so that ``stop`` is seen promptly. Single-bit ECC
         events are off by default: they can come in storms, and the SBE counters carry them.
         """
-        lib = self.lib
-        wanted = [(getattr(lib, c, 0), k, m) for c, k, m in _EVENT_KINDS if k in kinds]
-        try:
-            event_set, devices = self._register(sum(t for t, _, _ in wanted))
-        except NvmlUnavailable as exc:
-            logger.warning("no NVML events: %s", exc)
-            return
-        failing = False
-        try:
-            while not stop.is_set():
-                try:
-                    data = self._wait(event_set, timeout_ms)
-                except NvmlUnavailable:
-                    return
-                except CollectorError as exc:
-                    self._bump("event_wait")
-                    if not failing:
-                        logger.warning("waiting for NVML events failed: %s", exc)
-                    failing = True
-                    stop.wait(timeout_ms / 1000)
-                    continue
-                failing = False
-                if data is not None:
-                    yield _to_event(data, wanted, devices.get(_handle_key(data.device)), clock())
-        finally:
-            try:
-                self._call(lib.nvmlEventSetFree, event_set)
-            except CollectorError as exc:
-                logger.debug("nvmlEventSetFree failed: %s", exc)
+        yield from _watch(self, stop, kinds, timeout_ms, clock)
 
     # -- NVML calls and error mapping -------------------------------------------------------
 
@@ -486,93 +410,6 @@ class Nvml:
         with self._stats:
             self.errors[(COLLECTOR, reason)] += 1
 
-    # -- helpers used by the probes ---------------------------------------------------------
-
-    def _field_value(self, dev: _Device, const: str) -> Any:
-        """One entry of a single nvmlDeviceGetFieldValues call for all field-value probes."""
-        lib, off = dev.lib, self.disabled.get(dev.uuid or "", set())
-
-        def fetch() -> dict[int, Any]:
-            ids = [getattr(lib, c) for f, c in _FIELD_IDS if f not in off and hasattr(lib, c)]
-            return {e.fieldId: e for e in dev.call(lib.nvmlDeviceGetFieldValues, dev.handle, ids)}
-
-        entry = dev.once("field_values", fetch)[getattr(lib, const)]
-        if entry.nvmlReturn != lib.NVML_SUCCESS:
-            raise self._translate(
-                lib.NVMLError(entry.nvmlReturn), lib.nvmlDeviceGetFieldValues, dev.index, dev.uuid
-            )
-        return getattr(entry.value, _VALUE_MEMBER[entry.valueType])
-
-    def _active_links(self, dev: _Device) -> list[int]:
-        """Active NVLink links; the link count is found once, by asking until NVML refuses."""
-        assert dev.uuid is not None
-        lib, known = dev.lib, self._link_counts.get(dev.uuid)
-        active, count = [], 0
-        for link in range(lib.NVML_NVLINK_MAX_LINKS if known is None else known):
-            try:
-                state = dev.call(lib.nvmlDeviceGetNvLinkState, dev.handle, link)
-            except (DeviceLost, NvmlUnavailable):
-                raise
-            except CollectorError:
-                if known is not None or link == 0:
-                    raise  # link 0 refused: this GPU has no NVLink (FieldNotSupported)
-                break  # past this GPU's last link (NVML_ERROR_INVALID_ARGUMENT)
-            count += 1
-            if state == lib.NVML_FEATURE_ENABLED:
-                active.append(link)
-        self._link_counts.setdefault(dev.uuid, count)
-        return active
-
-    def _clock_reasons(self, dev: _Device) -> int:
-        """nvmlDeviceGetCurrentClocksEventReasons (R535+), else the older ...ThrottleReasons."""
-        assert dev.uuid is not None
-        names = [
-            "nvmlDeviceGetCurrentClocksEventReasons",
-            "nvmlDeviceGetCurrentClocksThrottleReasons",
-        ]
-        chosen = self._reason_fn.get(dev.uuid)
-        error = FieldNotSupported("clocks_event_reasons", "no clocks event reasons in NVML")
-        for name in [chosen] if chosen else [n for n in names if hasattr(dev.lib, n)]:
-            try:
-                value: int = dev.call(getattr(dev.lib, name), dev.handle)
-            except FieldNotSupported as exc:
-                error = exc
-                continue
-            self._reason_fn[dev.uuid] = name
-            return value
-        raise error
-
-    def _register(self, mask: int) -> tuple[Any, dict[int, tuple[str | None, str | None]]]:
-        lib = self.lib
-        event_set = self._call(lib.nvmlEventSetCreate)
-        devices: dict[int, tuple[str | None, str | None]] = {}
-        for index in range(self._count):
-            try:
-                handle = self._handle(index)
-                types = self._call(lib.nvmlDeviceGetSupportedEventTypes, handle, index=index)
-                if types & mask:
-                    self._call(
-                        lib.nvmlDeviceRegisterEvents, handle, types & mask, event_set, index=index
-                    )
-                uuid = self._uuids.get(index) or self._call(lib.nvmlDeviceGetUUID, handle)
-            except NvmlUnavailable:
-                raise
-            except CollectorError as exc:
-                logger.warning("GPU index %d: no NVML events: %s", index, exc)
-                continue
-            if not types & mask:
-                logger.warning("GPU %s (index %d) offers no Xid/ECC events", uuid, index)
-            gpu = self._identities.get(index)
-            pci = gpu.pci_bus_id if gpu else self._pci_or_none(handle, index, uuid)
-            devices[_handle_key(handle)] = (uuid, pci)
-        return event_set, devices
-
-    def _pci_or_none(self, handle: Any, index: int, uuid: str) -> str | None:
-        try:
-            return _pci_bus_id(_Device(self, self.lib, handle, index, uuid)).get("pci_bus_id")
-        except CollectorError:
-            return None
-
 
 def _import_pynvml() -> NvmlLike:
     try:
@@ -581,174 +418,3 @@ def _import_pynvml() -> NvmlLike:
         raise NvmlUnavailable(
             "nvidia-ml-py is not installed; install it with pip install 'fleetwatch[agent]'"
         ) from exc
-
-
-def _handle_key(handle: Any) -> int:
-    # pynvml hands out a new ctypes pointer object per call; the address names the device.
-    try:
-        return ctypes.cast(handle, ctypes.c_void_p).value or 0
-    except (TypeError, ctypes.ArgumentError):
-        return id(handle)
-
-
-def _to_event(
-    data: Any,
-    wanted: list[tuple[int, str, str]],
-    gpu: tuple[str | None, str | None] | None,
-    ts: datetime,
-) -> Event:
-    uuid, pci = gpu or (None, None)
-    kind, message = next(
-        ((k, m) for t, k, m in wanted if data.eventType & t), ("nvml", "NVML event")
-    )
-    code = int(data.eventData)
-    if kind == "xid" and code <= 0xFFFF:
-        return Event(kind="xid", xid=code, uuid=uuid, pci_bus_id=pci, ts=ts, message=message)
-    details = {"event_type": int(data.eventType), "event_data": code}
-    return Event(
-        kind=kind if kind != "xid" else "nvml",
-        uuid=uuid,
-        pci_bus_id=pci,
-        ts=ts,
-        message=message,
-        details=details,
-    )
-
-
-def _pci_bus_id(dev: _Device) -> dict[str, Any]:
-    raw = dev.call(dev.lib.nvmlDeviceGetPciInfo, dev.handle).busId
-    text = raw.decode(errors="replace") if isinstance(raw, bytes) else str(raw)
-    try:
-        return {"pci_bus_id": normalize_pci_bus_id(text)}
-    except ValueError:
-        return {}
-
-
-def _simple(
-    name: str, fn: str, convert: Callable[[Any], Any] = lambda v: v, *consts: str
-) -> _Probe:
-    """A probe for one field from one call ``fn(handle, *consts)``."""
-
-    def read(dev: _Device) -> dict[str, Any]:
-        args = [getattr(dev.lib, c) for c in consts]
-        return {name: convert(dev.call(getattr(dev.lib, fn), dev.handle, *args))}
-
-    return _Probe((name,), (fn, *consts), read)
-
-
-def _ecc(name: str, error_type: str, counter: str) -> _Probe:
-    return _simple(name, "nvmlDeviceGetTotalEccErrors", int, error_type, counter)
-
-
-def _nvlink(name: str, counter: str) -> _Probe:
-    def read(dev: _Device) -> dict[str, Any]:
-        links = dev.once("nvlink_links", lambda: dev.nvml._active_links(dev))
-        fn, kind = dev.lib.nvmlDeviceGetNvLinkErrorCounter, getattr(dev.lib, counter)
-        # No active link: no data, which is not the same as no errors.
-        return {name: sum(dev.call(fn, dev.handle, link, kind) for link in links)} if links else {}
-
-    return _Probe(
-        (name,), ("nvmlDeviceGetNvLinkState", "nvmlDeviceGetNvLinkErrorCounter", counter), read
-    )
-
-
-def _field(name: str, const: str) -> _Probe:
-    return _Probe(
-        (name,),
-        ("nvmlDeviceGetFieldValues", const),
-        lambda dev: {name: int(dev.nvml._field_value(dev, const))},
-    )
-
-
-def _remapped(dev: _Device) -> dict[str, Any]:
-    corr, unc, pending, failure = dev.call(dev.lib.nvmlDeviceGetRemappedRows, dev.handle)
-    return {
-        "remapped_rows_correctable": corr,
-        "remapped_rows_uncorrectable": unc,
-        "remapped_rows_pending": bool(pending),
-        "remapped_rows_failure": bool(failure),
-    }
-
-
-def _utilization(dev: _Device) -> dict[str, Any]:
-    util = dev.call(dev.lib.nvmlDeviceGetUtilizationRates, dev.handle)
-    return {"gpu_util_pct": util.gpu, "mem_copy_util_pct": util.memory}
-
-
-def _memory(dev: _Device) -> dict[str, Any]:
-    mem = dev.call(dev.lib.nvmlDeviceGetMemoryInfo, dev.handle)
-    return {"fb_used_mib": mem.used / _MIB, "fb_total_mib": mem.total / _MIB}
-
-
-def _violation_us(viol: Any) -> int:
-    return int(viol.violationTime) // 1000  # nvmlViolationTime_t.violationTime is in ns
-
-
-_FIELD_IDS = (
-    ("memory_temp_c", "NVML_FI_DEV_MEMORY_TEMP"),
-    ("gpu_recovery_action", "NVML_FI_DEV_GET_GPU_RECOVERY_ACTION"),
-)
-_CORR, _UNC = "NVML_MEMORY_ERROR_TYPE_CORRECTED", "NVML_MEMORY_ERROR_TYPE_UNCORRECTED"
-_VOL, _AGG = "NVML_VOLATILE_ECC", "NVML_AGGREGATE_ECC"
-_SBE_CAUSE = "NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS"
-_DBE_CAUSE = "NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR"
-_IDENTITY_PROBES = (
-    _simple("serial", "nvmlDeviceGetSerial"),
-    _simple("name", "nvmlDeviceGetName"),
-    _simple("vbios_version", "nvmlDeviceGetVbiosVersion"),
-    _Probe(("pci_bus_id",), ("nvmlDeviceGetPciInfo",), _pci_bus_id),
-)
-_PROBES = (
-    _simple("gpu_temp_c", "nvmlDeviceGetTemperature", int, "NVML_TEMPERATURE_GPU"),
-    _field("memory_temp_c", "NVML_FI_DEV_MEMORY_TEMP"),
-    _simple("power_w", "nvmlDeviceGetPowerUsage", lambda mw: mw / 1000),
-    _simple("power_limit_w", "nvmlDeviceGetEnforcedPowerLimit", lambda mw: mw / 1000),
-    _simple("energy_mj", "nvmlDeviceGetTotalEnergyConsumption", int),
-    _simple("sm_clock_mhz", "nvmlDeviceGetClockInfo", int, "NVML_CLOCK_SM"),
-    _simple("mem_clock_mhz", "nvmlDeviceGetClockInfo", int, "NVML_CLOCK_MEM"),
-    _Probe(
-        ("clocks_event_reasons",),
-        (),
-        lambda dev: {"clocks_event_reasons": dev.nvml._clock_reasons(dev)},
-    ),
-    _simple(
-        "power_violation_us",
-        "nvmlDeviceGetViolationStatus",
-        _violation_us,
-        "NVML_PERF_POLICY_POWER",
-    ),
-    _simple(
-        "thermal_violation_us",
-        "nvmlDeviceGetViolationStatus",
-        _violation_us,
-        "NVML_PERF_POLICY_THERMAL",
-    ),
-    _simple("fan_speed_pct", "nvmlDeviceGetFanSpeed", int),
-    _Probe(("gpu_util_pct", "mem_copy_util_pct"), ("nvmlDeviceGetUtilizationRates",), _utilization),
-    _Probe(("fb_used_mib", "fb_total_mib"), ("nvmlDeviceGetMemoryInfo",), _memory),
-    _simple("pcie_link_gen", "nvmlDeviceGetCurrPcieLinkGeneration", int),
-    _simple("pcie_link_width", "nvmlDeviceGetCurrPcieLinkWidth", int),
-    _ecc("ecc_sbe_volatile_total", _CORR, _VOL),
-    _ecc("ecc_dbe_volatile_total", _UNC, _VOL),
-    _ecc("ecc_sbe_aggregate_total", _CORR, _AGG),
-    _ecc("ecc_dbe_aggregate_total", _UNC, _AGG),
-    _simple("retired_pages_sbe", "nvmlDeviceGetRetiredPages", len, _SBE_CAUSE),
-    _simple("retired_pages_dbe", "nvmlDeviceGetRetiredPages", len, _DBE_CAUSE),
-    _simple("retired_pages_pending", "nvmlDeviceGetRetiredPagesPendingStatus", bool),
-    _Probe(
-        (
-            "remapped_rows_correctable",
-            "remapped_rows_uncorrectable",
-            "remapped_rows_pending",
-            "remapped_rows_failure",
-        ),
-        ("nvmlDeviceGetRemappedRows",),
-        _remapped,
-    ),
-    _nvlink("nvlink_crc_flit_errors_total", "NVML_NVLINK_ERROR_DL_CRC_FLIT"),
-    _nvlink("nvlink_crc_data_errors_total", "NVML_NVLINK_ERROR_DL_CRC_DATA"),
-    _nvlink("nvlink_replay_errors_total", "NVML_NVLINK_ERROR_DL_REPLAY"),
-    _nvlink("nvlink_recovery_errors_total", "NVML_NVLINK_ERROR_DL_RECOVERY"),
-    _simple("pcie_replay_total", "nvmlDeviceGetPcieReplayCounter", int),
-    _field("gpu_recovery_action", "NVML_FI_DEV_GET_GPU_RECOVERY_ACTION"),
-)
