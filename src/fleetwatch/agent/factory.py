@@ -81,7 +81,12 @@ def build_collectors(
     return collectors
 
 
-def build_agent(settings: AgentSettings, metrics: AgentMetrics | None = None) -> Agent:
+def build_agent(
+    settings: AgentSettings,
+    metrics: AgentMetrics | None = None,
+    collectors: list[Collector] | None = None,
+) -> Agent:
+    """An agent as configured; ``collectors`` replaces the configured ones (tests, benchmarks)."""
     token = settings.bearer_token()
     if not token:
         raise ConfigError("no token: set --token, --token-file or FLEETWATCH_AGENT_TOKEN")
@@ -98,11 +103,22 @@ def build_agent(settings: AgentSettings, metrics: AgentMetrics | None = None) ->
         verify=verify,
     )
     pusher = Pusher(client, spool, metrics, rejected_dir=settings.spool_dir / "rejected")
+    if collectors is None:
+        collectors = build_collectors(settings)
+    node = node_info(settings)
+    boot_id_source = None
+    simulated = [c for c in collectors if c.name == "sim"]
+    if simulated:
+        # A simulated node has its own place in the fleet (rack, row) and its own reboots.
+        sim = simulated[0]
+        node = node.model_copy(update={"labels": {**sim.labels, **settings.labels}})  # type: ignore[attr-defined]
+        boot_id_source = sim.boot_id  # type: ignore[attr-defined]
     return Agent(
-        node=node_info(settings),
-        collectors=build_collectors(settings),
+        node=node,
+        collectors=collectors,
         spool=spool,
         pusher=pusher,
         metrics=metrics,
         clock=utc_clock,
+        boot_id_source=boot_id_source,
     )

@@ -74,8 +74,11 @@ class Agent:
         pusher: Pusher,
         metrics: AgentMetrics,
         clock: Callable[[], datetime],
+        boot_id_source: Callable[[datetime], str | None] | None = None,
     ) -> None:
         self.node = node
+        # A simulated node reboots in simulated time; a real one restarts the agent instead.
+        self._boot_id_source = boot_id_source
         self._collectors = list(collectors)
         self._spool = spool
         self._pusher = pusher
@@ -126,7 +129,10 @@ class Agent:
             if report:
                 self._spool.restore_drop_report(report)
             return None
-        batch = build_batch(self.node, collection)
+        node = self.node
+        if self._boot_id_source is not None:
+            node = node.model_copy(update={"boot_id": self._boot_id_source(self._clock())})
+        batch = build_batch(node, collection)
         try:
             self._spool.put(
                 batch.batch_id,

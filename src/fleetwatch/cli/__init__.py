@@ -86,7 +86,7 @@ def main(ctx: click.Context, debug: bool, log_level: str, log_format: str) -> No
 
 
 def _register() -> None:
-    from fleetwatch.cli import agent_cmd, config_cmd, demo_cmd, parse_cmd, server_cmds
+    from fleetwatch.cli import agent_cmd, config_cmd, demo_cmd, parse_cmd, server_cmds, sim_cmd
 
     main.add_command(server_cmds.server)
     main.add_command(server_cmds.db)
@@ -95,6 +95,7 @@ def _register() -> None:
     main.add_command(demo_cmd.demo)
     main.add_command(agent_cmd.agent)
     main.add_command(parse_cmd.parse)
+    main.add_command(sim_cmd.sim)
 
 
 _register()
