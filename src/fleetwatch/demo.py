@@ -1,28 +1,28 @@
 """``fleetwatch demo``: the product running locally on its embedded default, in one command.
 
-Starts the real server (uvicorn, SQLite file under ``var/demo``), creates tokens, and feeds it a
-small live fleet over HTTP with the agent token, so that the API, /metrics and the docs have
-something to show. Prints where to look, then runs until Ctrl-C (or ``--duration``).
+Starts the real server (uvicorn, SQLite file under ``var/demo``), creates tokens, writes a
+simulated fleet (``fleetwatch sim``: N nodes x G GPUs with known ground truth, running faster
+than real time) and starts one real ``fleetwatch agent`` process per node, each pushing its
+node over HTTP with the agent token. Prints where to look and a status line every few seconds,
+then runs until Ctrl-C (or ``--duration``).
 """
 
 from __future__ import annotations
 
 import logging
-import random
 import signal
 import socket
 import subprocess
 import sys
 import time
-import uuid as uuidlib
-from dataclasses import dataclass, field
+from collections import Counter
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 import httpx
 
-__all__ = ["DemoFleet", "run_demo"]
+__all__ = ["DemoOptions", "run_demo"]
 
 logger = logging.getLogger(__name__)
 
@@ -42,112 +42,6 @@ def _pick_port(preferred: int) -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
-
-
-@dataclass
-class _DemoGpu:
-    uuid: str
-    index: int
-    sbe: int = 0
-    energy_mj: int = 0
-    hot: bool = False
-
-
-@dataclass
-class DemoFleet:
-    """A handful of nodes with plausible readings, one of them running hot and noisy."""
-
-    nodes: int = 4
-    gpus_per_node: int = 8
-    seed: int = 7
-    boot_id: str = field(default_factory=lambda: str(uuidlib.uuid4()))
-
-    def __post_init__(self) -> None:
-        self._rng = random.Random(self.seed)
-        self._gpus = {
-            f"demo-node-{n:02d}": [
-                _DemoGpu(
-                    uuid=f"GPU-{uuidlib.uuid5(uuidlib.NAMESPACE_DNS, f'demo-{n}-{i}')}",
-                    index=i,
-                    hot=(n == 1 and i == 3),
-                )
-                for i in range(self.gpus_per_node)
-            ]
-            for n in range(self.nodes)
-        }
-
-    def batches(self, interval_s: float) -> list[dict[str, Any]]:
-        now = datetime.now(UTC).isoformat()
-        out = []
-        for n, (name, gpus) in enumerate(self._gpus.items()):
-            samples, events = [], []
-            for gpu in gpus:
-                temp = self._rng.gauss(78 if gpu.hot else 62, 1.5)
-                power = self._rng.gauss(640, 25)
-                gpu.energy_mj += int(power * interval_s * 1000)
-                if gpu.hot and self._rng.random() < 0.3:
-                    gpu.sbe += self._rng.randint(1, 4)
-                samples.append(
-                    {
-                        "uuid": gpu.uuid,
-                        "ts": now,
-                        "gpu_temp_c": round(temp, 1),
-                        "memory_temp_c": round(temp + 6, 1),
-                        "power_w": round(power, 1),
-                        "power_limit_w": 700.0,
-                        "energy_mj": gpu.energy_mj,
-                        "sm_clock_mhz": 1755.0 if gpu.hot else 1980.0,
-                        "mem_clock_mhz": 2619.0,
-                        "clocks_event_reasons": 0x20 if gpu.hot else 0,
-                        "gpu_util_pct": round(min(100.0, self._rng.gauss(95, 3)), 1),
-                        "fb_used_mib": 71_000.0,
-                        "fb_total_mib": 81_559.0,
-                        "ecc_sbe_volatile_total": gpu.sbe,
-                        "ecc_dbe_volatile_total": 0,
-                        "remapped_rows_correctable": gpu.sbe // 10,
-                        "remapped_rows_uncorrectable": 0,
-                        "remapped_rows_pending": False,
-                        "remapped_rows_failure": False,
-                        "pcie_replay_total": 0,
-                        "nvlink_crc_flit_errors_total": 0,
-                    }
-                )
-                if gpu.hot and self._rng.random() < 0.05:
-                    events.append(
-                        {
-                            "kind": "xid",
-                            "uuid": gpu.uuid,
-                            "xid": 92,
-                            "ts": now,
-                            "message": "High single-bit ECC error rate",
-                        }
-                    )
-            out.append(
-                {
-                    "batch_id": str(uuidlib.uuid4()),
-                    "node": {
-                        "name": name,
-                        "interval_s": interval_s,
-                        "agent_version": "demo",
-                        "boot_id": self.boot_id,
-                        "labels": {"cluster": "demo", "rack": f"r{n // 2 + 1:02d}"},
-                    },
-                    "gpus": [
-                        {
-                            "uuid": g.uuid,
-                            "index": g.index,
-                            "name": "NVIDIA H100 80GB HBM3",
-                            "pci_bus_id": f"0000:{0x18 + 0x10 * g.index:02x}:00.0",
-                            "serial": f"16528230{n:02d}{g.index:03d}",
-                            "driver_version": "550.90.07",
-                        }
-                        for g in gpus
-                    ],
-                    "samples": samples,
-                    "events": events,
-                }
-            )
-        return out
 
 
 def _demo_tokens(database_url: str, saved: Path) -> dict[str, str]:
@@ -197,15 +91,32 @@ def _wait_ready(url: str, process: subprocess.Popen[bytes], timeout: float = 30)
     raise RuntimeError(f"the server did not become ready within {timeout:.0f}s")
 
 
-def _banner(url: str, tokens: dict[str, str], database_url: str, data_dir: Path) -> str:
+@dataclass(frozen=True)
+class DemoOptions:
+    port: int = 8400
+    data_dir: Path = Path("var/demo")
+    nodes: int = 16
+    gpus: int = 8
+    interval_s: float = 2.0
+    speed: float = 3600.0
+    horizon_days: float = 90.0
+    seed: int = 1
+    duration_s: float | None = None
+
+
+def _banner(url: str, tokens: dict[str, str], database_url: str, options: DemoOptions) -> str:
+    data_dir = options.data_dir
     return f"""
-FleetWatch demo is running: a live simulated fleet on the embedded SQLite database.
+FleetWatch demo: {options.nodes} simulated nodes x {options.gpus} GPUs, each a real agent process,
+pushing to the real server on the embedded SQLite database. Simulated time runs {options.speed:g}x
+(from {options.horizon_days:g} days ago, catching up with now), so GPUs age, show precursors and
+fail while you watch; the ground truth is in {data_dir / "sim" / "ground_truth.json"}.
 
   API docs      {url}/docs
   Nodes         {url}/v1/nodes
   Metrics       {url}/metrics        (Prometheus; needs a read token)
   Database      {database_url}
-  Server log    {data_dir / "server.log"}
+  Logs          {data_dir / "server.log"}, {data_dir / "agents"}/<node>/agent.log
 
 Tokens (also in {data_dir / "tokens.env"}):
   admin   {tokens["admin"]}
@@ -221,21 +132,91 @@ Ctrl-C stops it; the data stays in {data_dir}/ for the next run.
 """
 
 
-def run_demo(
-    *,
-    port: int = 8400,
-    data_dir: Path = Path("var/demo"),
-    interval_s: float = 2.0,
-    duration_s: float | None = None,
-    nodes: int = 4,
-) -> None:
+def _write_fleet(options: DemoOptions) -> Path:
+    from fleetwatch.sim.fleet import SimFleet
+    from fleetwatch.sim.spec import FleetSpec
+
+    out = options.data_dir / "sim"
+    out.mkdir(parents=True, exist_ok=True)
+    spec = FleetSpec.live(
+        seed=options.seed,
+        real_start=datetime.now(UTC),
+        speed=options.speed,
+        horizon_days=options.horizon_days,
+        nodes=options.nodes,
+        gpus_per_node=options.gpus,
+    )
+    spec.save(out / "fleet.json")
+    SimFleet(spec).write_ground_truth(out / "ground_truth.json")
+    return out / "fleet.json"
+
+
+def _start_agents(
+    options: DemoOptions, url: str, token: str, spec_path: Path
+) -> list[subprocess.Popen[bytes]]:
+    from fleetwatch.sim.spec import FleetSpec
+
+    processes = []
+    spec = FleetSpec.load(spec_path)
+    for node in (spec.node_name(i) for i in range(spec.nodes)):
+        home = options.data_dir / "agents" / node
+        home.mkdir(parents=True, exist_ok=True)
+        with (home / "agent.log").open("ab") as log:
+            processes.append(
+                subprocess.Popen(
+                    [
+                        sys.executable,
+                        "-m",
+                        "fleetwatch",
+                        "agent",
+                        "--server-url",
+                        url,
+                        "--token",
+                        token,
+                        "--node-name",
+                        node,
+                        "--interval",
+                        str(options.interval_s),
+                        "--collectors",
+                        "sim",
+                        "--sim-spec",
+                        str(spec_path),
+                        "--spool-dir",
+                        str(home / "spool"),
+                    ],
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                )
+            )
+    return processes
+
+
+def _status(client: httpx.Client) -> str:
+    try:
+        nodes = client.get("/v1/nodes").json()["data"]
+        gpus = client.get("/v1/gpus").json()
+        xids = client.get("/v1/events", params={"kind": "xid", "limit": 100_000}).json()["data"]
+    except (httpx.HTTPError, KeyError, ValueError) as exc:
+        return f"(status unavailable: {exc})"
+    states = Counter(n["state"] for n in nodes)
+    newest = max((g["latest"]["ts"] for g in gpus if g.get("latest")), default="-")
+    codes = Counter(e["xid"] for e in xids)
+    top = ", ".join(f"{code}x{n}" for code, n in codes.most_common(6)) or "none"
+    return (
+        f"sim time {newest[:16]} | nodes up {states['up']}, unreachable {states['unreachable']}"
+        f" | GPUs {len(gpus)} | Xid events {len(xids)} ({top})"
+    )
+
+
+def run_demo(options: DemoOptions) -> None:
+    data_dir = options.data_dir
     data_dir.mkdir(parents=True, exist_ok=True)
     database_url = f"sqlite:///{(data_dir / 'fleetwatch.db').resolve()}"
     tokens = _demo_tokens(database_url, data_dir / "tokens.env")
-    port = _pick_port(port)
+    spec_path = _write_fleet(options)
+    port = _pick_port(options.port)
     url = f"http://127.0.0.1:{port}"
-    log = data_dir / "server.log"
-    with log.open("ab") as sink:
+    with (data_dir / "server.log").open("ab") as sink:
         server = subprocess.Popen(
             [
                 sys.executable,
@@ -250,6 +231,7 @@ def run_demo(
             stdout=sink,
             stderr=subprocess.STDOUT,
         )
+    agents: list[subprocess.Popen[bytes]] = []
     stop = False
 
     def _stop(*_: object) -> None:
@@ -259,21 +241,25 @@ def run_demo(
     signal.signal(signal.SIGTERM, _stop)
     try:
         _wait_ready(url, server)
-        fleet = DemoFleet(nodes=nodes)
-        sys.stdout.write(_banner(url, tokens, database_url, data_dir))
+        agents = _start_agents(options, url, tokens["agent"], spec_path)
+        sys.stdout.write(_banner(url, tokens, database_url, options))
         sys.stdout.flush()
         started = time.monotonic()
-        headers = {"Authorization": f"Bearer {tokens['agent']}"}
+        headers = {"Authorization": f"Bearer {tokens['read']}"}
         with httpx.Client(base_url=url, headers=headers, timeout=10) as client:
-            while not stop and (duration_s is None or time.monotonic() - started < duration_s):
-                for batch in fleet.batches(interval_s):
-                    client.post("/v1/ingest", json=batch).raise_for_status()
-                time.sleep(interval_s)
+            while not stop and (
+                options.duration_s is None or time.monotonic() - started < options.duration_s
+            ):
+                time.sleep(min(5.0, options.interval_s * 2))
+                sys.stdout.write(_status(client) + "\n")
+                sys.stdout.flush()
     except KeyboardInterrupt:
         pass
     finally:
-        server.terminate()
-        try:
-            server.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            server.kill()
+        for process in [*agents, server]:
+            process.terminate()
+        for process in [*agents, server]:
+            try:
+                process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                process.kill()

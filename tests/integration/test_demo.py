@@ -1,4 +1,5 @@
-"""`fleetwatch demo` (what `make demo` runs) serves a live fleet that the printed token can read."""
+"""`fleetwatch demo` (what `make demo` runs): real agent processes of a simulated fleet push to
+the real server, and the printed tokens read and write it."""
 
 from __future__ import annotations
 
@@ -25,10 +26,12 @@ def test_demo_prints_tokens_and_serves_a_live_fleet(tmp_path: Path) -> None:
             str(tmp_path / "demo"),
             "--port",
             str(port),
+            "--nodes",
+            "4",
             "--interval",
             "0.5",
             "--duration",
-            "20",
+            "60",
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -46,7 +49,7 @@ def test_demo_prints_tokens_and_serves_a_live_fleet(tmp_path: Path) -> None:
         assert f"http://127.0.0.1:{port}/docs" in banner
         headers = {"Authorization": f"Bearer {read_token[1]}"}
         nodes: dict[str, object] = {}
-        for _ in range(50):
+        for _ in range(200):
             nodes = httpx.get(f"http://127.0.0.1:{port}/v1/nodes", headers=headers).json()
             if nodes.get("count") == 4:
                 break
@@ -55,6 +58,9 @@ def test_demo_prints_tokens_and_serves_a_live_fleet(tmp_path: Path) -> None:
         assert all(n["state"] == "up" and n["gpu_count"] == 8 for n in nodes["data"])  # type: ignore[attr-defined]
         metrics = httpx.get(f"http://127.0.0.1:{port}/metrics", headers=headers).text
         assert metrics.count("fleetwatch_gpu_temperature_celsius{") == 32
+        # Every node's agent wrote its ground truth-backed fleet and its own log.
+        assert (tmp_path / "demo/sim/ground_truth.json").is_file()
+        assert len(list((tmp_path / "demo/agents").glob("*/agent.log"))) == 4
         # The agent token can push, which is what the README's curl example shows.
         pushed = httpx.post(
             f"http://127.0.0.1:{port}/v1/ingest",

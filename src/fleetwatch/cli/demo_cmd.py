@@ -14,11 +14,34 @@ __all__ = ["demo"]
     "--port", default=8400, show_default=True, help="Preferred port (a free one if taken)"
 )
 @click.option("--data-dir", default="var/demo", show_default=True, type=click.Path(path_type=Path))
-@click.option("--nodes", default=4, show_default=True, help="Simulated nodes, 8 GPUs each")
-@click.option("--interval", default=2.0, show_default=True, help="Seconds between pushes")
+@click.option("--nodes", default=16, show_default=True, help="Simulated nodes (one agent each)")
+@click.option("--gpus", default=8, show_default=True, help="GPUs per node")
+@click.option("--interval", default=2.0, show_default=True, help="Seconds between agent pushes")
+@click.option("--speed", default=3600.0, show_default=True, help="Simulated seconds per second")
+@click.option("--seed", default=1, show_default=True)
 @click.option("--duration", type=float, help="Stop after this many seconds (default: Ctrl-C)")
-def demo(port: int, data_dir: Path, nodes: int, interval: float, duration: float | None) -> None:
-    """Start the server on SQLite, create tokens, feed it a live simulated fleet."""
-    from fleetwatch.demo import run_demo
+def demo(
+    port: int,
+    data_dir: Path,
+    nodes: int,
+    gpus: int,
+    interval: float,
+    speed: float,
+    seed: int,
+    duration: float | None,
+) -> None:
+    """Start the server on SQLite with a live simulated fleet of real agent processes."""
+    from fleetwatch.demo import DemoOptions, run_demo
 
-    run_demo(port=port, data_dir=data_dir, interval_s=interval, duration_s=duration, nodes=nodes)
+    run_demo(
+        DemoOptions(
+            port=port,
+            data_dir=data_dir,
+            nodes=nodes,
+            gpus=gpus,
+            interval_s=interval,
+            speed=speed,
+            seed=seed,
+            duration_s=duration,
+        )
+    )
