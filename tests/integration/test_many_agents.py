@@ -1,0 +1,81 @@
+"""Fifty real agent processes on one machine, each its own node with its own spool, against one
+real server on loopback: every node and GPU arrives, nothing is rejected."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.integration.live import create_token, fleetwatch, live_server, start_agent
+
+AGENTS = 50
+GPUS = 8
+
+
+@pytest.mark.slow
+def test_fifty_agents_push_to_one_server(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'fleet.db'}"
+    fleetwatch("db", "upgrade", "--database-url", url)
+    fleetwatch(
+        "sim",
+        "init",
+        "--nodes",
+        str(AGENTS),
+        "--gpus",
+        str(GPUS),
+        "--seed",
+        "5",
+        "--speed",
+        "1",
+        "--out",
+        str(tmp_path / "sim"),
+    )
+    spec = tmp_path / "sim" / "fleet.json"
+    agent_token, read_token = create_token(url, "agent"), create_token(url, "read")
+    with live_server(url, tmp_path) as server:
+        from fleetwatch.sim.spec import FleetSpec
+
+        loaded = FleetSpec.load(spec)
+        names = [loaded.node_name(i) for i in range(loaded.nodes)]
+        agents = [
+            start_agent(
+                name,
+                server.url,
+                agent_token,
+                tmp_path / "agents",
+                "--collectors",
+                "sim",
+                "--sim-spec",
+                str(spec),
+            )
+            for name in names
+        ]
+        read = httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {read_token}"})
+        try:
+            deadline = time.monotonic() + 180
+            nodes: list[dict[str, object]] = []
+            while time.monotonic() < deadline:
+                nodes = read.get("/v1/nodes").json()["data"]
+                if len(nodes) == AGENTS and all(n["gpu_count"] >= GPUS - 1 for n in nodes):
+                    break
+                time.sleep(1)
+            time.sleep(3)  # a few more rounds from everyone
+            nodes = read.get("/v1/nodes").json()["data"]
+            gpus = read.get("/v1/gpus").json()
+            metrics = read.get("/metrics").text
+        finally:
+            read.close()
+            logs = [agent.stop() for agent in agents]
+    assert sorted(n["name"] for n in nodes) == sorted(names)
+    assert all(n["state"] == "up" for n in nodes)
+    # A simulated GPU may already have failed (it then leaves); nearly all report.
+    assert len(gpus) >= AGENTS * GPUS * 0.95
+    assert all(g["latest"] is not None for g in gpus)
+    assert 'fleetwatch_ingest_batches_total{outcome="rejected"}' not in metrics or (
+        'fleetwatch_ingest_batches_total{outcome="rejected"} 0.0' in metrics
+    )
+    assert not any("rejected batch" in log for log in logs)
+    assert all((tmp_path / "agents" / name / "spool" / "spool.db").is_file() for name in names)
