@@ -140,6 +140,7 @@ class Agent:
                 samples=len(batch.samples),
                 events=len(batch.events),
                 critical=critical,
+                carries=report or None,
             )
         except BaseException:
             if report:

@@ -30,7 +30,11 @@ CREATE TABLE IF NOT EXISTS batches (
     samples INTEGER NOT NULL,
     events INTEGER NOT NULL,
     size INTEGER NOT NULL,
-    body BLOB NOT NULL
+    body BLOB NOT NULL,
+    -- a drop report this batch carries: if the batch is dropped too, the report must survive
+    carried_batches INTEGER NOT NULL DEFAULT 0,
+    carried_samples INTEGER NOT NULL DEFAULT 0,
+    carried_events INTEGER NOT NULL DEFAULT 0
 );
 CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
 """
@@ -74,15 +78,35 @@ class Spool:
             self._db.close()
 
     def put(
-        self, batch_id: str, body: bytes, *, samples: int, events: int, critical: bool = False
+        self,
+        batch_id: str,
+        body: bytes,
+        *,
+        samples: int,
+        events: int,
+        critical: bool = False,
+        carries: DropReport | None = None,
     ) -> None:
+        carried = carries or DropReport(0, 0, 0)
         with self._lock:
             self._db.execute("BEGIN IMMEDIATE")
             try:
                 self._db.execute(
-                    "INSERT INTO batches (batch_id, created, critical, samples, events, size, body)"
-                    " VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    (batch_id, time.time(), int(critical), samples, events, len(body), body),
+                    "INSERT INTO batches (batch_id, created, critical, samples, events, size, body,"
+                    " carried_batches, carried_samples, carried_events)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (
+                        batch_id,
+                        time.time(),
+                        int(critical),
+                        samples,
+                        events,
+                        len(body),
+                        body,
+                        carried.batches,
+                        carried.samples,
+                        carried.events,
+                    ),
                 )
                 self._enforce_bound()
                 self._db.execute("COMMIT")
@@ -95,19 +119,20 @@ class Spool:
         while total > self.max_bytes:
             # Routine telemetry goes first; a fatal Xid is the last thing to give up.
             oldest = self._db.execute(
-                "SELECT seq, size, samples, events FROM batches ORDER BY critical, seq LIMIT 1"
+                "SELECT seq, size, samples, events, carried_batches, carried_samples,"
+                " carried_events FROM batches ORDER BY critical, seq LIMIT 1"
             ).fetchone()
             if oldest is None:
                 return
-            seq, size, samples, events = oldest
+            seq, size, samples, events, c_batches, c_samples, c_events = oldest
             self._db.execute("DELETE FROM batches WHERE seq = ?", (seq,))
             for name, amount in (
                 ("dropped_batches", 1),
                 ("dropped_samples", samples),
                 ("dropped_events", events),
-                ("unreported_batches", 1),
-                ("unreported_samples", samples),
-                ("unreported_events", events),
+                ("unreported_batches", 1 + c_batches),
+                ("unreported_samples", samples + c_samples),
+                ("unreported_events", events + c_events),
             ):
                 self._bump(name, amount)
             total -= size

@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import ClassVar
 
+import httpx
 import pytest
 from fastapi.testclient import TestClient
 
@@ -138,3 +139,30 @@ def test_agent_pushes_a_kernel_xid_line_within_a_second(
     event = found[0]
     assert (event["gpu_uuid"], event["pid"], event["process"]) == (UUID, 4242, "python3")
     assert event["pci_bus_id"] == "0000:3b:00.0"
+
+
+def test_agent_tells_the_server_what_a_full_spool_dropped(
+    tmp_path: Path, server: tuple[TestClient, str, str]
+) -> None:
+    client, agent_token, read_token = server
+    agent = _agent(tmp_path, client, agent_token, [StaticCollector()])
+    agent._spool.max_bytes = 1  # every new batch pushes the previous one out
+    # The server is unreachable: batches pile up in the spool and overflow it.
+    agent._pusher._client = httpx.Client(
+        transport=httpx.MockTransport(lambda request: httpx.Response(503)), base_url="http://x"
+    )
+    for _ in range(4):
+        agent.spool_collection(agent.collect())
+    assert agent._spool.counter("dropped_batches") >= 3
+    # The connection returns (and the disk has room): the next batch carries a spool_dropped
+    # event with the counts.
+    agent._pusher._client = client
+    agent._spool.max_bytes = 512 * 1024 * 1024
+    agent.spool_collection(agent.collect())
+    agent.drain_once()
+    auth = {"Authorization": f"Bearer {read_token}"}
+    (event,) = client.get("/v1/events", params={"kind": "spool_dropped"}, headers=auth).json()[
+        "data"
+    ]
+    assert event["details"]["batches"] >= 3 and event["details"]["samples"] >= 3
+    assert event["node"] == "node-1"

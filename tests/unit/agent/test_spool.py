@@ -55,3 +55,16 @@ def test_spool_drops_oldest_routine_batches_past_its_bound_and_counts_them(
     assert not spool.take_drop_report()  # taken once
     spool.restore_drop_report(report)
     assert spool.take_drop_report() == report
+
+
+def test_spool_keeps_a_drop_report_whose_carrier_batch_is_dropped_too(tmp_path: Path) -> None:
+    spool = Spool(tmp_path, max_bytes=1024 * 1024)
+    big = b"x" * (700 * 1024)
+    spool.put("a", big, samples=8, events=0)
+    spool.put("b", big, samples=8, events=0)  # drops a
+    report = spool.take_drop_report()
+    assert (report.batches, report.samples) == (1, 8)
+    spool.put("c", big, samples=8, events=1, carries=report)  # drops b
+    spool.put("d", big, samples=8, events=0)  # drops c, and with it the report it carried
+    final = spool.take_drop_report()
+    assert (final.batches, final.samples, final.events) == (3, 24, 1)
