@@ -26,6 +26,40 @@ __all__ = ["IngestResult", "store_batch"]
 _IDENTITY = ("index", "serial", "pci_bus_id", "name", "driver_version", "vbios_version")
 _SAMPLE_COLUMNS = ("gpu_uuid", "node_id", "ts", "boot_id", *SAMPLE_FIELD_NAMES)
 
+# Statements built once: building and hashing a SQLAlchemy statement per batch costs more CPU than
+# running it.
+_SELECT_KNOWN_GPUS = select(gpus.c.uuid, gpus.c.node_id, *(gpus.c[k] for k in _IDENTITY)).where(
+    gpus.c.uuid.in_(bindparam("uuids", expanding=True))
+)
+_SELECT_NODE = (
+    select(nodes.c.id, nodes.c.boot_id).where(nodes.c.name == bindparam("b_name")).with_for_update()
+)
+_INSERT_NODE = {
+    "postgresql": pg_insert(nodes).on_conflict_do_nothing(index_elements=["name"]),
+    "sqlite": sqlite_insert(nodes).on_conflict_do_nothing(index_elements=["name"]),
+}
+_NODE_FIELDS = ("labels", "interval_s", "agent_version", "last_seen")
+_UPDATE_NODE = (
+    update(nodes)
+    .where(nodes.c.id == bindparam("b_id"))
+    .values({k: bindparam(k) for k in _NODE_FIELDS})
+)
+_UPDATE_NODE_BOOT = _UPDATE_NODE.values(boot_id=bindparam("boot_id"))
+_CLAIM_BATCH = {
+    name: insert_(ingest_batches)
+    .on_conflict_do_nothing(index_elements=["batch_id"])
+    .returning(ingest_batches.c.batch_id)
+    for name, insert_ in (("postgresql", pg_insert), ("sqlite", sqlite_insert))
+}
+_UPDATE_LATEST = (
+    update(gpus)
+    .where(
+        gpus.c.uuid == bindparam("b_uuid"),
+        (gpus.c.latest_ts.is_(None)) | (gpus.c.latest_ts <= bindparam("b_ts")),
+    )
+    .values(latest_ts=bindparam("b_ts"), latest=bindparam("b_latest"), last_seen=bindparam("b_now"))
+)
+
 
 @dataclass(frozen=True)
 class IngestResult:
@@ -70,17 +104,17 @@ def _upsert_node(conn: Connection, batch: Batch, now: datetime) -> int:
     }
     if info.boot_id is not None:
         fields["boot_id"] = info.boot_id
-    # Two first batches of a new node may race (retries, replicas): ON CONFLICT lets the second
-    # wait for the first and then find its row, instead of failing on the unique name.
+    row = conn.execute(_SELECT_NODE, {"b_name": info.name}).first()
+    if row is None:
+        # Two first batches of a new node may race (retries, replicas): ON CONFLICT lets the
+        # second wait for the first and then find its row, instead of failing on the unique name.
+        conn.execute(
+            _INSERT_NODE[conn.dialect.name], {"name": info.name, "first_seen": now, **fields}
+        )
+        row = conn.execute(_SELECT_NODE, {"b_name": info.name}).one()
     conn.execute(
-        _dialect_insert(conn, nodes)
-        .values(name=info.name, first_seen=now, **fields)
-        .on_conflict_do_nothing(index_elements=["name"])
+        _UPDATE_NODE_BOOT if info.boot_id is not None else _UPDATE_NODE, {"b_id": row.id, **fields}
     )
-    row = conn.execute(
-        select(nodes.c.id, nodes.c.boot_id).where(nodes.c.name == info.name).with_for_update()
-    ).one()
-    conn.execute(update(nodes).where(nodes.c.id == row.id).values(**fields))
     if row.boot_id is not None and info.boot_id is not None and row.boot_id != info.boot_id:
         # Volatile counters restart from zero after a reboot; the event marks where.
         conn.execute(
@@ -109,12 +143,7 @@ def _claim_batch_id(
         "events": len(batch.events),
     }
     # ON CONFLICT DO NOTHING: a concurrent replay waits for the first to commit, then finds it.
-    claimed = conn.execute(
-        _dialect_insert(conn, ingest_batches)
-        .values(**values)
-        .on_conflict_do_nothing(index_elements=["batch_id"])
-        .returning(ingest_batches.c.batch_id)
-    ).first()
+    claimed = conn.execute(_CLAIM_BATCH[conn.dialect.name], values).first()
     if claimed is not None:
         return
     stored = conn.execute(
@@ -126,14 +155,13 @@ def _claim_batch_id(
 
 
 def _upsert_gpus(conn: Connection, batch: Batch, node_id: int, now: datetime) -> dict[str, str]:
-    """Register or update the batch's GPUs; return this node's GPUs as pci_bus_id -> uuid."""
+    """Register or update the batch's GPUs; return this node's GPUs as pci_bus_id -> uuid when an
+    event of the batch names a PCI slot and no GPU (empty otherwise: nothing else reads it)."""
     declared = {gpu.uuid: gpu for gpu in batch.gpus}
     referenced = {s.uuid for s in batch.samples} | {e.uuid for e in batch.events if e.uuid}
     known = {
         row.uuid: row
-        for row in conn.execute(
-            select(gpus).where(gpus.c.uuid.in_(list(declared.keys() | referenced)))
-        )
+        for row in conn.execute(_SELECT_KNOWN_GPUS, {"uuids": list(declared.keys() | referenced)})
     }
     _check_references(batch, declared, known, node_id)
 
@@ -159,6 +187,8 @@ def _upsert_gpus(conn: Connection, batch: Batch, node_id: int, now: datetime) ->
             .values(node_id=bindparam("node_id"), **{k: bindparam(k) for k in _IDENTITY}),
             changed,
         )
+    if not any(e.pci_bus_id and not e.uuid for e in batch.events):
+        return {}  # the map serves only events that name a PCI slot and no GPU
     by_pci = {
         row.pci_bus_id: row.uuid
         for row in conn.execute(
@@ -240,13 +270,11 @@ def _update_latest(conn: Connection, samples: list[GpuSample], now: datetime) ->
         return
     # Replayed old batches must not overwrite fresher state: only move latest_ts forward.
     conn.execute(
-        update(gpus)
-        .where(
-            gpus.c.uuid == bindparam("b_uuid"),
-            (gpus.c.latest_ts.is_(None)) | (gpus.c.latest_ts <= bindparam("b_ts")),
-        )
-        .values(latest_ts=bindparam("b_ts"), latest=bindparam("b_latest"), last_seen=now),
-        [{"b_uuid": uuid, "b_ts": s.ts, "b_latest": s.values()} for uuid, s in newest.items()],
+        _UPDATE_LATEST,
+        [
+            {"b_uuid": uuid, "b_ts": s.ts, "b_latest": s.values(), "b_now": now}
+            for uuid, s in newest.items()
+        ],
     )
 
 
