@@ -56,7 +56,19 @@ class ServerSettings(BaseSettings):
     metrics_require_token: bool = Field(
         default=True, description="/metrics needs a bearer token with read scope"
     )
-    db_pool_size: int = Field(default=10, ge=1, description="Connections per worker (PostgreSQL)")
+    db_pool_size: int = Field(
+        default=20,
+        ge=1,
+        description="PostgreSQL connections per worker, and as many again on demand; with the "
+        "40 request threads this avoids opening new connections under load",
+    )
+    max_concurrent_ingest: int = Field(
+        default=4,
+        ge=1,
+        le=64,
+        description="Ingest transactions at once per worker; more wait their turn, which costs "
+        "less than many threads contending for one interpreter lock and the database",
+    )
 
     @field_validator("database_url")
     @classmethod

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gzip
 import logging
+import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -86,6 +87,7 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
         app.state.settings = settings
         app.state.registry = registry
         app.state.metrics = ServerMetrics(registry)
+        app.state.ingest_slots = threading.BoundedSemaphore(settings.max_concurrent_ingest)
         app.state.fleet = FleetExposition(
             db,
             ttl_s=settings.metrics_cache_ttl_s,

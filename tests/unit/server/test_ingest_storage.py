@@ -189,6 +189,25 @@ def test_ingest_duplicate_after_reboot_records_no_second_boot(push: Push, read: 
     assert read("/v1/events", kind="node_boot").json()["count"] == 1
 
 
+def test_ingest_late_batch_from_before_a_reboot_does_not_switch_the_boot_back(
+    push: Push, read: Read
+) -> None:
+    # A node reboots while the server is down; its spool replays a critical batch of the new
+    # boot first, then the old boot's routine batches.
+    now = datetime.now(UTC)
+    old = make_batch("node-a", gpus=1, boot_id="boot-1", start=now - timedelta(minutes=10))
+    _ok(push(make_batch("node-a", gpus=1, boot_id="boot-1", start=now - timedelta(minutes=20))))
+    _ok(push(make_batch("node-a", gpus=1, boot_id="boot-2", start=now - timedelta(minutes=1))))
+    _ok(push(old))
+    boots = read("/v1/events", kind="node_boot").json()["data"]
+    assert [b["details"]["boot_id"] for b in boots] == ["boot-2"]
+    assert read("/v1/nodes/node-a").json()["boot_id"] == "boot-2"
+    # The old batch's samples are still stored, under the boot they were read in.
+    uuid = old["gpus"][0]["uuid"]
+    stored = read(f"/v1/gpus/{uuid}/samples").json()["data"]
+    assert [p["boot_id"] for p in stored] == ["boot-1", "boot-1", "boot-2"]
+
+
 def _counter_samples(uuid: str, start: datetime, values: list[int]) -> list[dict[str, Any]]:
     return [
         {

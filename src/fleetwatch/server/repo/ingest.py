@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Table, bindparam, insert, select, update
+from sqlalchemy import Connection, Table, bindparam, func, insert, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
@@ -112,10 +112,16 @@ def _upsert_node(conn: Connection, batch: Batch, now: datetime) -> int:
             _INSERT_NODE[conn.dialect.name], {"name": info.name, "first_seen": now, **fields}
         )
         row = conn.execute(_SELECT_NODE, {"b_name": info.name}).one()
+    rebooted = row.boot_id is not None and info.boot_id is not None and row.boot_id != info.boot_id
+    if rebooted and _older_than_node_state(conn, batch, row.id):
+        # A spooled batch from before the reboot, replayed after newer ones: it must not switch
+        # the node back to its old boot, nor announce a reboot that is already known.
+        rebooted = False
+        fields.pop("boot_id", None)
     conn.execute(
-        _UPDATE_NODE_BOOT if info.boot_id is not None else _UPDATE_NODE, {"b_id": row.id, **fields}
+        _UPDATE_NODE_BOOT if "boot_id" in fields else _UPDATE_NODE, {"b_id": row.id, **fields}
     )
-    if row.boot_id is not None and info.boot_id is not None and row.boot_id != info.boot_id:
+    if rebooted:
         # Volatile counters restart from zero after a reboot; the event marks where.
         conn.execute(
             insert(events).values(
@@ -129,6 +135,17 @@ def _upsert_node(conn: Connection, batch: Batch, now: datetime) -> int:
             )
         )
     return int(row.id)
+
+
+def _older_than_node_state(conn: Connection, batch: Batch, node_id: int) -> bool:
+    """Whether every reading in ``batch`` predates the node's newest stored sample."""
+    stamps = [s.ts for s in batch.samples] + [e.ts for e in batch.events]
+    if not stamps:
+        return False
+    newest_stored = conn.execute(
+        select(func.max(gpus.c.latest_ts)).where(gpus.c.node_id == node_id)
+    ).scalar()
+    return newest_stored is not None and max(stamps) < newest_stored
 
 
 def _claim_batch_id(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import threading
 import time
 import zlib
 from datetime import timedelta
@@ -128,9 +129,13 @@ def _validate(body: bytes, settings: ServerSettings) -> Batch:
         ) from None
 
 
-def _ingest(body: bytes, settings: ServerSettings, db: Database) -> IngestResponse:
+def _ingest(
+    body: bytes, settings: ServerSettings, db: Database, slots: threading.Semaphore
+) -> IngestResponse:
     batch = _validate(body, settings)
-    result = store_batch(db, batch, content_sha256=hashlib.sha256(body).hexdigest(), now=utcnow())
+    digest = hashlib.sha256(body).hexdigest()
+    with slots:  # validation runs freely; only the transaction waits for a slot
+        result = store_batch(db, batch, content_sha256=digest, now=utcnow())
     logger.debug(
         "batch %s from %s: %d samples, %d events, duplicate=%s",
         batch.batch_id,
@@ -161,7 +166,9 @@ async def ingest(request: Request, _token: IngestAuth) -> IngestResponse:
     try:
         _check_content_type(request)
         body = await _read_body(request, settings.max_body_bytes)
-        response = await run_in_threadpool(_ingest, body, settings, request.app.state.db)
+        response = await run_in_threadpool(
+            _ingest, body, settings, request.app.state.db, request.app.state.ingest_slots
+        )
     except InvalidInput as exc:
         metrics.ingest_batches.labels("rejected").inc()
         metrics.ingest_rejections.labels(str(status_for(exc))).inc()
