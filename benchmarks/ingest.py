@@ -1288,7 +1288,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--db-pool-size",
         type=int,
-        help="server's FLEETWATCH_SERVER_DB_POOL_SIZE (default: the product's default, 10)",
+        help="server's FLEETWATCH_SERVER_DB_POOL_SIZE (default: the product's default)",
     )
     p.add_argument("--ceiling-rows", type=int, default=100_000, help="rows for the ceiling")
     p.add_argument(
