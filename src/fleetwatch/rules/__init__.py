@@ -1,0 +1,1 @@
+"""Health rules: the Xid catalogue (:mod:`.xid_catalog`) and the Xid judge (:mod:`.xid`)."""
