@@ -86,7 +86,15 @@ def main(ctx: click.Context, debug: bool, log_level: str, log_format: str) -> No
 
 
 def _register() -> None:
-    from fleetwatch.cli import agent_cmd, config_cmd, demo_cmd, parse_cmd, server_cmds, sim_cmd
+    from fleetwatch.cli import (
+        agent_cmd,
+        config_cmd,
+        demo_cmd,
+        model_cmd,
+        parse_cmd,
+        server_cmds,
+        sim_cmd,
+    )
 
     main.add_command(server_cmds.server)
     main.add_command(server_cmds.db)
@@ -96,6 +104,7 @@ def _register() -> None:
     main.add_command(agent_cmd.agent)
     main.add_command(parse_cmd.parse)
     main.add_command(sim_cmd.sim)
+    main.add_command(model_cmd.model)
 
 
 _register()
