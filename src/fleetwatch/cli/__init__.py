@@ -90,6 +90,7 @@ def _register() -> None:
         agent_cmd,
         config_cmd,
         demo_cmd,
+        inventory_cmd,
         model_cmd,
         parse_cmd,
         server_cmds,
@@ -105,6 +106,7 @@ def _register() -> None:
     main.add_command(parse_cmd.parse)
     main.add_command(sim_cmd.sim)
     main.add_command(model_cmd.model)
+    main.add_command(inventory_cmd.inventory)
 
 
 _register()

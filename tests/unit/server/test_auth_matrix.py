@@ -48,6 +48,9 @@ ENDPOINTS: dict[tuple[str, str], tuple[str, str, int]] = {
     ("POST", "/v1/tokens"): ("admin", "/v1/tokens", 201),
     ("GET", "/v1/tokens"): ("admin", "/v1/tokens", 200),
     ("DELETE", "/v1/tokens/{key}"): ("admin", "/v1/tokens/{victim}", 200),
+    ("POST", "/v1/inventory/import"): ("admin", "/v1/inventory/import", 200),
+    ("POST", "/v1/lifetimes/{serial}/events"): ("admin", "/v1/lifetimes/SN-1/events", 200),
+    ("GET", "/v1/lifetimes"): ("read", "/v1/lifetimes", 200),
 }
 
 OPEN = {
@@ -96,6 +99,11 @@ def _call(
         kwargs["json"] = make_batch("node-a", gpus=1)
     elif key == ("POST", "/v1/tokens"):
         kwargs["json"] = {"name": "made-by-test", "scope": "read"}
+    elif key == ("POST", "/v1/inventory/import"):
+        kwargs["content"] = b"SN,location,insert,remove,event\nSN-1,c1-1c0s0n0,2020-01-01,,\n"
+        kwargs["headers"] = {**headers, "Content-Type": "text/csv"}
+    elif key == ("POST", "/v1/lifetimes/{serial}/events"):
+        kwargs["json"] = {"kind": "failure", "installed_at": "2020-01-01T00:00:00Z"}
     return client.request(method, path, **kwargs)
 
 
