@@ -49,8 +49,11 @@ def test_agent_modules_import_without_server_modules() -> None:
     code = (
         "import sys, fleetwatch.telemetry, fleetwatch.agent.parsers.nvidia_smi_xml, "
         "fleetwatch.agent.parsers.kernel_log, fleetwatch.agent.parsers.dcgm_exporter, "
-        "fleetwatch.cli;"
-        "heavy = [m for m in ('fastapi', 'sqlalchemy', 'alembic', 'psycopg', 'lifelines') "
+        "fleetwatch.cli, fleetwatch.agent.factory, fleetwatch.agent.loop, "
+        "fleetwatch.agent.collectors.kernel_log, fleetwatch.agent.collectors.dcgm_exporter, "
+        "fleetwatch.agent.collectors.nvidia_smi, fleetwatch.agent.collectors.nvml;"
+        "heavy = [m for m in ('fastapi', 'sqlalchemy', 'alembic', 'psycopg', 'lifelines', 'numpy', "
+        "'pandas') "
         "if m in sys.modules]; print(heavy); sys.exit(1 if heavy else 0)"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

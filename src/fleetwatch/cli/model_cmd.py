@@ -13,11 +13,16 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
-import numpy as np
-import pandas as pd
-from numpy.typing import NDArray
+
+if TYPE_CHECKING:
+    # numpy and pandas come with the models extra; `fleetwatch` itself must start without them
+    # (an agent-only install lists this command too).
+    import numpy as np
+    import pandas as pd
+    from numpy.typing import NDArray
 
 __all__ = ["model"]
 
@@ -30,6 +35,8 @@ def _progress(message: str) -> None:
 
 
 def _parse_cutoff(value: str) -> pd.Timestamp:
+    import pandas as pd
+
     try:
         cut = pd.Timestamp(value)
     except (ValueError, TypeError, OverflowError) as exc:
@@ -57,6 +64,8 @@ def read_inventory(path: Path) -> pd.DataFrame:
 
     Raises ``click.ClickException`` with one line if the file cannot be read or lacks columns.
     """
+    import pandas as pd
+
     from fleetwatch.models.features import RECORD_COLUMNS, read_titan
 
     if not path.is_file():
@@ -86,6 +95,8 @@ def read_inventory(path: Path) -> pd.DataFrame:
 
 
 def _check_window(records: pd.DataFrame, cut: pd.Timestamp, horizons: Sequence[float]) -> None:
+    import pandas as pd
+
     first, last = records["inserted"].min(), records["removed"].max()
     if not first < cut:
         raise click.ClickException(
@@ -102,6 +113,8 @@ def _check_window(records: pd.DataFrame, cut: pd.Timestamp, horizons: Sequence[f
 
 def precision_at(risk: NDArray[np.float64], label: NDArray[np.bool_], k: int) -> float:
     """Share of failures among the ``k`` riskiest units (stable order on ties)."""
+    import numpy as np
+
     k = min(k, len(risk))
     if k <= 0:
         return math.nan
@@ -111,6 +124,8 @@ def precision_at(risk: NDArray[np.float64], label: NDArray[np.bool_], k: int) ->
 
 def _table(risks: pd.DataFrame, metrics: dict[str, object], k1: int) -> list[str]:
     """Rows of the printed metrics table for one horizon."""
+    import numpy as np
+
     from fleetwatch.models.backtest import Metrics
 
     label = risks["label"].to_numpy(dtype=bool)
@@ -180,6 +195,8 @@ def backtest(
     risk_location_only for the first horizon, and the same columns suffixed ``_<H>d`` for
     each further horizon.
     """
+    import pandas as pd
+
     from fleetwatch.errors import ModelError
     from fleetwatch.models.aft import WeibullAFTRisk
     from fleetwatch.models.backtest import backtest as run_backtest
