@@ -19,10 +19,10 @@ from sqlalchemy import Connection, Row, select, text, update
 from fleetwatch.errors import InvalidInput, NotFound
 from fleetwatch.inventory import EndKind, LifetimeRecord
 from fleetwatch.server.db.tables import gpu_lifetimes, gpus
+from fleetwatch.server.schemas.lifetimes import LifetimePublic
 
 __all__ = [
     "ImportCounts",
-    "Lifetime",
     "import_lifetimes",
     "list_lifetimes",
     "record_lifetime_end",
@@ -33,29 +33,13 @@ _IMPORT_LOCK_KEY = 0x46575F4C4946  # "FW_LIF": one advisory lock for every lifet
 
 
 @dataclass(frozen=True)
-class Lifetime:
-    id: int
-    serial: str
-    gpu_uuid: str | None
-    node_id: int | None
-    location: str | None
-    sku: str | None
-    installed_at: datetime
-    removed_at: datetime | None
-    end_kind: str | None
-    cause: str | None
-    evidence: dict[str, Any] | None
-    source: str
-
-
-@dataclass(frozen=True)
 class ImportCounts:
     inserted: int
     already_stored: int
 
 
-def _lifetime(row: Row[Any]) -> Lifetime:
-    return Lifetime(**{name: getattr(row, name) for name in Lifetime.__dataclass_fields__})
+def _lifetime(row: Row[Any]) -> LifetimePublic:
+    return LifetimePublic(**{name: getattr(row, name) for name in LifetimePublic.model_fields})
 
 
 def _stored_keys(
@@ -121,7 +105,7 @@ def list_lifetimes(
     serial: str | None = None,
     end_kind: str | None = None,
     limit: int = 1000,
-) -> list[Lifetime]:
+) -> list[LifetimePublic]:
     """Lifetimes in install order (oldest first), optionally for one serial or one end kind."""
     query = select(gpu_lifetimes)
     if serial is not None:
@@ -143,7 +127,7 @@ def record_lifetime_end(
     cause: str | None = None,
     installed_at: datetime | None = None,
     evidence: dict[str, Any] | None = None,
-) -> Lifetime:
+) -> LifetimePublic:
     """End a GPU's current stint with an operator's failure, repair or retirement.
 
     The stint closed is the serial's newest open lifetime installed at or before ``at``. Without

@@ -28,6 +28,7 @@ from fleetwatch.server.db.session import Database
 from fleetwatch.server.deps import AdminAuth, DatabaseDep, ReadAuth
 from fleetwatch.server.repo.lifetimes import import_lifetimes, list_lifetimes, record_lifetime_end
 from fleetwatch.server.schemas.common import ErrorResponse
+from fleetwatch.server.schemas.lifetimes import LifetimePublic, LifetimesPublic
 
 __all__ = ["router"]
 
@@ -58,26 +59,6 @@ class LifetimeEnd(BaseModel):
     installed_at: datetime | None = Field(
         default=None, description="Start of the stint, when no open lifetime is on record"
     )
-
-
-class LifetimePublic(BaseModel):
-    id: int
-    serial: str
-    gpu_uuid: str | None
-    node_id: int | None
-    location: str | None
-    sku: str | None
-    installed_at: datetime
-    removed_at: datetime | None
-    end_kind: str | None
-    cause: str | None
-    evidence: dict[str, Any] | None
-    source: str
-
-
-class LifetimesPublic(BaseModel):
-    data: list[LifetimePublic]
-    count: int
 
 
 _IMPORT_ERRORS: dict[int | str, dict[str, Any]] = {
@@ -201,7 +182,7 @@ def post_lifetime_event(
             installed_at=installed,
             evidence={"recorded_by": token.name, "recorded_at": utcnow().isoformat()},
         )
-    return LifetimePublic(**lifetime.__dict__)
+    return lifetime
 
 
 @router.get("/lifetimes", response_model=LifetimesPublic, summary="List GPU lifetimes")
@@ -217,4 +198,4 @@ def get_lifetimes(
     """Lifetimes by serial, then install time."""
     with db.read() as conn:
         found = list_lifetimes(conn, serial=serial, end_kind=end_kind, limit=limit)
-    return LifetimesPublic(data=[LifetimePublic(**f.__dict__) for f in found], count=len(found))
+    return LifetimesPublic(data=found, count=len(found))
