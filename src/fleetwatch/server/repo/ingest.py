@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Table, bindparam, func, insert, select, update
+from sqlalchemy import Connection, bindparam, func, insert, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
@@ -37,6 +37,10 @@ _SELECT_NODE = (
 _INSERT_NODE = {
     "postgresql": pg_insert(nodes).on_conflict_do_nothing(index_elements=["name"]),
     "sqlite": sqlite_insert(nodes).on_conflict_do_nothing(index_elements=["name"]),
+}
+_INSERT_GPUS = {
+    "postgresql": pg_insert(gpus).on_conflict_do_nothing(index_elements=["uuid"]),
+    "sqlite": sqlite_insert(gpus).on_conflict_do_nothing(index_elements=["uuid"]),
 }
 _NODE_FIELDS = ("labels", "interval_s", "agent_version", "last_seen")
 _UPDATE_NODE = (
@@ -88,10 +92,6 @@ def store_batch(db: Database, batch: Batch, *, content_sha256: str, now: datetim
     return IngestResult(
         samples=len(batch.samples), events=len(batch.events), duplicate=False, node_id=node_id
     )
-
-
-def _dialect_insert(conn: Connection, table: Table) -> Any:
-    return (pg_insert if conn.dialect.name == "postgresql" else sqlite_insert)(table)
 
 
 def _upsert_node(conn: Connection, batch: Batch, now: datetime) -> int:
@@ -194,9 +194,7 @@ def _upsert_gpus(conn: Connection, batch: Batch, node_id: int, now: datetime) ->
             changed.append({"b_uuid": uuid, "node_id": node_id, **identity})
     if new_rows:
         # Conflict-safe for the same reason as nodes: two batches may register a GPU at once.
-        conn.execute(
-            _dialect_insert(conn, gpus).on_conflict_do_nothing(index_elements=["uuid"]), new_rows
-        )
+        conn.execute(_INSERT_GPUS[conn.dialect.name], new_rows)
     if changed:
         conn.execute(
             update(gpus)
