@@ -180,7 +180,11 @@ class FleetExposition:
         for row in grouped:
             self._count(row.node_id, row.gpu_uuid, row.kind, row.xid, row.n)
 
-    def _count(self, node_id: int, uuid: str | None, kind: str, xid: int | None, n: int) -> None:
+    def _count(
+        self, node_id: int | None, uuid: str | None, kind: str, xid: int | None, n: int
+    ) -> None:
+        if node_id is None:
+            return  # fleet-wide events (model wear-out) have no node label to count under
         key = (node_id, kind)
         self._kinds[key] = self._kinds.get(key, 0) + n
         if kind == "xid" and xid is not None:

@@ -97,7 +97,8 @@ events = Table(
     "events",
     metadata,
     Column("id", BigId, primary_key=True, autoincrement=True),
-    Column("node_id", Integer, ForeignKey("nodes.id"), nullable=False),
+    # Null for fleet-wide events (a model's wear-out onset), which belong to no node.
+    Column("node_id", Integer, ForeignKey("nodes.id")),
     Column("gpu_uuid", String(128)),
     Column("pci_bus_id", String(16)),
     Column("kind", String(64), nullable=False),
@@ -154,4 +155,45 @@ ingest_batches = Table(
     Column("content_sha256", String(64), nullable=False),
     Column("samples", Integer, nullable=False),
     Column("events", Integer, nullable=False),
+)
+
+
+# One row per GPU and UTC hour of telemetry: the trailing-window covariates of the survival
+# models read these instead of scanning gpu_samples (see fleetwatch.models.telemetry_features).
+gpu_hourly = Table(
+    "gpu_hourly",
+    metadata,
+    Column("gpu_uuid", String(128), primary_key=True),
+    Column("hour", UtcDateTime, primary_key=True),
+    Column("node_id", Integer, nullable=False),
+    Column("samples", Integer, nullable=False),
+    Column("span_s", Float, nullable=False, comment="first to last sample"),
+    Column("temp_p95_c", Float),
+    Column("temp_max_c", Float),
+    Column("throttle_reported", Integer, nullable=False, comment="samples with reasons"),
+    Column("throttled", Integer, nullable=False, comment="of those, HW/thermal/power throttled"),
+    Column("sbe_errors", Float, comment="increase of the aggregate SBE counter"),
+    Column("nvlink_errors", Float, comment="increase of NVLink CRC + replay + recovery counters"),
+    Column("pcie_replays", Float, comment="increase of the PCIe replay counter"),
+    Column("remapped_rows", BigInteger, comment="correctable + uncorrectable, newest"),
+    Column("xid_hardware", Integer, nullable=False),
+    Column("xid_memory", Integer, nullable=False),
+    Column("xid_interconnect", Integer, nullable=False),
+    Column("xid_power_thermal", Integer, nullable=False),
+    Column("xid_driver_firmware", Integer, nullable=False),
+    Index("ix_gpu_hourly_hour", "hour"),
+)
+
+# A model version is one refit: the fleet and per-SKU Weibull fits and, when the data allows,
+# the AFT model with covariates, with everything needed to score without lifelines.
+risk_models = Table(
+    "risk_models",
+    metadata,
+    Column("version", Integer, primary_key=True, autoincrement=True),
+    Column("trained_at", UtcDateTime, nullable=False, index=True),
+    Column("trigger", String(16), nullable=False, comment="schedule | manual | startup"),
+    Column("status", String(16), nullable=False, comment="ok | failed"),
+    Column("params", Json),
+    Column("metrics", Json),
+    Column("error", Text),
 )

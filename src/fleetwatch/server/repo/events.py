@@ -42,7 +42,8 @@ def list_events(
     limit: int = 1000,
 ) -> list[EventPublic]:
     """Newest first."""
-    query = select(events, nodes.c.name.label("node_name")).join(
+    # Outer join: fleet-wide events (a model's wear-out onset) have no node.
+    query = select(events, nodes.c.name.label("node_name")).outerjoin(
         nodes, nodes.c.id == events.c.node_id
     )
     if since is not None:

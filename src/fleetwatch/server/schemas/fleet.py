@@ -67,7 +67,7 @@ class NodeDetail(NodePublic):
 
 class EventPublic(BaseModel):
     id: int
-    node: str
+    node: str | None = Field(description="null for fleet-wide events, such as a wear-out onset")
     kind: str
     ts: datetime
     received_at: datetime
