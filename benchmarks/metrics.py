@@ -78,8 +78,17 @@ def _sample(gpu_uuid: str, ts: datetime, tick: int) -> dict[str, Any]:
     }
 
 
-def seed(db: Database, nodes: int, tick: int) -> None:
-    now = datetime.now(UTC) - timedelta(seconds=1)
+def seed(
+    db: Database,
+    nodes: int,
+    tick: int,
+    *,
+    fatal_every: int = 0,
+    offset: timedelta = timedelta(0),
+) -> None:
+    """One sample per GPU at ``now - 1 s + offset``; an application Xid on every 10th node and,
+    with ``fatal_every``, a DBE Xid (48) on every ``fatal_every``-th GPU."""
+    now = datetime.now(UTC) - timedelta(seconds=1) + offset
     for n in range(nodes):
         name = f"bench-{n:05d}"
         gpus = [
@@ -98,6 +107,12 @@ def seed(db: Database, nodes: int, tick: int) -> None:
             if n % 10 == 0
             else []
         )
+        if fatal_every:
+            events += [
+                {"kind": "xid", "uuid": g["uuid"], "xid": 48, "ts": now.isoformat()}
+                for i, g in enumerate(gpus)
+                if (n * GPUS_PER_NODE + i) % fatal_every == 0
+            ]
         batch = Batch.model_validate_json(
             json.dumps(
                 {

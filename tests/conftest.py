@@ -93,7 +93,10 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 @pytest.fixture
 def settings(database_url: str) -> ServerSettings:
-    return ServerSettings(database_url=database_url, metrics_cache_ttl_s=0, _env_file=None)  # type: ignore[call-arg]
+    # Background jobs off: tests drive rollups, lifetimes and assessments by hand.
+    return ServerSettings(  # type: ignore[call-arg]
+        database_url=database_url, metrics_cache_ttl_s=0, background_jobs=False, _env_file=None
+    )
 
 
 @pytest.fixture

@@ -69,6 +69,60 @@ class ServerSettings(BaseSettings):
         description="Ingest transactions at once per worker; more wait their turn, which costs "
         "less than many threads contending for one interpreter lock and the database",
     )
+    refit_interval_s: float = Field(
+        default=21600.0,
+        ge=0,
+        description="Refit the risk models this often, in the background; 0 disables the schedule",
+    )
+    model_min_events: int = Field(
+        default=10, ge=1, description="Failures a SKU needs for its own Weibull fit"
+    )
+    model_min_aft_events: int = Field(
+        default=20, ge=1, description="Failures with telemetry the covariate (AFT) model needs"
+    )
+    model_window_days: float = Field(
+        default=7.0, gt=0, description="Telemetry window before each lifetime's end, in days"
+    )
+    location_pattern: str | None = Field(
+        default=None,
+        description="Regex with named groups parsing locations into numeric model covariates "
+        "loc_<name>, e.g. fleetwatch.inventory.TITAN_LOCATION_PATTERN",
+    )
+    rules_file: Path | None = Field(
+        default=None,
+        description="TOML with per-fleet rule overrides: [xid.<code>] rows of the Xid catalogue "
+        "and a [health] table of thresholds (see README)",
+    )
+    background_jobs: bool = Field(
+        default=True,
+        description="Run the background jobs (rollups, lifetimes, assessment, model refits); "
+        "off only in tests that drive them by hand",
+    )
+    assess_interval_s: float = Field(
+        default=30.0,
+        gt=0,
+        description="How often each worker re-judges every GPU (rules and risk) in the background",
+    )
+    rollup_interval_s: float = Field(
+        default=300.0,
+        gt=0,
+        description="How often the hourly telemetry rollups (model covariates) are updated",
+    )
+    lifecycle_interval_s: float = Field(
+        default=300.0,
+        gt=0,
+        description="How often GPU lifetimes are derived (installs, failures, replacements)",
+    )
+    gpu_leave_after_s: float = Field(
+        default=3600.0,
+        gt=0,
+        description="A GPU with a fatal verdict that has not reported for this long has failed",
+    )
+    risk_horizons_h: list[float] = Field(
+        default=[24.0, 168.0],
+        min_length=1,
+        description="Horizons (hours) of the failure probabilities exported on /metrics",
+    )
 
     @field_validator("database_url")
     @classmethod

@@ -52,8 +52,13 @@ def server(
         insecure_no_auth=insecure_no_auth,
     )
     # Workers are separate processes that build their own app from the environment.
-    for name, value in settings.model_dump().items():
-        os.environ[f"FLEETWATCH_SERVER_{name.upper()}"] = str(value)
+    # None is left unset (str(None) would read back as the text "None"); lists go as JSON.
+    for name, value in settings.model_dump(mode="json").items():
+        key = f"FLEETWATCH_SERVER_{name.upper()}"
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = json.dumps(value) if isinstance(value, list | dict) else str(value)
     _check_database(settings)
     uvicorn.run(
         "fleetwatch.server.app:create_app",

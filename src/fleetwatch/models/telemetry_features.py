@@ -170,15 +170,16 @@ def _rate_per_day(rollups: Sequence[HourRollup], attr: str) -> float | None:
     span = sum(r.span_s for r in known)
     if not known or span <= 0:
         return None
-    return sum(getattr(r, attr) for r in known) / span * _DAY_S
+    return float(sum(getattr(r, attr) for r in known)) / span * _DAY_S
 
 
 def window_features(rollups: Sequence[HourRollup]) -> dict[str, float]:
     """Covariates over the rollups of one GPU's trailing window (any order).
 
     Rates are per day of observed time; ``temp_p95_c`` is the highest hourly p95 (a GPU that ran
-    hot for an hour ran hot); ``remapped_rows`` is the newest reading. Covariates without any
-    reading are absent; with no rollups at all the result is empty.
+    hot for an hour ran hot); ``remapped_rows`` is the highest reading (remaps only accumulate on
+    a GPU, and the highest survives a window whose newest hour did not report it). Covariates
+    without any reading are absent; with no rollups at all the result is empty.
     """
     if not rollups:
         return {}
@@ -198,5 +199,5 @@ def window_features(rollups: Sequence[HourRollup]) -> dict[str, float]:
         out["throttle_fraction"] = sum(r.throttled for r in ordered) / reported
     remapped = [r.remapped_rows for r in ordered if r.remapped_rows is not None]
     if remapped:
-        out["remapped_rows"] = float(remapped[-1])
+        out["remapped_rows"] = float(max(remapped))
     return out

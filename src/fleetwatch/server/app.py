@@ -6,6 +6,7 @@ Run with ``uvicorn --factory fleetwatch.server.app:create_app`` (settings from t
 
 from __future__ import annotations
 
+import asyncio
 import gzip
 import logging
 import threading
@@ -25,11 +26,20 @@ from fleetwatch.config import ServerSettings, load_server_settings
 from fleetwatch.errors import SchemaOutOfDate
 from fleetwatch.metrics import ServerMetrics
 from fleetwatch.server.auth import Permission
+from fleetwatch.server.background import (
+    Assessor,
+    RollupJob,
+    load_rules,
+    periodic,
+    run_lifecycle,
+)
 from fleetwatch.server.db.migrate import current_revision, head_revision, upgrade
 from fleetwatch.server.db.session import Database, make_engine
 from fleetwatch.server.deps import require
 from fleetwatch.server.errors import install_error_handlers
 from fleetwatch.server.exposition import FleetExposition
+from fleetwatch.server.refit import Refitter
+from fleetwatch.server.risk_exposition import render_risk
 from fleetwatch.server.routers import api_router
 from fleetwatch.telemetry import Batch
 
@@ -93,12 +103,31 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
             ttl_s=settings.metrics_cache_ttl_s,
             unreachable_factor=settings.unreachable_after_intervals,
         )
+        catalog, thresholds = load_rules(settings)
+        app.state.assessor = Assessor(db, settings, catalog, thresholds)
+        tasks: list[asyncio.Task[None]] = []
+        if settings.background_jobs:
+            jobs = [
+                ("rollups", settings.rollup_interval_s, RollupJob(db, catalog)),
+                ("lifecycle", settings.lifecycle_interval_s,
+                 lambda: run_lifecycle(db, settings, catalog)),
+                ("assessment", settings.assess_interval_s, app.state.assessor.run_once),
+            ]  # fmt: skip
+            tasks = [asyncio.create_task(periodic(*job), name=job[0]) for job in jobs]
+        app.state.refitter = refitter = Refitter(db, settings)
+        if settings.background_jobs and settings.refit_interval_s > 0:
+            schedule = refitter.run_schedule(settings.refit_interval_s)
+            tasks.append(asyncio.create_task(schedule, name="refit"))
         logger.info(
             "FleetWatch %s serving on %s", fleetwatch.__version__, db.engine.url.render_as_string()
         )
         try:
             yield
         finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await asyncio.to_thread(refitter.wait, 60.0)  # a refit in flight ends before the engine
             db.dispose()
 
     app = FastAPI(
@@ -148,6 +177,9 @@ def _add_operational_routes(app: FastAPI, settings: ServerSettings) -> None:
     async def metrics(request: Request) -> Response:
         fleet: FleetExposition = request.app.state.fleet
         body = await run_in_threadpool(fleet.render)
+        body += await run_in_threadpool(
+            render_risk, request.app.state.assessor.latest, settings.risk_horizons_h
+        )
         payload = (generate_latest(request.app.state.registry).decode() + body).encode()
         headers = {"Content-Type": "text/plain; version=0.0.4; charset=utf-8"}
         if "gzip" in request.headers.get("accept-encoding", ""):

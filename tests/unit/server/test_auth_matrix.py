@@ -21,8 +21,10 @@ from tests.conftest import bearer
 from tests.factories import gpu_uuid, make_batch
 
 from fleetwatch.server.auth import create_token, revoke_token
+from fleetwatch.server.db.base import utcnow
 from fleetwatch.server.db.session import Database
 from fleetwatch.server.db.tables import api_tokens
+from fleetwatch.server.repo.models import store_model
 
 SCOPES = ("agent", "read", "scheduler", "admin")
 ALLOWED = {
@@ -51,6 +53,11 @@ ENDPOINTS: dict[tuple[str, str], tuple[str, str, int]] = {
     ("POST", "/v1/inventory/import"): ("admin", "/v1/inventory/import", 200),
     ("POST", "/v1/lifetimes/{serial}/events"): ("admin", "/v1/lifetimes/SN-1/events", 200),
     ("GET", "/v1/lifetimes"): ("read", "/v1/lifetimes", 200),
+    ("GET", "/v1/models"): ("read", "/v1/models", 200),
+    ("GET", "/v1/models/{version}"): ("read", "/v1/models/{stored_version}", 200),
+    ("POST", "/v1/models/refit"): ("admin", "/v1/models/refit", 202),
+    ("GET", "/v1/risk"): ("read", "/v1/risk", 200),
+    ("GET", "/v1/gpus/{uuid}/risk"): ("read", f"/v1/gpus/{gpu_uuid('node-a', 0)}/risk", 200),
 }
 
 OPEN = {
@@ -95,6 +102,10 @@ def _call(
         with db.write() as conn:
             _, victim = create_token(conn, name=f"victim-{secrets.token_hex(3)}", scope="read")
         path = path.format(victim=victim.token_id)
+    if "{stored_version}" in path:
+        with db.write() as conn:
+            version = store_model(conn, None, trigger="manual", trained_at=utcnow(), error="x")
+        path = path.format(stored_version=version)
     if key == ("POST", "/v1/ingest"):
         kwargs["json"] = make_batch("node-a", gpus=1)
     elif key == ("POST", "/v1/tokens"):

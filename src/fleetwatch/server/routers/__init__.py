@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from fleetwatch.server.routers import events, gpus, ingest, lifetimes, nodes, tokens
+from fleetwatch.server.routers import events, gpus, ingest, lifetimes, models, nodes, risk, tokens
 
 __all__ = ["api_router"]
 
 api_router = APIRouter(prefix="/v1")
-for _module in (ingest, nodes, gpus, events, tokens, lifetimes):
+for _module in (ingest, nodes, gpus, events, tokens, lifetimes, risk, models):
     api_router.include_router(_module.router)

@@ -1,0 +1,487 @@
+"""A risk-model version: the bundle of fits one refit produces, and how it scores GPUs.
+
+A :class:`RiskBundle` holds
+
+* a fleet Weibull and one Weibull per group (SKU or batch) with at least ``min_group_events``
+  failures, for hazard and MTBF per group;
+* when the training data has at least ``min_aft_events`` failures among rows with telemetry, a
+  Weibull AFT on age plus covariates (:mod:`fleetwatch.models.aft`).
+
+Risk over a horizon :math:`H` for a unit of age :math:`a` is
+
+.. math::
+
+    \\mathrm{risk} = 1 - \\frac{S(a + H)}{S(a)}
+        = 1 - \\exp\\!\\left((a/\\lambda)^{\\rho} - ((a + H)/\\lambda)^{\\rho}\\right),
+    \\qquad \\log \\lambda(x) = \\beta_0 + \\beta^\\top x \\ \\text{(AFT)}
+
+A unit is scored by the AFT when the bundle has one, else by its group's Weibull, else by the
+fleet's. In the AFT a covariate the unit did not report is imputed with its training median;
+covariates constant in training are dropped. A factor's hazard ratio compares the unit with the
+training mean of each covariate, :math:`\\exp(-\\rho\\,\\beta_j (x_j - \\bar x_j))`; above 1 it
+raises the unit's risk.
+
+:meth:`RiskBundle.to_params` is plain JSON and :meth:`RiskBundle.from_params` scores with numpy
+alone, so the server stores a version in one row and never needs lifelines to serve it.
+"""
+
+from __future__ import annotations
+
+import gc
+import math
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from numpy.typing import NDArray
+from scipy.stats import norm
+
+from fleetwatch.models.base import DURATION_COL, EVENT_COL, ModelFitError
+
+__all__ = [
+    "EVENT",
+    "DURATION_DAYS",
+    "FLEET",
+    "GROUP",
+    "Factor",
+    "RiskBundle",
+    "RiskScores",
+    "wear_out_onsets",
+]
+
+DURATION_DAYS = "duration_days"
+EVENT = "event"
+GROUP = "group"
+AGE = "age_days"
+FLEET = "fleet"
+PARAMS_FORMAT = 1
+MAX_FACTORS = 3
+HOLDOUT_FRACTION = 0.2
+MIN_HOLDOUT_EVENTS = 10
+_SPLIT_SEED = 20260501
+_RESERVED = (DURATION_DAYS, EVENT, GROUP, AGE)
+
+
+@dataclass(frozen=True)
+class Factor:
+    """One driver of a unit's AFT risk."""
+
+    name: str
+    value: float | None
+    """The unit's reading; None when it did not report one (the training median was used)."""
+    hazard_ratio: float
+    """> 1 raises this unit's risk compared with the training average, < 1 lowers it."""
+
+
+@dataclass(frozen=True)
+class RiskScores:
+    probability: NDArray[np.float64]
+    """P(failure within the horizon | survived to the current age), per unit, in [0, 1]."""
+    model: list[str]
+    """Per unit: ``"aft"``, ``"weibull:<group>"`` or ``"weibull:fleet"``."""
+    factors: list[list[Factor]]
+    """Per unit, up to three strongest drivers, strongest first (empty for Weibull units)."""
+
+
+@dataclass(frozen=True)
+class _Weibull:
+    lam: float
+    rho: float
+    rho_ci: tuple[float, float]
+
+    def to_params(self) -> dict[str, Any]:
+        return {"lambda": self.lam, "rho": self.rho, "rho_ci": list(self.rho_ci)}
+
+    @classmethod
+    def from_params(cls, p: dict[str, Any]) -> _Weibull:
+        lo, hi = p["rho_ci"]
+        return cls(lam=float(p["lambda"]), rho=float(p["rho"]), rho_ci=(float(lo), float(hi)))
+
+
+@dataclass(frozen=True)
+class _Aft:
+    intercept: float
+    rho: float
+    features: tuple[str, ...]
+    coef: NDArray[np.float64]
+    median: NDArray[np.float64]
+    mean: NDArray[np.float64]
+
+    def to_params(self) -> dict[str, Any]:
+        return {
+            "intercept": self.intercept,
+            "rho": self.rho,
+            "features": list(self.features),
+            "coef": self.coef.tolist(),
+            "median": self.median.tolist(),
+            "mean": self.mean.tolist(),
+        }
+
+    @classmethod
+    def from_params(cls, p: dict[str, Any]) -> _Aft:
+        def arr(key: str) -> NDArray[np.float64]:
+            return np.asarray(p[key], dtype=np.float64)
+
+        return cls(
+            intercept=float(p["intercept"]),
+            rho=float(p["rho"]),
+            features=tuple(p["features"]),
+            coef=arr("coef"),
+            median=arr("median"),
+            mean=arr("mean"),
+        )
+
+
+@contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector while building many small objects.
+
+    300,000 Factors trigger dozens of young-generation collections that can free nothing (the
+    objects form no cycles): half the scoring time at 100,000 units. Re-enabled after, and only if
+    it was on (another thread may have paused it too).
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _conditional_risk(
+    ages: NDArray[np.float64], horizon: float, lam: NDArray[np.float64], rho: Any
+) -> NDArray[np.float64]:
+    log_ratio = (ages / lam) ** rho - ((ages + horizon) / lam) ** rho
+    return np.asarray(np.clip(-np.expm1(log_ratio), 0.0, 1.0), dtype=np.float64)
+
+
+def _fit_weibull(part: pd.DataFrame, label: str) -> tuple[_Weibull, dict[str, Any]]:
+    """Fit one Weibull on ``part``; return it and its metrics (n, events, rho, CI, MTBF)."""
+    from fleetwatch.models.weibull import WeibullRisk  # lifelines: only when fitting
+
+    y = pd.DataFrame({DURATION_COL: part[DURATION_DAYS].to_numpy(), EVENT_COL: part[EVENT]})
+    try:
+        model = WeibullRisk().fit(pd.DataFrame(index=y.index), y)
+    except ModelFitError as exc:
+        raise ModelFitError(f"{label}: {exc}") from exc
+    fitter = model.fitter_
+    lam, rho = float(fitter.lambda_), float(fitter.rho_)
+    se = float(np.sqrt(fitter.variance_matrix_.loc["rho_", "rho_"]))
+    z = float(norm.ppf(0.975))
+    rho_ci = (rho - z * se, rho + z * se)
+    mtbf = model.mtbf()
+    metrics = {
+        "n": len(part),
+        "events": int(part[EVENT].sum()),
+        "rho": rho,
+        "rho_ci": list(rho_ci),
+        "lambda": lam,
+        "mtbf_days": [float(v) for v in mtbf],
+    }
+    return _Weibull(lam=lam, rho=rho, rho_ci=rho_ci), metrics
+
+
+def _check_frame(frame: pd.DataFrame) -> list[str]:
+    """Validate the training frame; return its covariate columns."""
+    missing = [c for c in (DURATION_DAYS, EVENT) if c not in frame.columns]
+    if missing:
+        raise ModelFitError(
+            f"training frame lacks column(s) {missing}; give duration_days (days > 0) and "
+            "event (0/1)"
+        )
+    if len(frame) == 0:
+        raise ModelFitError("the training frame is empty; record GPU lifetimes first")
+    covariates = [c for c in frame.columns if c not in _RESERVED]
+    text = [c for c in covariates if not pd.api.types.is_numeric_dtype(frame[c])]
+    if text:
+        raise ModelFitError(f"covariates {text} are not numeric; encode them or drop them")
+    return covariates
+
+
+class RiskBundle:
+    """One model version: fleet and per-group Weibull fits and, when the data allows, an AFT.
+
+    Build with :meth:`fit` (needs lifelines) or :meth:`from_params` (numpy only).
+
+    Attributes
+    ----------
+    metrics : dict
+        ``n``, ``events``, ``fleet`` and ``groups`` (per group ``n``, ``events``, ``rho``,
+        ``rho_ci``, ``lambda``, ``mtbf_days`` as ``[estimate, lower, upper]``) and ``aft``
+        (``n``, ``events``, ``concordance``, ``concordance_on``: ``"held_out"`` or
+        ``"in_sample"``, ``rho``, ``rho_ci``, ``coefficients``, ``dropped_constant``) or None.
+        Empty for a bundle loaded with :meth:`from_params`.
+
+    Examples
+    --------
+    >>> bundle = RiskBundle.fit(frame)  # doctest: +SKIP
+    >>> bundle.score(units, horizon_days=30).probability  # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        fleet: _Weibull,
+        groups: dict[str, _Weibull],
+        aft: _Aft | None,
+        metrics: dict[str, Any] | None = None,
+    ) -> None:
+        self._fleet = fleet
+        self._groups = groups
+        self._aft = aft
+        self.metrics: dict[str, Any] = metrics or {}
+
+    @property
+    def has_aft(self) -> bool:
+        return self._aft is not None
+
+    @property
+    def weibulls(self) -> dict[str, _Weibull]:
+        """The Weibull fits by name: ``"fleet"`` and each group's."""
+        return {FLEET: self._fleet, **self._groups}
+
+    @classmethod
+    def fit(
+        cls,
+        frame: pd.DataFrame,
+        *,
+        min_group_events: int = 10,
+        min_aft_events: int = 20,
+        penalizer: float = 0.01,
+    ) -> RiskBundle:
+        """Fit every part of the bundle on ``frame``.
+
+        Parameters
+        ----------
+        frame : pandas.DataFrame
+            ``duration_days`` (float > 0), ``event`` (0/1), optional ``group`` (str or None) and
+            numeric covariates (NaN = not reported).
+        min_group_events : int
+            Failures a group needs for its own Weibull.
+        min_aft_events : int
+            Failures among rows with any covariate reported that the AFT needs.
+        penalizer : float
+            The AFT's L2 penalty.
+
+        Raises
+        ------
+        ModelFitError
+            If the frame is unusable or the fleet fit fails.
+        """
+        if min_group_events < 1 or min_aft_events < 1:
+            raise ModelFitError("min_group_events and min_aft_events must be >= 1")
+        covariates = _check_frame(frame)
+        frame = frame.reset_index(drop=True)
+        fleet, fleet_metrics = _fit_weibull(frame, "fleet Weibull")
+        groups: dict[str, _Weibull] = {}
+        group_metrics: dict[str, Any] = {}
+        if GROUP in frame.columns:
+            keys = frame[GROUP].astype(object).where(frame[GROUP].notna(), None)
+            for key, part in frame.groupby(keys.to_numpy(), dropna=True):
+                if key is None or int(part[EVENT].sum()) < min_group_events:
+                    continue
+                groups[str(key)], group_metrics[str(key)] = _fit_weibull(
+                    part, f"Weibull for group {key!r}"
+                )
+        aft, aft_metrics = _fit_aft(frame, covariates, min_aft_events, penalizer)
+        metrics = {
+            "n": len(frame),
+            "events": int(frame[EVENT].sum()),
+            "fleet": fleet_metrics,
+            "groups": group_metrics,
+            "aft": aft_metrics,
+        }
+        return cls(fleet, groups, aft, metrics)
+
+    def to_params(self) -> dict[str, Any]:
+        """Everything :meth:`score` needs, as JSON-safe values."""
+        return {
+            "format": PARAMS_FORMAT,
+            "fleet": self._fleet.to_params(),
+            "groups": {k: w.to_params() for k, w in self._groups.items()},
+            "aft": None if self._aft is None else self._aft.to_params(),
+        }
+
+    @classmethod
+    def from_params(cls, params: dict[str, Any]) -> RiskBundle:
+        """The bundle :meth:`to_params` described (``metrics`` is left empty)."""
+        if params.get("format") != PARAMS_FORMAT:
+            raise ModelFitError(
+                f"model params have format {params.get('format')!r}; this version reads "
+                f"{PARAMS_FORMAT}: refit the model"
+            )
+        aft = params.get("aft")
+        return cls(
+            _Weibull.from_params(params["fleet"]),
+            {str(k): _Weibull.from_params(v) for k, v in params["groups"].items()},
+            None if aft is None else _Aft.from_params(aft),
+        )
+
+    def score(self, units: pd.DataFrame, horizon_days: float) -> RiskScores:
+        """Risk of failure within ``horizon_days`` for each row of ``units``.
+
+        ``units`` has ``age_days`` (>= 0), optional ``group`` and any covariates (NaN allowed).
+        """
+        if not math.isfinite(horizon_days) or horizon_days < 0:
+            raise ValueError(f"horizon_days must be finite and >= 0, got {horizon_days}")
+        if AGE not in units.columns:
+            raise ValueError(f"units lack column {AGE!r} (days since install)")
+        ages = pd.to_numeric(units[AGE], errors="coerce").to_numpy(dtype=np.float64)
+        bad = ~np.isfinite(ages) | (ages < 0)
+        if bad.any():
+            raise ValueError(
+                f"{int(bad.sum())} units have a missing or negative {AGE!r} "
+                f"(first at position {int(np.flatnonzero(bad)[0])})"
+            )
+        if self._aft is not None:
+            return self._score_aft(self._aft, units, ages, horizon_days)
+        return self._score_weibull(units, ages, horizon_days)
+
+    def _score_weibull(
+        self, units: pd.DataFrame, ages: NDArray[np.float64], horizon: float
+    ) -> RiskScores:
+        n = len(units)
+        lam = np.full(n, self._fleet.lam)
+        rho = np.full(n, self._fleet.rho)
+        labels = np.full(n, f"weibull:{FLEET}", dtype=object)
+        if self._groups and GROUP in units.columns:
+            keys = units[GROUP].to_numpy(dtype=object)
+            for key, fit in self._groups.items():
+                mask = keys == key
+                lam[mask], rho[mask], labels[mask] = fit.lam, fit.rho, f"weibull:{key}"
+        empty: list[list[Factor]] = [[] for _ in range(n)]
+        return RiskScores(_conditional_risk(ages, horizon, lam, rho), labels.tolist(), empty)
+
+    @staticmethod
+    def _score_aft(
+        aft: _Aft, units: pd.DataFrame, ages: NDArray[np.float64], horizon: float
+    ) -> RiskScores:
+        n, p = len(units), len(aft.features)
+        x = np.full((n, p), np.nan)
+        for j, name in enumerate(aft.features):
+            if name in units.columns:
+                x[:, j] = pd.to_numeric(units[name], errors="coerce").to_numpy(dtype=np.float64)
+        reported = np.isfinite(x)
+        x = np.where(reported, x, aft.median)
+        lam = np.exp(aft.intercept + x @ aft.coef)
+        probability = _conditional_risk(ages, horizon, lam, aft.rho)
+
+        log_hr = -aft.rho * aft.coef * (x - aft.mean)
+        k = min(MAX_FACTORS, p)
+        top = np.argsort(-np.abs(log_hr), axis=1, kind="stable")[:, :k]
+        rows = np.arange(n)[:, None]
+        # One flat pass builds the Factors (the bulk of the cost), then rows are sliced off.
+        names = np.asarray(aft.features, dtype=object)[top].ravel().tolist()
+        chosen = x[rows, top].astype(object)
+        chosen[~reported[rows, top]] = None
+        values = chosen.ravel().tolist()
+        ratios = np.exp(log_hr[rows, top]).ravel().tolist()
+        if k == 0:  # an AFT without covariates: nothing drives the risk
+            return RiskScores(probability, ["aft"] * n, [[] for _ in range(n)])
+        with _gc_paused():
+            flat = list(map(Factor, names, values, ratios))
+            factors = [flat[i : i + k] for i in range(0, n * k, k)]
+        return RiskScores(probability, ["aft"] * n, factors)
+
+
+def _fit_aft(
+    frame: pd.DataFrame, covariates: list[str], min_events: int, penalizer: float
+) -> tuple[_Aft | None, dict[str, Any] | None]:
+    """The AFT on rows with any covariate reported, or None when too few failures have one."""
+    if not covariates:
+        return None, None
+    values = frame[covariates].astype(np.float64)
+    rows = frame[values.notna().any(axis=1).to_numpy()]
+    if int(rows[EVENT].sum()) < min_events:
+        return None, None
+    x = values.loc[rows.index]
+    x = x.loc[:, x.notna().any(axis=0)]
+    median = x.median()
+    x = x.fillna(median)
+    constant = [c for c in x.columns if x[c].nunique() < 2]
+    x = x.drop(columns=constant)
+    if x.shape[1] == 0:
+        return None, None
+    from fleetwatch.models.aft import WeibullAFTRisk  # lifelines: only when fitting
+
+    y = pd.DataFrame({DURATION_COL: rows[DURATION_DAYS], EVENT_COL: rows[EVENT]})
+
+    def fit(idx: NDArray[np.int64]) -> WeibullAFTRisk:
+        try:
+            return WeibullAFTRisk(penalizer=penalizer).fit(x.iloc[idx], y.iloc[idx])
+        except ModelFitError as exc:
+            raise ModelFitError(f"AFT: {exc}") from exc
+
+    everything = np.arange(len(x))
+    order = np.random.default_rng(_SPLIT_SEED).permutation(len(x))
+    held = order[: int(len(x) * HOLDOUT_FRACTION)]
+    if int(y[EVENT_COL].iloc[held].sum()) >= MIN_HOLDOUT_EVENTS:
+        trained = fit(np.sort(order[len(held) :]))
+        concordance = trained.score(x.iloc[held], y.iloc[held])
+        concordance_on = "held_out"
+    else:
+        concordance_on = "in_sample"
+    model = fit(everything)
+    if concordance_on == "in_sample":
+        concordance = model.score(x, y)
+    params = model.fitter_.params_
+    log_rho = float(params.loc[("rho_", "Intercept")])
+    ci = model.fitter_.confidence_intervals_.loc[("rho_", "Intercept")].to_numpy(dtype=float)
+    features = tuple(str(c) for c in x.columns)
+    beta = model.coefficients()
+    aft = _Aft(
+        intercept=float(params.loc[("lambda_", "Intercept")]),
+        rho=math.exp(log_rho),
+        features=features,
+        coef=beta[list(features)].to_numpy(dtype=np.float64),
+        median=median[list(features)].to_numpy(dtype=np.float64),
+        mean=x.mean().to_numpy(dtype=np.float64),
+    )
+    metrics = {
+        "n": len(x),
+        "events": int(y[EVENT_COL].sum()),
+        "concordance": float(concordance),
+        "concordance_on": concordance_on,
+        "rho": aft.rho,
+        "rho_ci": [math.exp(float(ci[0])), math.exp(float(ci[1]))],
+        "coefficients": {f: float(b) for f, b in zip(features, aft.coef, strict=True)},
+        "dropped_constant": constant,
+    }
+    return aft, metrics
+
+
+def wear_out_onsets(previous: RiskBundle | None, current: RiskBundle) -> list[dict[str, Any]]:
+    """Groups (or the fleet) that entered wear-out between two versions.
+
+    An onset is a shape that was :math:`\\rho \\le 1` in ``previous`` and is :math:`\\rho > 1`
+    now with the lower 95% bound above 1, so noise around 1 does not raise one. Each comes with
+    its numbers as evidence. No previous version, or a group new in ``current``, gives none.
+    """
+    if previous is None:
+        return []
+    before = previous.weibulls
+    onsets = []
+    for name, fit in current.weibulls.items():
+        old = before.get(name)
+        if old is None or old.rho > 1.0 or fit.rho <= 1.0 or fit.rho_ci[0] <= 1.0:
+            continue
+        stats = current.metrics.get("groups", {}).get(name) if name != FLEET else None
+        if name == FLEET:
+            stats = current.metrics.get("fleet")
+        onsets.append(
+            {
+                "group": name,
+                "previous_rho": old.rho,
+                "previous_rho_ci": list(old.rho_ci),
+                "rho": fit.rho,
+                "rho_ci": list(fit.rho_ci),
+                "lambda": fit.lam,
+                "n": None if stats is None else stats.get("n"),
+                "events": None if stats is None else stats.get("events"),
+                "mtbf_days": None if stats is None else stats.get("mtbf_days"),
+            }
+        )
+    return onsets

@@ -1,0 +1,173 @@
+"""Fleet assessment: every GPU's rule verdicts, age, covariates and failure probability.
+
+The background loop (:mod:`fleetwatch.server.background`) builds a :class:`FleetAssessment`
+every ``assess_interval_s`` in a worker thread; requests only read the newest one, so ``GET
+/v1/risk`` never queries telemetry or fits anything. Scores are computed once per horizon per
+snapshot and cached on it.
+
+Rules first: a GPU with a verdict that takes it out of service (critical or fatal, counted
+against the GPU) has probability 1 with basis ``rule``, whatever the model says. Otherwise the
+probability is the model's P(failure within H | survived to its age, covariates), basis
+``model``. Without any fitted model the probability is absent (``None``), never made up.
+Node risk is :math:`1 - \\prod_i (1 - p_i)` over its GPUs.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from sqlalchemy import Connection, func, select
+
+from fleetwatch.models.registry import Factor, RiskBundle
+from fleetwatch.models.telemetry_features import FEATURE_NAMES
+from fleetwatch.server.db.tables import gpu_lifetimes, gpus, nodes
+from fleetwatch.server.judging import FleetJudge, Verdict
+from fleetwatch.server.rollups import fleet_window_features
+
+__all__ = ["FleetAssessment", "GpuAssessment", "GpuRisk", "assess_fleet"]
+
+_DAY_S = 86400.0
+
+
+@dataclass(frozen=True)
+class GpuAssessment:
+    uuid: str
+    node: str
+    index: int
+    serial: str | None
+    sku: str | None
+    installed_at: datetime
+    age_days: float
+    features: dict[str, float]
+    verdicts: tuple[Verdict, ...]
+
+    @property
+    def out_of_service(self) -> bool:
+        return any(v.takes_gpu_out for v in self.verdicts)
+
+
+@dataclass(frozen=True)
+class GpuRisk:
+    gpu: GpuAssessment
+    probability: float | None
+    model_probability: float | None
+    basis: str  # "rule" | "model" | "none"
+    model: str | None
+    factors: tuple[Factor, ...]
+
+
+@dataclass
+class FleetAssessment:
+    at: datetime
+    gpus: list[GpuAssessment]
+    bundle: RiskBundle | None
+    model_version: int | None
+    _scores: dict[float, list[GpuRisk]] = field(default_factory=dict, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def risks(self, horizon_days: float) -> list[GpuRisk]:
+        """Every GPU's risk within ``horizon_days``, in the order of :attr:`gpus` (cached)."""
+        key = round(float(horizon_days), 9)
+        with self._lock:
+            cached = self._scores.get(key)
+            if cached is None:
+                cached = self._score(key)
+                if len(self._scores) >= 16:
+                    self._scores.clear()  # a few horizons are asked for; never grow unbounded
+                self._scores[key] = cached
+            return cached
+
+    def _score(self, horizon_days: float) -> list[GpuRisk]:
+        probabilities: Sequence[float | None] = [None] * len(self.gpus)
+        models: Sequence[str | None] = [None] * len(self.gpus)
+        factors: Sequence[Sequence[Factor]] = [()] * len(self.gpus)
+        if self.bundle is not None and self.gpus:
+            scores = self.bundle.score(_units(self.gpus), horizon_days)
+            probabilities = [float(p) for p in scores.probability]
+            models, factors = scores.model, scores.factors
+        out = []
+        for gpu, p, model, f in zip(self.gpus, probabilities, models, factors, strict=True):
+            if gpu.out_of_service:
+                out.append(GpuRisk(gpu, 1.0, p, "rule", model, tuple(f)))
+            else:
+                out.append(GpuRisk(gpu, p, p, "model" if p is not None else "none", model,
+                                   tuple(f)))  # fmt: skip
+        return out
+
+    def node_risks(self, horizon_days: float) -> dict[str, tuple[float | None, list[GpuRisk]]]:
+        """Node name to (1 − Π(1 − p), its GPUs' risks); None when no GPU has a probability."""
+        grouped: dict[str, list[GpuRisk]] = {}
+        for risk in self.risks(horizon_days):
+            grouped.setdefault(risk.gpu.node, []).append(risk)
+        out: dict[str, tuple[float | None, list[GpuRisk]]] = {}
+        for node, members in grouped.items():
+            known = [r.probability for r in members if r.probability is not None]
+            p = 1.0 - float(np.prod([1.0 - q for q in known])) if known else None
+            out[node] = (p, members)
+        return out
+
+
+def _units(assessed: Sequence[GpuAssessment]) -> pd.DataFrame:
+    columns: dict[str, Any] = {
+        "age_days": np.array([g.age_days for g in assessed], dtype=np.float64),
+        "group": [g.sku for g in assessed],
+    }
+    for name in FEATURE_NAMES:
+        columns[name] = np.array([g.features.get(name, np.nan) for g in assessed], np.float64)
+    return pd.DataFrame(columns)
+
+
+def _install_times(conn: Connection) -> dict[str, datetime]:
+    """Serial to the install time of its open lifetime (the newest, when there are several)."""
+    rows = conn.execute(
+        select(gpu_lifetimes.c.serial, func.max(gpu_lifetimes.c.installed_at).label("at"))
+        .where(gpu_lifetimes.c.removed_at.is_(None))
+        .group_by(gpu_lifetimes.c.serial)
+    )
+    return {row.serial: row.at for row in rows}
+
+
+def assess_fleet(
+    conn: Connection,
+    judge: FleetJudge,
+    *,
+    now: datetime,
+    bundle: RiskBundle | None,
+    model_version: int | None,
+    feature_window: timedelta,
+    stale_after: timedelta = timedelta(days=1),
+) -> FleetAssessment:
+    """Judge every GPU seen within ``stale_after`` and gather what its risk needs."""
+    verdicts = judge.judge(conn, now)
+    installs = _install_times(conn)
+    features = fleet_window_features(conn, since=now - feature_window)
+    rows = conn.execute(
+        select(gpus.c.uuid, gpus.c.index.label("slot"), gpus.c.serial, gpus.c.name,
+               gpus.c.first_seen, nodes.c.name.label("node"))
+        .join(nodes, nodes.c.id == gpus.c.node_id)
+        .where(gpus.c.last_seen >= now - stale_after)
+        .order_by(nodes.c.name, gpus.c.index)
+    )  # fmt: skip
+    assessed = []
+    for row in rows:
+        installed = installs.get(row.serial or row.uuid, row.first_seen)
+        assessed.append(
+            GpuAssessment(
+                uuid=row.uuid,
+                node=row.node,
+                index=row.slot,
+                serial=row.serial,
+                sku=row.name,
+                installed_at=installed,
+                age_days=max((now - installed).total_seconds(), 0.0) / _DAY_S,
+                features=features.get(row.uuid, {}),
+                verdicts=tuple(verdicts.get(row.uuid, ())),
+            )  # fmt: skip
+        )
+    return FleetAssessment(now, assessed, bundle, model_version)

@@ -1,0 +1,139 @@
+"""The server's background work: rollups, lifetimes, and the fleet assessment, on timers.
+
+Each job runs in a worker thread (``asyncio.to_thread``) so that requests keep being served, and
+a failing pass is logged and retried at the next tick, never fatal to the server. Jobs that write
+(rollups, lifetimes) take a PostgreSQL advisory lock for their transaction, so with several
+workers or replicas only one does the work; they are idempotent, so a lost race costs nothing.
+The assessment is per worker: each keeps its own snapshot in memory for its requests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import tomllib
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Connection, text
+
+from fleetwatch.config import ServerSettings
+from fleetwatch.models.registry import RiskBundle
+from fleetwatch.rules.thresholds import HealthThresholds
+from fleetwatch.rules.xid_catalog import XidCatalog
+from fleetwatch.server.assessment import FleetAssessment, assess_fleet
+from fleetwatch.server.db.session import Database
+from fleetwatch.server.judging import FleetJudge
+from fleetwatch.server.lifecycle import sync_lifetimes
+from fleetwatch.server.repo.models import latest_ok_model
+from fleetwatch.server.rollups import refresh_rollups
+
+__all__ = ["Assessor", "RollupJob", "load_rules", "periodic", "run_lifecycle"]
+
+logger = logging.getLogger(__name__)
+
+_ROLLUP_LOCK = 0x46575F524F4C  # "FW_ROL"
+_LIFECYCLE_LOCK = 0x46575F4C4946 + 1
+
+
+def load_rules(settings: ServerSettings) -> tuple[XidCatalog, HealthThresholds]:
+    """The Xid catalogue and health thresholds, with the fleet's overrides from ``rules_file``."""
+    if settings.rules_file is None:
+        return XidCatalog.load(), HealthThresholds()
+    data = tomllib.loads(settings.rules_file.read_text("utf-8"))
+    unknown = set(data) - {"xid", "health"}
+    if unknown:
+        raise ValueError(f"{settings.rules_file}: unknown table(s) {sorted(unknown)}")
+    return XidCatalog.load(data.get("xid")), HealthThresholds.from_mapping(data.get("health"))
+
+
+def _singleton(conn: Connection, key: int) -> bool:
+    """Whether this transaction may do a fleet-wide job (always, on SQLite: writers queue)."""
+    if conn.dialect.name != "postgresql":
+        return True
+    return bool(conn.execute(text("SELECT pg_try_advisory_xact_lock(:k)"), {"k": key}).scalar())
+
+
+class RollupJob:
+    """Keeps ``gpu_hourly`` current; remembers the newest sample id between passes."""
+
+    def __init__(self, db: Database, catalog: XidCatalog) -> None:
+        self.db = db
+        self.catalog = catalog
+        self.after_id: int | None = None
+
+    def __call__(self, now: datetime | None = None) -> int | None:
+        with self.db.write() as conn:
+            if not _singleton(conn, _ROLLUP_LOCK):
+                return None
+            written, self.after_id = refresh_rollups(
+                conn, now=now or datetime.now(UTC), catalog=self.catalog, after_id=self.after_id
+            )
+            return written
+
+
+def run_lifecycle(
+    db: Database, settings: ServerSettings, catalog: XidCatalog, now: datetime | None = None
+) -> Any:
+    with db.write() as conn:
+        if not _singleton(conn, _LIFECYCLE_LOCK):
+            return None
+        return sync_lifetimes(
+            conn, now=now or datetime.now(UTC), catalog=catalog,
+            leave_after_s=settings.gpu_leave_after_s,
+        )  # fmt: skip
+
+
+class Assessor:
+    """Builds this worker's :class:`FleetAssessment` and keeps the newest one."""
+
+    def __init__(self, db: Database, settings: ServerSettings, catalog: XidCatalog,
+                 thresholds: HealthThresholds) -> None:  # fmt: skip
+        self.db = db
+        self.settings = settings
+        self.judge = FleetJudge(
+            catalog=catalog, thresholds=thresholds,
+            unreachable_after_intervals=settings.unreachable_after_intervals,
+        )  # fmt: skip
+        self.latest: FleetAssessment | None = None
+        self._bundle: tuple[int, RiskBundle] | None = None
+        self._lock = threading.Lock()
+
+    def _model(self, conn: Connection) -> tuple[int, RiskBundle] | None:
+        stored = latest_ok_model(conn)
+        if stored is None:
+            return None
+        if self._bundle is None or self._bundle[0] != stored.version:
+            self._bundle = (stored.version, RiskBundle.from_params(stored.params))
+        return self._bundle
+
+    def run_once(self, now: datetime | None = None) -> FleetAssessment:
+        now = now or datetime.now(UTC)
+        with self._lock, self.db.read() as conn:
+            model = self._model(conn)
+            snapshot = assess_fleet(
+                conn, self.judge, now=now,
+                bundle=model[1] if model else None, model_version=model[0] if model else None,
+                feature_window=timedelta(days=self.settings.model_window_days),
+            )  # fmt: skip
+        self.latest = snapshot
+        return snapshot
+
+    def current(self) -> FleetAssessment:
+        """The newest snapshot, building one now if the loop has not run yet."""
+        return self.latest if self.latest is not None else self.run_once()
+
+
+async def periodic(name: str, interval_s: float, job: Callable[[], Any]) -> None:
+    """Run ``job`` in a thread now and then every ``interval_s``, until cancelled."""
+    while True:
+        started = asyncio.get_running_loop().time()
+        try:
+            result = await asyncio.to_thread(job)
+            logger.debug("%s: %s", name, result)
+        except Exception:
+            logger.exception("background job %s failed; retrying in %.0f s", name, interval_s)
+        elapsed = asyncio.get_running_loop().time() - started
+        await asyncio.sleep(max(interval_s - elapsed, 1.0))

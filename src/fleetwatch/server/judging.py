@@ -1,0 +1,243 @@
+"""The rules, applied on the server to what the agents stored: one verdict list per GPU.
+
+:class:`FleetJudge` keeps a short window of every GPU's recent samples in memory, refreshed
+incrementally (each pass reads only the samples newer than the last one seen, less an overlap), so
+a pass over 10,000 GPUs does not rescan minutes of ``gpu_samples``. Each pass then runs
+:func:`~fleetwatch.rules.xid.judge_xids` per node over the last day of Xid events,
+:func:`~fleetwatch.rules.health.judge_health` per GPU over its window, and
+:func:`~fleetwatch.rules.health.judge_missing_gpus` per node.
+
+Verdicts are not sticky: the health rules clear with their evidence, and an Xid verdict whose
+remedy is a reset or reboot clears once its node has booted after the last event. A
+drain-and-inspect verdict stays for the whole lookback: a reboot does not repair hardware.
+Samples that arrive with timestamps older than the window (an agent emptying its spool after an
+outage) are stored but not judged live: they are history by then.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, Literal
+
+from sqlalchemy import Connection, select
+
+from fleetwatch.rules.health import BootSample, HealthVerdict, judge_health, judge_missing_gpus
+from fleetwatch.rules.thresholds import HealthThresholds
+from fleetwatch.rules.xid import XidVerdict, judge_xids
+from fleetwatch.rules.xid_catalog import XidCatalog
+from fleetwatch.server.db.tables import events, gpu_samples, gpus, nodes
+from fleetwatch.telemetry import SAMPLE_FIELD_NAMES, Event, GpuSample
+
+__all__ = ["FleetJudge", "Verdict"]
+
+_OVERLAP = timedelta(seconds=120)
+_CLEARED_BY_BOOT = frozenset({"restart_app", "reset_gpu", "drain_reset", "reboot_node"})
+_LIVE_KINDS = ("xid", "gpu_lost", "node_boot")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A rule verdict about one GPU, Xid or telemetry, in one vocabulary."""
+
+    kind: Literal["xid", "health"]
+    rule: str
+    severity: str
+    action: str
+    counts_against_gpu: bool
+    source: str  # the catalogue row or threshold default that decided it
+    first_seen: datetime | None
+    last_seen: datetime | None
+    xids: tuple[int, ...] = ()
+    evidence: Mapping[str, Any] = field(default_factory=dict)
+    note: str = ""
+
+    @property
+    def takes_gpu_out(self) -> bool:
+        """A fact, not a probability: the GPU is failed or must leave service now."""
+        return self.counts_against_gpu and self.severity in ("critical", "fatal")
+
+    @classmethod
+    def from_xid(cls, v: XidVerdict) -> Verdict:
+        evidence = {
+            "count": v.count,
+            "event_counts": dict(v.event_counts),
+            "timestamps": [t.isoformat() for t in v.timestamps],
+            "follow_ons": dict(v.follow_ons),
+            "processes": list(v.processes),
+            "known": v.known,
+        }
+        return cls("xid", v.rule, v.severity, v.action, v.counts_against_gpu, v.source,
+                   v.first_seen, v.last_seen, v.xids, evidence, v.note)  # fmt: skip
+
+    @classmethod
+    def from_health(cls, v: HealthVerdict) -> Verdict:
+        return cls("health", v.rule, v.severity, v.action, v.counts_against_gpu, v.source,
+                   v.first_seen, v.last_seen, (), dict(v.evidence), v.note)  # fmt: skip
+
+
+@dataclass
+class _Gpu:
+    uuid: str
+    node_id: int
+    pci_bus_id: str | None
+    name: str | None
+    first_seen: datetime
+    last_seen: datetime
+    window: list[BootSample] = field(default_factory=list)
+
+
+def _row_sample(row: Any) -> BootSample:
+    values = {k: v for k, v in row._mapping.items() if k in SAMPLE_FIELD_NAMES and v is not None}
+    sample = GpuSample.model_construct(uuid=row.gpu_uuid, ts=row.ts, **values)
+    return BootSample(row.boot_id, sample)
+
+
+class FleetJudge:
+    """Judges every GPU from the database; call :meth:`judge` from one thread at a time."""
+
+    def __init__(
+        self,
+        *,
+        catalog: XidCatalog,
+        thresholds: HealthThresholds,
+        xid_lookback: timedelta = timedelta(hours=24),
+        unreachable_after_intervals: float = 3.0,
+    ) -> None:
+        self.catalog = catalog
+        self.thresholds = thresholds
+        self.xid_lookback = xid_lookback
+        self.unreachable_after_intervals = unreachable_after_intervals
+        windows = (thresholds.sbe_window_s, thresholds.nvlink_window_s,
+                   thresholds.pcie_window_s, thresholds.throttle_window_s)  # fmt: skip
+        self.history = timedelta(seconds=max(windows) * 1.5)
+        self._gpus: dict[str, _Gpu] = {}
+        self._mark: datetime | None = None
+
+    def _load_gpus(self, conn: Connection) -> dict[int, tuple[str, datetime, float]]:
+        columns = (gpus.c.uuid, gpus.c.node_id, gpus.c.pci_bus_id, gpus.c.name,
+                   gpus.c.first_seen, gpus.c.last_seen)  # fmt: skip
+        for row in conn.execute(select(*columns)):
+            gpu = self._gpus.get(row.uuid)
+            if gpu is None:
+                self._gpus[row.uuid] = _Gpu(row.uuid, row.node_id, row.pci_bus_id, row.name,
+                                            row.first_seen, row.last_seen)  # fmt: skip
+            else:
+                gpu.node_id, gpu.last_seen = row.node_id, row.last_seen
+        return {
+            row.id: (row.name, row.last_seen, row.interval_s)
+            for row in conn.execute(
+                select(nodes.c.id, nodes.c.name, nodes.c.last_seen, nodes.c.interval_s)
+            )
+        }
+
+    def _load_samples(self, conn: Connection, now: datetime) -> None:
+        since = now - self.history if self._mark is None else self._mark - _OVERLAP
+        rows = conn.execute(
+            select(gpu_samples)
+            .where(gpu_samples.c.ts > since, gpu_samples.c.ts <= now)
+            .order_by(gpu_samples.c.ts)
+        )
+        for row in rows:
+            gpu = self._gpus.get(row.gpu_uuid)
+            if gpu is None:
+                continue
+            if gpu.window and row.ts <= gpu.window[-1].sample.ts:
+                continue  # seen in the overlap, or late: history, not live
+            gpu.window.append(_row_sample(row))
+            self._mark = row.ts if self._mark is None else max(self._mark, row.ts)
+        horizon = now - self.history
+        for gpu in self._gpus.values():
+            if gpu.window and gpu.window[0].sample.ts < horizon:
+                gpu.window = [s for s in gpu.window if s.sample.ts >= horizon]
+
+    def _load_events(self, conn: Connection, now: datetime) -> dict[int, list[Event]]:
+        rows = conn.execute(
+            select(events)
+            .where(events.c.ts >= now - self.xid_lookback, events.c.ts <= now)
+            .where(events.c.kind.in_(_LIVE_KINDS), events.c.node_id.is_not(None))
+            .order_by(events.c.ts)
+        )
+        by_node: dict[int, list[Event]] = defaultdict(list)
+        for row in rows:
+            by_node[row.node_id].append(
+                Event.model_construct(
+                    kind=row.kind,
+                    ts=row.ts,
+                    uuid=row.gpu_uuid,
+                    pci_bus_id=row.pci_bus_id,
+                    xid=row.xid,
+                    message=row.message,
+                    pid=row.pid,
+                    process=row.process,
+                    details=row.details,
+                )  # fmt: skip
+            )
+        return by_node
+
+    def judge(self, conn: Connection, now: datetime) -> dict[str, list[Verdict]]:
+        """Verdicts per GPU UUID as of ``now`` (GPUs without verdicts are absent)."""
+        node_info = self._load_gpus(conn)
+        self._load_samples(conn, now)
+        node_events = self._load_events(conn, now)
+        out: dict[str, list[Verdict]] = defaultdict(list)
+        by_node: dict[int, list[_Gpu]] = defaultdict(list)
+        for gpu in self._gpus.values():
+            by_node[gpu.node_id].append(gpu)
+        for node_id, members in by_node.items():
+            evs = node_events.get(node_id, [])
+            self._judge_xids(members, evs, now, out)
+            for gpu in members:
+                verdicts = judge_health(gpu.window, events=evs, thresholds=self.thresholds,
+                                        now=now, gpu_name=gpu.name)  # fmt: skip
+                out[gpu.uuid].extend(Verdict.from_health(v) for v in verdicts)
+            info = node_info.get(node_id)
+            if info is not None:
+                self._judge_missing(members, info, now, out)
+        return {uuid: verdicts for uuid, verdicts in out.items() if verdicts}
+
+    def _judge_xids(
+        self, members: list[_Gpu], evs: list[Event], now: datetime, out: dict[str, list[Verdict]]
+    ) -> None:
+        xid_events = [e for e in evs if e.kind in ("xid", "gpu_lost")]
+        if not xid_events:
+            return
+        last_boot = max((e.ts for e in evs if e.kind == "node_boot"), default=None)
+        by_pci = {g.pci_bus_id: g.uuid for g in members if g.pci_bus_id}
+        uuids = {g.uuid for g in members}
+        recovery = {
+            g.uuid: int(action)
+            for g in members
+            if g.window and (action := g.window[-1].sample.gpu_recovery_action)
+        }
+        for v in judge_xids(xid_events, catalog=self.catalog, now=now,
+                            lookback=self.xid_lookback, recovery_actions=recovery):  # fmt: skip
+            uuid = v.uuid if v.uuid in uuids else by_pci.get(v.pci_bus_id or v.gpu)
+            if uuid is None:
+                continue  # a GPU this node never reported: nothing to attach it to
+            if (last_boot is not None and v.last_seen is not None and last_boot > v.last_seen
+                    and v.action in _CLEARED_BY_BOOT):  # fmt: skip
+                continue
+            out[uuid].append(Verdict.from_xid(v))
+
+    def _judge_missing(
+        self,
+        members: Iterable[_Gpu],
+        info: tuple[str, datetime, float],
+        now: datetime,
+        out: dict[str, list[Verdict]],
+    ) -> None:
+        _name, node_seen, interval_s = info
+        fresh = node_seen - timedelta(seconds=interval_s * self.unreachable_after_intervals)
+        current = [g for g in members if g.last_seen >= node_seen - timedelta(days=1)]
+        # A slot taken over by a newer GPU (a replacement) no longer expects the old one.
+        newest: dict[str | None, _Gpu] = {}
+        for g in sorted(current, key=lambda g: g.first_seen):
+            newest[g.pci_bus_id or g.uuid] = g
+        expected = {g.uuid for g in newest.values()}
+        reporting = {g.uuid for g in newest.values() if g.last_seen >= fresh}
+        seen = {g.uuid: g.last_seen for g in newest.values()}
+        for v in judge_missing_gpus(expected, reporting, now=now, last_seen=seen):
+            out[v.gpu].append(Verdict.from_health(v))

@@ -1,0 +1,304 @@
+"""GPU lifetimes derived from what the agents report: installs, failures, replacements, returns.
+
+:func:`sync_lifetimes` brings ``gpu_lifetimes`` up to date with ``gpus``, ``events`` and
+``gpu_samples`` in a handful of bulk queries; a second run changes nothing. A GPU is keyed by its
+serial, or by its UUID when it reports none, so a lifetime's ``serial`` may hold a UUID. Rules:
+
+1. **Install** - a serial key with no lifetime at all gets an open ``observed`` lifetime from the
+   GPU's ``first_seen``, located at ``<node name>/<pci_bus_id or index>``.
+2. **Replacement** - a GPU whose slot (node and PCI bus id, else node and index) was later taken
+   by another serial key (first seen at or after its last sighting) is closed at its last
+   sighting: ``failure`` after a fatal verdict in the 24 h before it, else ``retirement``; the
+   evidence names the newcomer in ``replaced_by``.
+3. **Failure** - a GPU with a fatal verdict, silent for over ``leave_after_s``, fails at the
+   verdict's first event, if that is within ``leave_after_s`` of its last sighting: a GPU that
+   reported longer after the fault was reset and back in service, and later silence is not it.
+4. **Return** - a serial whose newest lifetime is closed (any source) but whose GPU reported over
+   ``leave_after_s`` after the removal is reopened at its first sample after ``removed_at +
+   leave_after_s`` (samples in that grace period are the dying GPU's).
+
+A fatal verdict is a :func:`~fleetwatch.rules.xid.judge_xids` verdict that counts against the GPU
+with severity critical or fatal, or a ``gpu_lost`` event; after a return, only events since the
+previous removal (and its grace) count. Only ``observed`` lifetimes are closed here; ``import``
+and ``operator`` rows are never changed.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from itertools import islice
+from typing import Any
+
+from sqlalchemy import Connection, and_, bindparam, func, or_, select, text, update
+
+from fleetwatch.rules.xid import XidCatalog, XidVerdict, judge_xids
+from fleetwatch.server.db.tables import events, gpu_lifetimes, gpu_samples, gpus, nodes
+
+__all__ = ["LifecycleCounts", "sync_lifetimes"]
+
+LOOKBACK = timedelta(hours=24)
+_CHUNK = 500  # uuids per IN (...) list, well under SQLite's bound-parameter limit
+_FATAL_SEVERITIES = frozenset({"critical", "fatal"})
+_ENDING = ("b_id", "removed_at", "end_kind", "cause", "evidence")
+_LOCK_KEY = 0x46575F4C4359  # "FW_LCY": one advisory lock for every lifecycle sync
+
+
+@dataclass(frozen=True)
+class LifecycleCounts:
+    """What one sync changed. ``replacements`` counts every GPU found replaced, whatever its end
+    kind; ``failures`` counts every failure ending, replaced or not."""
+
+    opened: int = 0
+    failures: int = 0
+    replacements: int = 0
+    returned: int = 0
+
+
+@dataclass(frozen=True)
+class _Gpu:
+    uuid: str
+    key: str  # serial, else UUID
+    node_id: int
+    slot: tuple[int, str]
+    location: str
+    sku: str | None
+    first_seen: datetime
+    last_seen: datetime
+
+
+@dataclass(frozen=True)
+class _Stint:
+    """A serial's newest lifetime, and when the one before it ended (None: it is the first)."""
+
+    id: int
+    installed_at: datetime
+    removed_at: datetime | None
+    source: str
+    previous_end: datetime | None
+
+
+@dataclass(frozen=True)
+class _Fatal:
+    at: datetime
+    cause: str
+    evidence: dict[str, Any]
+
+
+def sync_lifetimes(
+    conn: Connection, *, now: datetime, catalog: XidCatalog, leave_after_s: float = 3600.0
+) -> LifecycleCounts:
+    """Open, close and reopen ``observed`` lifetimes to match the fleet (see the module doc)."""
+    if conn.dialect.name == "postgresql":
+        conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _LOCK_KEY})
+    leave_after = timedelta(seconds=leave_after_s)
+    fleet = _load_gpus(conn)
+    newest = _newest_lifetimes(conn)
+    opened = _install(conn, [g for g in fleet.values() if g.key not in newest])
+    if opened:
+        newest = _newest_lifetimes(conn)
+    open_observed = {
+        key: row
+        for key, row in newest.items()
+        if key in fleet and row.removed_at is None and row.source == "observed"
+    }
+    replaced = _replacements(fleet.values(), open_observed)
+    silent = [
+        g
+        for key, g in fleet.items()
+        if key in open_observed and key not in replaced and g.last_seen < now - leave_after
+    ]
+    candidates = [fleet[k] for k in replaced] + silent
+    fatal = _fatal_verdicts(conn, candidates, open_observed, catalog, leave_after)
+    endings: list[tuple[int, datetime, str, str, dict[str, Any]]] = []
+    for key, newcomer in replaced.items():
+        lifetime, found, by = open_observed[key], fatal.get(key), {"replaced_by": newcomer.key}
+        if found is None:
+            cause = f"replaced by {newcomer.key}, no fatal verdict on record"
+            endings.append((lifetime.id, fleet[key].last_seen, "retirement", cause, by))
+        else:
+            cause = f"{found.cause}; replaced by {newcomer.key}"
+            evidence = {**found.evidence, **by}
+            endings.append((lifetime.id, fleet[key].last_seen, "failure", cause, evidence))
+    for g in silent:
+        lifetime, found = open_observed[g.key], fatal.get(g.key)
+        if found is not None and found.at >= g.last_seen - leave_after:
+            at = max(found.at, lifetime.installed_at)
+            endings.append((lifetime.id, at, "failure", found.cause, found.evidence))
+    if endings:
+        conn.execute(
+            update(gpu_lifetimes)
+            .where(
+                gpu_lifetimes.c.id == bindparam("b_id"),
+                gpu_lifetimes.c.removed_at.is_(None),
+                gpu_lifetimes.c.source == "observed",
+            )
+            .values({k: bindparam(k) for k in _ENDING[1:]}),
+            [dict(zip(_ENDING, e, strict=True)) for e in endings],
+        )
+    returned = _returns(conn, fleet, newest, leave_after)
+    return LifecycleCounts(
+        opened=opened,
+        failures=sum(1 for e in endings if e[2] == "failure"),
+        replacements=len(replaced),
+        returned=returned,
+    )
+
+
+def _load_gpus(conn: Connection) -> dict[str, _Gpu]:
+    """Every GPU by serial key; when two rows share a key, the one seen last stands for it."""
+    query = select(
+        gpus.c.uuid, gpus.c.serial, gpus.c.node_id, gpus.c.index, gpus.c.pci_bus_id, gpus.c.name,
+        gpus.c.first_seen, gpus.c.last_seen, nodes.c.name.label("node_name"),
+    ).join(nodes, nodes.c.id == gpus.c.node_id)  # fmt: skip
+    fleet: dict[str, _Gpu] = {}
+    for row in conn.execute(query.order_by(gpus.c.last_seen, gpus.c.uuid)):
+        place = row.pci_bus_id or str(row.index)
+        first = fleet[key].first_seen if (key := row.serial or row.uuid) in fleet else None
+        fleet[key] = _Gpu(
+            uuid=row.uuid,
+            key=key,
+            node_id=row.node_id,
+            slot=(row.node_id, row.pci_bus_id or f"#{row.index}"),
+            location=f"{row.node_name}/{place}",
+            sku=row.name,
+            first_seen=min(row.first_seen, first) if first else row.first_seen,
+            last_seen=row.last_seen,
+        )
+    return fleet
+
+
+def _newest_lifetimes(conn: Connection) -> dict[str, _Stint]:
+    """The newest lifetime of every serial key the fleet reports, by key."""
+    keys = select(func.coalesce(gpus.c.serial, gpus.c.uuid))
+    query = (
+        select(gpu_lifetimes.c.id, gpu_lifetimes.c.serial, gpu_lifetimes.c.installed_at,
+               gpu_lifetimes.c.removed_at, gpu_lifetimes.c.source)
+        .where(gpu_lifetimes.c.serial.in_(keys))
+        .order_by(gpu_lifetimes.c.installed_at, gpu_lifetimes.c.id)
+    )  # fmt: skip
+    newest: dict[str, _Stint] = {}
+    for row in conn.execute(query):
+        before = newest.get(row.serial)
+        ended = before.removed_at if before else None
+        newest[row.serial] = _Stint(row.id, row.installed_at, row.removed_at, row.source, ended)
+    return newest
+
+
+def _opening(g: _Gpu, installed_at: datetime) -> dict[str, Any]:
+    return {"serial": g.key, "gpu_uuid": g.uuid, "node_id": g.node_id, "location": g.location,
+            "sku": g.sku, "installed_at": installed_at, "source": "observed"}  # fmt: skip
+
+
+def _install(conn: Connection, new: Sequence[_Gpu]) -> int:
+    if new:
+        conn.execute(gpu_lifetimes.insert(), [_opening(g, g.first_seen) for g in new])
+    return len(new)
+
+
+def _replacements(fleet: Iterable[_Gpu], open_observed: dict[str, _Stint]) -> dict[str, _Gpu]:
+    """Serial key of each GPU with an open observed lifetime -> the GPU that took its slot."""
+    by_slot: dict[tuple[int, str], list[_Gpu]] = defaultdict(list)
+    for g in fleet:
+        by_slot[g.slot].append(g)
+    replaced: dict[str, _Gpu] = {}
+    for occupants in by_slot.values():
+        occupants.sort(key=lambda g: (g.first_seen, g.uuid))
+        for g in occupants:
+            if g.key not in open_observed:
+                continue
+            later = [n for n in occupants if n.key != g.key and n.first_seen >= g.last_seen]
+            if later:
+                replaced[g.key] = later[0]
+    return replaced
+
+
+def _fatal_verdicts(
+    conn: Connection,
+    candidates: Sequence[_Gpu],
+    open_observed: dict[str, _Stint],
+    catalog: XidCatalog,
+    leave_after: timedelta,
+) -> dict[str, _Fatal]:
+    """Serial key -> the earliest fatal verdict in the 24 h before the GPU's last sighting."""
+    by_uuid = {g.uuid: g for g in candidates}
+    # Kernel-log Xids name the PCI address only: match those on the GPU's node and slot.
+    by_slot = {g.slot: g.uuid for g in candidates}
+    per_gpu: dict[str, list[Any]] = defaultdict(list)  # rows, read as XidEventLike
+    for chunk in _chunks(list(by_uuid)):
+        since = min(by_uuid[u].last_seen for u in chunk) - LOOKBACK
+        node_ids = sorted({by_uuid[u].node_id for u in chunk})
+        query = select(
+            events.c.kind, events.c.xid, events.c.ts, events.c.pci_bus_id, events.c.message,
+            events.c.gpu_uuid.label("uuid"), events.c.pid, events.c.process, events.c.node_id,
+        ).where(
+            events.c.node_id.in_(node_ids), events.c.kind.in_(("xid", "gpu_lost")),
+            events.c.ts >= since,
+        )  # fmt: skip
+        for row in conn.execute(query):
+            uuid = row.uuid if row.uuid else by_slot.get((row.node_id, row.pci_bus_id or ""))
+            if uuid in by_uuid:
+                per_gpu[uuid].append(row)
+    found: dict[str, _Fatal] = {}
+    for uuid, evs in per_gpu.items():
+        g = by_uuid[uuid]
+        floor = g.last_seen - LOOKBACK  # after a return, nothing from before the last removal:
+        if (ended := open_observed[g.key].previous_end) is not None:
+            floor = max(floor, ended + leave_after)
+        evs = [e for e in evs if e.ts >= floor]
+        verdicts = judge_xids(evs, catalog=catalog, now=g.last_seen)
+        fatal = [_from_verdict(v, catalog) for v in verdicts
+                 if v.counts_against_gpu and v.severity in _FATAL_SEVERITIES]  # fmt: skip
+        if lost := sorted(e.ts for e in evs if e.kind == "gpu_lost"):
+            facts = {"xids": [], "count": len(lost), "first_seen": lost[0].isoformat(),
+                     "action": "reboot_node", "rule": "gpu_lost", "source": "event"}  # fmt: skip
+            fatal.append(_Fatal(lost[0], "GPU lost from the bus (gpu_lost event)", facts))
+        if fatal:
+            found[g.key] = min(fatal, key=lambda f: f.at)
+    return found
+
+
+def _from_verdict(v: XidVerdict, catalog: XidCatalog) -> _Fatal:
+    assert v.first_seen is not None  # judge_xids stamps undated events with its ``now``
+    primary = catalog.lookup(v.xids[0])
+    folded = f" with Xid {', '.join(map(str, v.xids[1:]))}" if len(v.xids) > 1 else ""
+    cause = f"Xid {v.xids[0]} ({primary.mnemonic}){folded} x{v.count}: rule {v.rule}, {v.action}"
+    evidence = {
+        "xids": list(v.xids), "count": v.count, "first_seen": v.first_seen.isoformat(),
+        "action": v.action, "rule": v.rule, "source": v.source,
+    }  # fmt: skip
+    return _Fatal(v.first_seen, cause, evidence)
+
+
+def _returns(
+    conn: Connection, fleet: dict[str, _Gpu], newest: dict[str, _Stint], leave_after: timedelta
+) -> int:
+    """Reopen serials whose newest lifetime was closed before this run yet report again."""
+    back = {
+        g.uuid: (g, row.removed_at + leave_after)
+        for key, g in fleet.items()
+        if (row := newest.get(key)) is not None
+        and row.removed_at is not None
+        and g.last_seen > row.removed_at + leave_after
+    }
+    rows = []
+    for chunk in _chunks(list(back)):
+        query = (
+            select(gpu_samples.c.gpu_uuid, func.min(gpu_samples.c.ts).label("first"))
+            .where(or_(*(and_(gpu_samples.c.gpu_uuid == u, gpu_samples.c.ts > back[u][1])
+                         for u in chunk)))
+            .group_by(gpu_samples.c.gpu_uuid)
+        )  # fmt: skip
+        for sample in conn.execute(query):
+            rows.append(_opening(back[sample.gpu_uuid][0], sample.first))
+    if rows:
+        conn.execute(gpu_lifetimes.insert(), rows)
+    return len(rows)
+
+
+def _chunks(items: list[str]) -> Iterator[list[str]]:
+    iterator = iter(items)
+    while chunk := list(islice(iterator, _CHUNK)):
+        yield chunk

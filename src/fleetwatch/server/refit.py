@@ -1,0 +1,217 @@
+"""Refitting the risk models in the background, one version per refit.
+
+A refit reads the training frame (:mod:`fleetwatch.server.training`), fits a
+:class:`~fleetwatch.models.registry.RiskBundle` and stores it as a new version in ``risk_models``.
+A fit that fails is stored too, with status ``failed`` and its error, and the error is raised to
+the caller (the background loop logs it): a refit is never lost silently. When a group (or the
+fleet) enters wear-out between the previous good version and this one, a fleet-wide
+``wear_out_onset`` event (``node_id`` NULL) records the evidence.
+
+Refits run in threads, never inside a request. On PostgreSQL a session advisory lock keeps two
+replicas from refitting at once; in one process :class:`Refitter` runs one at a time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import datetime, timedelta
+
+import pandas as pd
+from sqlalchemy import insert, select, text
+
+from fleetwatch.config import ServerSettings
+from fleetwatch.models.registry import EVENT, RiskBundle, wear_out_onsets
+from fleetwatch.server.db.base import utcnow
+from fleetwatch.server.db.session import Database
+from fleetwatch.server.db.tables import events, risk_models
+from fleetwatch.server.repo.models import Trigger, latest_ok_model, store_model
+from fleetwatch.server.training import training_frame
+
+__all__ = ["STARTUP_DELAY_S", "Refitter", "run_refit"]
+
+logger = logging.getLogger(__name__)
+
+_REFIT_LOCK_KEY = 0x46575F524649  # "FW_RFI": one advisory lock for every refit
+STARTUP_DELAY_S = 10.0
+"""The first scheduled refit waits this long after startup, so the server answers first."""
+
+
+@contextmanager
+def _refit_lock(db: Database) -> Iterator[bool]:
+    """True when this process may refit now: always on SQLite, else if the lock was free."""
+    if db.is_sqlite:
+        yield True
+        return
+    with db.engine.connect() as conn:
+        got = bool(
+            conn.execute(text("SELECT pg_try_advisory_lock(:k)"), {"k": _REFIT_LOCK_KEY}).scalar()
+        )
+        conn.commit()
+        try:
+            yield got
+        finally:
+            if got:
+                # A session lock outlives transactions: it must be released before the
+                # connection goes back to the pool.
+                conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": _REFIT_LOCK_KEY})
+                conn.commit()
+
+
+def run_refit(
+    db: Database,
+    settings: ServerSettings,
+    *,
+    trigger: Trigger,
+    now: datetime | None = None,
+    min_interval_s: float | None = None,
+) -> int | None:
+    """Fit and store a new version; return its number.
+
+    Returns None without fitting when another replica holds the refit lock, or when a version was
+    stored less than ``min_interval_s`` ago (so N workers on one schedule refit once, not N
+    times). A failed fit is stored as ``failed`` and its exception re-raised.
+    """
+    now = now or utcnow()
+    with _refit_lock(db) as got:
+        if not got:
+            logger.info("refit (%s) skipped: another replica is refitting", trigger)
+            return None
+        with db.read() as conn:
+            if min_interval_s is not None:
+                newest = conn.execute(select(risk_models.c.trained_at).order_by(
+                    risk_models.c.version.desc()).limit(1)).scalar()  # fmt: skip
+                if newest is not None and now - newest < timedelta(seconds=min_interval_s):
+                    logger.info("refit (%s) skipped: version trained at %s", trigger, newest)
+                    return None
+        frame: pd.DataFrame | None = None
+        try:
+            with db.read() as conn:
+                frame = training_frame(
+                    conn,
+                    now=now,
+                    window_days=settings.model_window_days,
+                    location_pattern=settings.location_pattern,
+                )
+                previous = latest_ok_model(conn)
+            bundle = RiskBundle.fit(
+                frame,
+                min_group_events=settings.model_min_events,
+                min_aft_events=settings.model_min_aft_events,
+            )
+            onsets = wear_out_onsets(previous.bundle() if previous else None, bundle)
+        except Exception as exc:
+            # Any failure of the refit is recorded, whatever raised it, then passed on.
+            sizes = None if frame is None else {"n": len(frame), "events": int(frame[EVENT].sum())}
+            with db.write() as conn:
+                version = store_model(
+                    conn,
+                    None,
+                    trigger=trigger,
+                    trained_at=now,
+                    error=f"{type(exc).__name__}: {exc}",
+                    metrics=sizes,
+                )
+            logger.error("refit (%s) failed, stored as version %d: %s", trigger, version, exc)
+            raise
+        with db.write() as conn:
+            version = store_model(conn, bundle, trigger=trigger, trained_at=now)
+            for onset in onsets:
+                evidence = {
+                    **onset,
+                    "model_version": version,
+                    "previous_version": previous.version if previous else None,
+                }
+                conn.execute(
+                    insert(events).values(
+                        node_id=None,
+                        kind="wear_out_onset",
+                        ts=now,
+                        received_at=now,
+                        message=f"wear-out onset in {onset['group']}: shape rose from "
+                        f"{onset['previous_rho']:.2f} to {onset['rho']:.2f} "
+                        f"(95% CI {onset['rho_ci'][0]:.2f}-{onset['rho_ci'][1]:.2f})",
+                        details=evidence,
+                    )
+                )
+    logger.info(
+        "refit (%s) stored version %d: %d lifetimes, %d failures, %d group fits, AFT %s, "
+        "%d wear-out onsets",
+        trigger, version, len(frame), int(frame[EVENT].sum()), len(bundle.weibulls) - 1,
+        "yes" if bundle.has_aft else "no", len(onsets),
+    )  # fmt: skip
+    return version
+
+
+class Refitter:
+    """Runs refits in the background, one at a time per process.
+
+    ``refit`` is the job (``run_refit`` by default); tests pass a slower or failing one.
+    """
+
+    def __init__(
+        self,
+        db: Database,
+        settings: ServerSettings,
+        *,
+        refit: Callable[..., int | None] = run_refit,
+    ) -> None:
+        self.db = db
+        self.settings = settings
+        self._refit = refit
+        self._lock = threading.Lock()
+        self._idle = threading.Event()
+        self._idle.set()
+
+    @property
+    def running(self) -> bool:
+        return not self._idle.is_set()
+
+    def _claim(self) -> bool:
+        with self._lock:
+            if not self._idle.is_set():
+                return False
+            self._idle.clear()
+            return True
+
+    def _run(self, trigger: Trigger, min_interval_s: float | None = None) -> int | None:
+        # The top of a background job: every failure is logged here, none escapes the thread.
+        try:
+            return self._refit(
+                self.db, self.settings, trigger=trigger, min_interval_s=min_interval_s
+            )
+        except Exception:
+            logger.exception("background refit (%s) failed", trigger)
+            return None
+        finally:
+            self._idle.set()
+
+    def request(self, trigger: Trigger = "manual") -> bool:
+        """Start a refit in a daemon thread; False when one is already running."""
+        if not self._claim():
+            return False
+        threading.Thread(
+            target=self._run, args=(trigger,), name=f"fleetwatch-refit-{trigger}", daemon=True
+        ).start()
+        return True
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until no refit is running (True) or ``timeout`` passes (False)."""
+        return self._idle.wait(timeout)
+
+    async def run_schedule(
+        self, interval_s: float, *, first_delay_s: float = STARTUP_DELAY_S
+    ) -> None:
+        """Refit ``first_delay_s`` after startup (trigger ``startup``), then every ``interval_s``
+        (``schedule``), until cancelled. A tick while a manual refit runs is skipped."""
+        delay = first_delay_s
+        trigger: Trigger = "startup"
+        while True:
+            await asyncio.sleep(delay)
+            if self._claim():
+                # Half an interval: with several workers on one schedule, the first one refits.
+                await asyncio.to_thread(self._run, trigger, interval_s / 2)
+            delay, trigger = interval_s, "schedule"

@@ -1,0 +1,104 @@
+"""Risk-model versions: store one per refit (fitted or failed), list them, load the newest."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Literal
+
+from sqlalchemy import Connection, Row, insert, select
+
+from fleetwatch.errors import NotFound
+from fleetwatch.server.db.tables import risk_models
+from fleetwatch.server.schemas.models import ModelVersionPublic
+
+if TYPE_CHECKING:
+    from fleetwatch.models.registry import RiskBundle
+
+__all__ = ["StoredModel", "get_model", "latest_ok_model", "list_models", "store_model"]
+
+Trigger = Literal["schedule", "manual", "startup"]
+
+
+@dataclass(frozen=True)
+class StoredModel:
+    """A fitted version with what it needs to score."""
+
+    version: int
+    trained_at: datetime
+    trigger: str
+    params: dict[str, Any]
+    metrics: dict[str, Any]
+
+    def bundle(self) -> RiskBundle:
+        from fleetwatch.models.registry import RiskBundle
+
+        return RiskBundle.from_params(self.params)
+
+
+def store_model(
+    conn: Connection,
+    bundle: RiskBundle | None,
+    *,
+    trigger: Trigger,
+    trained_at: datetime,
+    error: str | None = None,
+    metrics: dict[str, Any] | None = None,
+) -> int:
+    """Store a version and return its number: ``ok`` with a bundle, else ``failed`` with
+    ``error``. ``metrics`` (e.g. the training size of a failed fit) defaults to the bundle's."""
+    ok = bundle is not None and error is None
+    result = conn.execute(
+        insert(risk_models).values(
+            trained_at=trained_at,
+            trigger=trigger,
+            status="ok" if ok else "failed",
+            params=bundle.to_params() if ok and bundle is not None else None,
+            metrics=metrics if metrics is not None else (bundle.metrics if bundle else None),
+            error=None if ok else (error or "no model was fitted"),
+        )
+    )
+    key = result.inserted_primary_key
+    assert key is not None
+    return int(key[0])
+
+
+_PUBLIC = [getattr(risk_models.c, name) for name in ModelVersionPublic.model_fields]
+
+
+def _public(row: Row[Any]) -> ModelVersionPublic:
+    return ModelVersionPublic(**row._mapping)
+
+
+def list_models(conn: Connection, limit: int = 100) -> list[ModelVersionPublic]:
+    """Versions, newest first."""
+    query = select(*_PUBLIC).order_by(risk_models.c.version.desc()).limit(limit)
+    return [_public(row) for row in conn.execute(query)]
+
+
+def get_model(conn: Connection, version: int) -> ModelVersionPublic:
+    """One version; :class:`NotFound` naming it if absent."""
+    row = conn.execute(select(*_PUBLIC).where(risk_models.c.version == version)).first()
+    if row is None:
+        raise NotFound("model version", str(version))
+    return _public(row)
+
+
+def latest_ok_model(conn: Connection) -> StoredModel | None:
+    """The newest successfully fitted version, or None when there is none yet."""
+    query = (
+        select(risk_models)
+        .where(risk_models.c.status == "ok")
+        .order_by(risk_models.c.version.desc())
+        .limit(1)
+    )
+    row = conn.execute(query).first()
+    if row is None:
+        return None
+    return StoredModel(
+        version=row.version,
+        trained_at=row.trained_at,
+        trigger=row.trigger,
+        params=row.params,
+        metrics=row.metrics or {},
+    )

@@ -1,0 +1,59 @@
+"""Risk-model versions: list and inspect them (read), start a refit (admin)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import JSONResponse
+
+from fleetwatch.server.deps import AdminAuth, DatabaseDep, ReadAuth
+from fleetwatch.server.refit import Refitter
+from fleetwatch.server.repo.models import get_model, list_models
+from fleetwatch.server.schemas.common import ErrorResponse, error_body
+from fleetwatch.server.schemas.models import ModelVersionPublic, ModelVersionsPublic, RefitAccepted
+
+__all__ = ["router"]
+
+router = APIRouter(prefix="/models", tags=["models"])
+
+
+@router.get("", response_model=ModelVersionsPublic, summary="List risk-model versions")
+def get_models(
+    db: DatabaseDep, _token: ReadAuth, limit: Annotated[int, Query(ge=1, le=1000)] = 100
+) -> ModelVersionsPublic:
+    """Versions newest first, fitted and failed, with their metrics or error."""
+    with db.read() as conn:
+        found = list_models(conn, limit)
+    return ModelVersionsPublic(data=found, count=len(found))
+
+
+@router.get(
+    "/{version}",
+    response_model=ModelVersionPublic,
+    responses={404: {"model": ErrorResponse, "description": "No such version"}},
+    summary="One risk-model version",
+)
+def get_model_version(version: int, db: DatabaseDep, _token: ReadAuth) -> ModelVersionPublic:
+    """The version's trigger, status, metrics and error."""
+    with db.read() as conn:
+        return get_model(conn, version)
+
+
+@router.post(
+    "/refit",
+    status_code=202,
+    response_model=RefitAccepted,
+    responses={409: {"model": ErrorResponse, "description": "A refit is already running"}},
+    summary="Refit the risk models now, in the background",
+)
+async def post_refit(request: Request, _token: AdminAuth) -> RefitAccepted | JSONResponse:
+    """Starts a refit and returns at once; the new version appears in GET /v1/models."""
+    refitter: Refitter = request.app.state.refitter
+    if not refitter.request("manual"):
+        body = error_body(
+            "a refit is already running; wait for its version to appear in GET /v1/models",
+            [{"loc": ["refit"], "msg": "already running"}],
+        )
+        return JSONResponse(body, status_code=409)
+    return RefitAccepted(accepted=True)

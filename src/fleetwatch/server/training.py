@@ -1,0 +1,143 @@
+"""The training frame of the risk models, built from stored lifetimes and hourly telemetry.
+
+One row per GPU lifetime (``gpu_lifetimes``) that began before ``now``:
+
+* ``duration_days``: (``removed_at`` or ``now``) - ``installed_at``, in days (rows <= 0 dropped);
+* ``event``: 1 when the lifetime ended in a failure; repairs, retirements and open lifetimes are
+  censored (0);
+* ``group``: the SKU, or None;
+* the telemetry covariates of :data:`~fleetwatch.models.telemetry_features.FEATURE_NAMES`, from the
+  GPU's ``gpu_hourly`` rows in the ``window_days`` before the lifetime's end (or ``now``); NaN where
+  the GPU did not report one (or the lifetime has no ``gpu_uuid``);
+* with a ``location_pattern``, ``loc_<name>`` for each named group of the pattern that matched a
+  number.
+
+The frame's index is the lifetime's id. Telemetry is read in chunks of GPUs, not per lifetime.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from collections.abc import Mapping
+from datetime import datetime, timedelta
+from itertools import islice
+from typing import Any, cast
+
+import numpy as np
+import pandas as pd
+from sqlalchemy import Connection, select
+
+from fleetwatch.inventory import compile_location_pattern
+from fleetwatch.models.registry import DURATION_DAYS, EVENT, GROUP
+from fleetwatch.models.telemetry_features import FEATURE_NAMES, HourRollup, window_features
+from fleetwatch.server.db.tables import gpu_hourly, gpu_lifetimes
+
+__all__ = ["training_frame"]
+
+_DAY_S = 86400.0
+CHUNK_GPUS = 500
+
+
+def _location_covariates(
+    locations: list[str | None], pattern: re.Pattern[str]
+) -> dict[str, list[float]]:
+    columns: dict[str, list[float]] = {f"loc_{n}": [] for n in pattern.groupindex}
+    for location in locations:
+        match = pattern.fullmatch(location) if location else None
+        for name in pattern.groupindex:
+            raw = match.group(name) if match else None
+            try:
+                value = float(raw) if raw is not None else np.nan
+            except ValueError:
+                value = np.nan
+            columns[f"loc_{name}"].append(value)
+    return columns
+
+
+def _hourly_by_gpu(
+    conn: Connection, windows: dict[str, list[tuple[datetime, datetime]]]
+) -> dict[str, list[HourRollup]]:
+    """Every rollup of the given GPUs inside the span of their windows, grouped by GPU."""
+    found: dict[str, list[HourRollup]] = defaultdict(list)
+    uuids = iter(sorted(windows))
+    while chunk := list(islice(uuids, CHUNK_GPUS)):
+        start = min(w[0] for u in chunk for w in windows[u])
+        end = max(w[1] for u in chunk for w in windows[u])
+        query = select(gpu_hourly).where(
+            gpu_hourly.c.gpu_uuid.in_(chunk), gpu_hourly.c.hour >= start, gpu_hourly.c.hour < end
+        )
+        for row in conn.execute(query).mappings():
+            found[row["gpu_uuid"]].append(HourRollup.from_row(cast(Mapping[str, Any], row)))
+    return found
+
+
+def training_frame(
+    conn: Connection,
+    *,
+    now: datetime,
+    window_days: float = 7,
+    location_pattern: str | None = None,
+) -> pd.DataFrame:
+    """The lifetimes stored by ``now`` as a frame for :meth:`RiskBundle.fit
+    <fleetwatch.models.registry.RiskBundle.fit>` (see the module docstring for its columns)."""
+    if window_days <= 0:
+        raise ValueError(f"window_days must be > 0, got {window_days}")
+    pattern = compile_location_pattern(location_pattern)
+    query = (
+        select(
+            gpu_lifetimes.c.id,
+            gpu_lifetimes.c.gpu_uuid,
+            gpu_lifetimes.c.location,
+            gpu_lifetimes.c.sku,
+            gpu_lifetimes.c.installed_at,
+            gpu_lifetimes.c.removed_at,
+            gpu_lifetimes.c.end_kind,
+        )
+        .where(gpu_lifetimes.c.installed_at < now)
+        .order_by(gpu_lifetimes.c.id)
+    )
+    window = timedelta(days=window_days)
+    ids: list[int] = []
+    durations: list[float] = []
+    events: list[int] = []
+    groups: list[str | None] = []
+    locations: list[str | None] = []
+    ends: list[tuple[str | None, datetime]] = []
+    for row in conn.execute(query):
+        ended = row.removed_at is not None and row.removed_at <= now
+        end = row.removed_at if ended else now
+        duration = (end - row.installed_at).total_seconds() / _DAY_S
+        if duration <= 0:
+            continue
+        ids.append(row.id)
+        durations.append(duration)
+        events.append(int(ended and row.end_kind == "failure"))
+        groups.append(row.sku)
+        locations.append(row.location)
+        ends.append((row.gpu_uuid, end))
+
+    windows: dict[str, list[tuple[datetime, datetime]]] = defaultdict(list)
+    for uuid, end in ends:
+        if uuid is not None:
+            windows[uuid].append((end - window, end))
+    hourly = _hourly_by_gpu(conn, windows)
+    features: list[dict[str, float]] = []
+    for uuid, end in ends:
+        rollups = hourly.get(uuid, []) if uuid is not None else []
+        inside = [r for r in rollups if end - window <= r.hour < end]
+        features.append(window_features(inside))
+
+    columns: dict[str, Any] = {
+        DURATION_DAYS: np.asarray(durations, dtype=np.float64),
+        EVENT: np.asarray(events, dtype=np.int64),
+        GROUP: pd.Series(groups, dtype=object),
+    }
+    for name in FEATURE_NAMES:
+        columns[name] = np.asarray([f.get(name, np.nan) for f in features], dtype=np.float64)
+    if pattern is not None:
+        for name, values in _location_covariates(locations, pattern).items():
+            columns[name] = np.asarray(values, dtype=np.float64)
+    frame = pd.DataFrame(columns)
+    frame.index = pd.Index(ids, name="lifetime_id")
+    return frame

@@ -1,0 +1,86 @@
+"""The judging layer running on its own in the real server process (SQLite and PostgreSQL).
+
+Nothing is triggered by hand: the background jobs (rollups, lifetimes, assessment) run on short
+timers, and the test only pushes telemetry over HTTP and reads the API.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.factories import make_batch
+from tests.integration.live import create_token, fleetwatch, live_server
+
+
+@pytest.fixture
+def server_db(database_url: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    if database_url.startswith("sqlite"):
+        fleetwatch("db", "upgrade", "--database-url", database_url)
+    for name, value in {"ASSESS_INTERVAL_S": "0.5", "ROLLUP_INTERVAL_S": "0.5",
+                        "LIFECYCLE_INTERVAL_S": "0.5", "GPU_LEAVE_AFTER_S": "2",
+                        "REFIT_INTERVAL_S": "0"}.items():  # fmt: skip
+        monkeypatch.setenv(f"FLEETWATCH_SERVER_{name}", value)
+    return database_url
+
+
+def _until(read: Callable[[], Any], ok: Callable[[Any], bool], timeout: float = 20.0) -> Any:
+    deadline = time.monotonic() + timeout
+    value = read()
+    while not ok(value) and time.monotonic() < deadline:
+        time.sleep(0.2)
+        value = read()
+    return value
+
+
+def test_a_dbe_xid_is_judged_and_the_gpu_leaving_is_recorded_as_a_failure(
+    server_db: str, tmp_path: Path
+) -> None:
+    agent, reader = create_token(server_db, "agent"), create_token(server_db, "read")
+    with live_server(server_db, tmp_path) as server, server.client(agent) as push:
+        # Built once the server is up: the GPU is last seen when this batch arrives, which must
+        # be within the 2 s leave-after of the Xid for the failure to be put on that Xid.
+        batch = make_batch("node-live", gpus=2, ticks=3)
+        failing = batch["gpus"][1]
+        batch["events"] = [{
+            "kind": "xid", "ts": (datetime.now(UTC) - timedelta(seconds=1)).isoformat(),
+            "xid": 48, "pci_bus_id": failing["pci_bus_id"],
+            "message": f"NVRM: Xid (PCI:{failing['pci_bus_id']}): 48, pid=4242, DBE (0x0)",
+        }]  # fmt: skip
+        assert push.post("/v1/ingest", json=batch).is_success
+        with server.client(reader) as read:
+            risk = _until(
+                lambda: read.get(f"/v1/gpus/{failing['uuid']}/risk"),
+                lambda r: r.status_code == 200 and r.json()["basis"] == "rule",
+            )
+            assert risk.status_code == 200 and risk.json()["basis"] == "rule", risk.text
+            verdict = risk.json()["verdicts"][0]
+            assert verdict["xids"][0] == 48 and verdict["takes_gpu_out"]
+            # The covariates come from the hourly rollups, also built in the background.
+            covariates = _until(
+                lambda: read.get(f"/v1/gpus/{failing['uuid']}/risk").json()["covariates"],
+                lambda c: c.get("xid_memory") == 1.0,
+            )
+            assert covariates["xid_memory"] == 1.0
+            # The GPU goes away; its neighbour keeps reporting past the leave-after time.
+            for _ in range(4):
+                healthy = make_batch("node-live", gpus=1, ticks=1)
+                assert push.post("/v1/ingest", json=healthy).is_success
+                time.sleep(0.8)
+
+            def failures() -> list[dict[str, Any]]:
+                answer: httpx.Response = read.get("/v1/lifetimes", params={"end_kind": "failure"})
+                data: list[dict[str, Any]] = answer.json()["data"]
+                return data
+
+            ended = _until(failures, lambda rows: len(rows) == 1)
+            assert [row["serial"] for row in ended] == [failing["serial"]]
+            assert "48" in ended[0]["cause"] and ended[0]["source"] == "observed"
+            metrics = read.get("/metrics").text
+            assert f'uuid="{failing["uuid"]}",kind="xid"' in metrics

@@ -1,0 +1,100 @@
+"""Risk-model versions over HTTP, on SQLite and PostgreSQL: list, inspect, refit."""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+
+from fastapi.testclient import TestClient
+from tests.conftest import bearer
+from tests.unit.server.test_refit import NOW, _Blocking, insert_weibull_lifetimes
+
+from fleetwatch.config import ServerSettings
+from fleetwatch.models.registry import RiskBundle
+from fleetwatch.server.db.session import Database
+from fleetwatch.server.refit import Refitter
+from fleetwatch.server.repo.models import store_model
+
+FIT = {"lambda": 400.0, "rho": 1.2, "rho_ci": [1.1, 1.3]}
+
+
+def _store_two(db: Database) -> tuple[int, int]:
+    bundle = RiskBundle.from_params({"format": 1, "fleet": FIT, "groups": {}, "aft": None})
+    bundle.metrics.update({"n": 12, "events": 3})
+    with db.write() as conn:
+        ok = store_model(conn, bundle, trigger="schedule", trained_at=NOW - timedelta(hours=6))
+        failed = store_model(conn, None, trigger="manual", trained_at=NOW, error="no data")
+    return ok, failed
+
+
+def test_models_list_newest_first(client: TestClient, db: Database, tokens: dict[str, str]) -> None:
+    empty = client.get("/v1/models", headers=bearer(tokens["read"]))
+    assert empty.status_code == 200 and empty.json() == {"data": [], "count": 0}
+    ok, failed = _store_two(db)
+    body = client.get("/v1/models", headers=bearer(tokens["read"])).json()
+    assert body["count"] == 2
+    newest, oldest = body["data"]
+    assert newest["version"] == failed and newest["status"] == "failed"
+    assert newest["error"] == "no data" and newest["trigger"] == "manual"
+    assert oldest["version"] == ok and oldest["status"] == "ok" and oldest["error"] is None
+    assert oldest["metrics"] == {"n": 12, "events": 3}
+    assert oldest["trained_at"].startswith("2025-05-31T18:00:00")
+    assert "params" not in oldest
+    limited = client.get("/v1/models", params={"limit": 1}, headers=bearer(tokens["read"]))
+    assert [m["version"] for m in limited.json()["data"]] == [failed]
+
+
+def test_models_get_one_version(client: TestClient, db: Database, tokens: dict[str, str]) -> None:
+    ok, _ = _store_two(db)
+    found = client.get(f"/v1/models/{ok}", headers=bearer(tokens["read"]))
+    assert found.status_code == 200, found.text
+    assert found.json()["version"] == ok and found.json()["status"] == "ok"
+    missing = client.get("/v1/models/999", headers=bearer(tokens["read"]))
+    assert missing.status_code == 404
+    assert "999" in missing.json()["error"]
+
+
+def test_models_refit_runs_in_the_background(
+    client: TestClient, db: Database, tokens: dict[str, str]
+) -> None:
+    insert_weibull_lifetimes(db)
+    response = client.post("/v1/models/refit", headers=bearer(tokens["admin"]))
+    assert response.status_code == 202, response.text
+    assert response.json() == {"accepted": True}
+    deadline = time.monotonic() + 60
+    versions: list[dict[str, object]] = []
+    while time.monotonic() < deadline and not versions:
+        time.sleep(0.1)
+        versions = client.get("/v1/models", headers=bearer(tokens["read"])).json()["data"]
+    assert versions, "no model version appeared within 60 s of POST /v1/models/refit"
+    (version,) = versions
+    assert version["status"] == "ok", version["error"]
+    assert version["trigger"] == "manual" and version["metrics"]["n"] == 400
+
+
+def test_models_refit_conflicts_while_one_runs(
+    client: TestClient, db: Database, settings: ServerSettings, tokens: dict[str, str]
+) -> None:
+    job = _Blocking()
+    client.app.state.refitter = Refitter(db, settings, refit=job)  # type: ignore[attr-defined]
+    admin = bearer(tokens["admin"])
+    try:
+        assert client.post("/v1/models/refit", headers=admin).status_code == 202
+        assert job.started.wait(10)
+        busy = client.post("/v1/models/refit", headers=admin)
+        assert busy.status_code == 409, busy.text
+        assert "already running" in busy.json()["error"]
+        assert busy.json()["detail"] == [{"loc": ["refit"], "msg": "already running"}]
+    finally:
+        job.release.set()
+    assert client.app.state.refitter.wait(10)  # type: ignore[attr-defined]
+    assert client.post("/v1/models/refit", headers=admin).status_code == 202
+    assert client.app.state.refitter.wait(10)  # type: ignore[attr-defined]
+    assert job.triggers == ["manual", "manual"]
+
+
+def test_models_refit_needs_admin(client: TestClient, tokens: dict[str, str]) -> None:
+    response = client.post("/v1/models/refit", headers=bearer(tokens["read"]))
+    assert response.status_code == 403
+    assert "'read'" in response.json()["error"]
+    assert client.get("/v1/models", headers=bearer(tokens["agent"])).status_code == 403
