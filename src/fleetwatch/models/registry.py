@@ -153,10 +153,17 @@ def _gc_paused() -> Iterator[None]:
 
 
 def _conditional_risk(
-    ages: NDArray[np.float64], horizon: float, lam: NDArray[np.float64], rho: Any
+    ages: NDArray[np.float64], horizon: float, log_lam: NDArray[np.float64], rho: Any
 ) -> NDArray[np.float64]:
-    log_ratio = (ages / lam) ** rho - ((ages + horizon) / lam) ** rho
-    return np.asarray(np.clip(-np.expm1(log_ratio), 0.0, 1.0), dtype=np.float64)
+    """:math:`1 - S(a+H)/S(a)` from :math:`\\log\\lambda`, in log space: covariates far outside
+    the training range give scales that under- or overflow, and age 0 has log 0 = -inf."""
+    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+        h_now = np.exp(rho * (np.log(ages) - log_lam))
+        h_then = np.exp(rho * (np.log(ages + horizon) - log_lam))
+        risk = -np.expm1(h_now - h_then)
+    # inf - inf: both cumulative hazards beyond float range, the unit is as good as failed.
+    risk = np.where(np.isnan(risk), 1.0, risk)
+    return np.asarray(np.clip(risk, 0.0, 1.0), dtype=np.float64)
 
 
 def _fit_weibull(part: pd.DataFrame, label: str) -> tuple[_Weibull, dict[str, Any]]:
@@ -353,7 +360,8 @@ class RiskBundle:
                 mask = keys == key
                 lam[mask], rho[mask], labels[mask] = fit.lam, fit.rho, f"weibull:{key}"
         empty: list[list[Factor]] = [[] for _ in range(n)]
-        return RiskScores(_conditional_risk(ages, horizon, lam, rho), labels.tolist(), empty)
+        probability = _conditional_risk(ages, horizon, np.log(lam), rho)
+        return RiskScores(probability, labels.tolist(), empty)
 
     @staticmethod
     def _score_aft(
@@ -366,10 +374,10 @@ class RiskBundle:
                 x[:, j] = pd.to_numeric(units[name], errors="coerce").to_numpy(dtype=np.float64)
         reported = np.isfinite(x)
         x = np.where(reported, x, aft.median)
-        lam = np.exp(aft.intercept + x @ aft.coef)
-        probability = _conditional_risk(ages, horizon, lam, aft.rho)
+        probability = _conditional_risk(ages, horizon, aft.intercept + x @ aft.coef, aft.rho)
 
-        log_hr = -aft.rho * aft.coef * (x - aft.mean)
+        # Clipped: far outside the training range exp() overflows; e^±50 says enough.
+        log_hr = np.clip(-aft.rho * aft.coef * (x - aft.mean), -50.0, 50.0)
         k = min(MAX_FACTORS, p)
         top = np.argsort(-np.abs(log_hr), axis=1, kind="stable")[:, :k]
         rows = np.arange(n)[:, None]
