@@ -1,0 +1,580 @@
+"""Simulator backtest: telemetry-covariate risk against the rules, where precursors exist.
+
+A :class:`~fleetwatch.sim.SimFleet` knows when every GPU fails, so the question "would draining
+the riskiest GPUs each day have caught the failures, and how early?" has an answer. The backtest:
+
+1. **Telemetry.** Each node is sampled every ``step_minutes`` (30 by default, not the agent's 10 s:
+   months of 10 s samples are too slow to simulate) and all its events are read; the samples and
+   Xids of each GPU-hour fold into an :class:`~fleetwatch.models.telemetry_features.HourRollup`
+   with :func:`~fleetwatch.models.telemetry_features.rollup_hour`, exactly as the server does.
+   Samples taken while the node is silent are dropped (the agent sends nothing then).
+2. **Training** on what was known before the cutoff :math:`c` only: GPUs that failed before
+   :math:`c` (event, duration = age at failure, covariates over the ``window_days`` before the
+   failure) and GPUs alive at :math:`c` (censored at :math:`c`, covariates over the window before
+   :math:`c`). Windows hold whole hours ending at or before their end, so the fatal Xid never
+   leaks into its own covariates. A covariate missing for a GPU is imputed with the training
+   median; covariates never reported or constant in training are dropped; counts and rates enter
+   as ``log1p`` and every covariate is clipped to its training range when scoring (raw SBE rates
+   make the AFT scale overflow). The model is a :class:`~fleetwatch.models.aft.WeibullAFTRisk`.
+3. **Evaluation** at every midnight :math:`d` from :math:`c` until ``window`` before the horizon
+   (so every label is known): for each GPU alive at :math:`d`, the risk within :math:`H` (1 and 7
+   days) from the trailing window; the **model** flags the ``budget`` highest risks for each
+   :math:`H` (the daily drain budget). **Rules** flag every GPU with a verdict that counts against
+   it at :math:`d`: :func:`~fleetwatch.rules.xid.judge_xids` over the trailing 24 h of events and
+   :func:`~fleetwatch.rules.health.judge_health` over samples every 60 s in the 10 minutes before
+   :math:`d` (the rules' windows are 60 s and 600 s, so coarse samples would misjudge rates).
+   **Rules + model** flags the rules' GPUs, then fills the rest of the budget with model picks.
+4. **Metrics** per method: precision at the budget (share of flagged GPU-days whose GPU fails
+   within 7 days), recall at 24 h (flagged at the last evaluation before the failure, which is
+   within 24 h) and at 7 days (flagged at some evaluation in the 7 days before), lead time (hours
+   from the first 7-day flag to the failure: p10/p50/p90) and false flags per day.
+"""
+
+from __future__ import annotations
+
+import csv
+import logging
+import math
+import time
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from fleetwatch.models.aft import WeibullAFTRisk
+from fleetwatch.models.backtest import Metrics, score_risks
+from fleetwatch.models.base import AGE_COL, DURATION_COL, EVENT_COL, ModelFitError
+from fleetwatch.models.telemetry_features import (
+    FEATURE_NAMES,
+    HourRollup,
+    rollup_hour,
+    window_features,
+)
+from fleetwatch.rules.health import BootSample, judge_health
+from fleetwatch.rules.thresholds import HealthThresholds
+from fleetwatch.rules.xid import XidCatalog, judge_xids
+from fleetwatch.sim.fleet import SimFleet
+from fleetwatch.sim.spec import FailureModel, FleetSpec
+from fleetwatch.sim.truth import lifetime_rows, parse_time
+from fleetwatch.telemetry import Event
+
+__all__ = [
+    "METHODS",
+    "MethodMetrics",
+    "SimBacktestResult",
+    "default_spec",
+    "run_sim_backtest",
+    "without_precursors",
+    "write_report",
+]
+
+logger = logging.getLogger(__name__)
+
+METHODS = ("model", "rules", "rules+model")
+HORIZONS_DAYS = (1.0, 7.0)
+_DAY = timedelta(days=1)
+_HOUR = timedelta(hours=1)
+_RULE_SAMPLES = tuple(range(-600, 1, 60))  # seconds before d: the rules' 60 s and 600 s windows
+
+Progress = Callable[[int], None]
+
+
+def default_spec(
+    seed: int = 0, *, nodes: int = 40, days: float = 180.0, monthly_failure_prob: float = 0.04
+) -> FleetSpec:
+    """The backtest's fleet: ``nodes`` x 8 GPUs over ``days``, failing about 4x the default rate.
+
+    ``failures.monthly_failure_prob = 0.04`` (default 0.01) and no infant-mortality batch (lot-c
+    would fail mostly before any cutoff), so that 320 GPUs give dozens of failures after day 90.
+    """
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    return FleetSpec.model_validate(
+        {
+            "seed": seed,
+            "nodes": nodes,
+            "start": start,
+            "real_start": start,
+            "horizon_days": days,
+            "failures": FailureModel(monthly_failure_prob=monthly_failure_prob),
+            "batches": [
+                {"name": "lot-a", "weight": 0.65},
+                {"name": "lot-b", "weight": 0.35, "scale_factor": 0.85},
+            ],
+        }
+    )
+
+
+def without_precursors(spec: FleetSpec) -> FleetSpec:
+    """The same fleet with no warning signs before any failure (every ``precursor_prob = 0``)."""
+    causes = [c.model_copy(update={"precursor_prob": 0.0}) for c in spec.failures.causes]
+    return spec.model_copy(update={"failures": spec.failures.model_copy(update={"causes": causes})})
+
+
+@dataclass(frozen=True)
+class MethodMetrics:
+    """How one flagging method did over the evaluation period (NaN where undefined)."""
+
+    method: str
+    flagged_gpu_days: int
+    precision: float  # flagged GPU-days whose GPU fails within 7 days / flagged GPU-days
+    recall_24h: float
+    recall_7d: float
+    lead_p10_h: float
+    lead_p50_h: float
+    lead_p90_h: float
+    false_flags_per_day: float
+
+
+@dataclass(frozen=True)
+class SimBacktestResult:
+    """Outcome of :func:`run_sim_backtest`.
+
+    ``train`` has one row per training GPU (``uuid``, ``install``, ``end`` (failure or cutoff),
+    ``window_end``, ``duration``, ``event`` and the covariates as the model saw them: imputed,
+    log1p, clipped). ``medians`` are the imputation values on the raw scale. ``failures`` has
+    one row per failure in the evaluation period (``uuid``, ``failure_time``, ``cause_xid``,
+    ``precursors``, then ``lead_h_<method>`` (NaN: not flagged within 7 days) and
+    ``caught_24h_<method>``). ``ranking`` scores the model's 7-day risk over all GPU-days with
+    :func:`~fleetwatch.models.backtest.score_risks` (label: fails within 7 days).
+    """
+
+    spec: FleetSpec
+    cutoff: datetime
+    eval_days: int
+    budget: int
+    step_minutes: int
+    n_gpus: int
+    features: list[str]
+    medians: dict[str, float]
+    train: pd.DataFrame
+    failures: pd.DataFrame
+    metrics: dict[str, MethodMetrics]
+    ranking: Metrics
+    wall_s: float
+    coefficients: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def n_failures(self) -> int:
+        return len(self.failures)
+
+
+@dataclass
+class _Gpu:
+    uuid: str
+    node: str
+    sku: str
+    install: datetime
+    failure: datetime | None
+    cause_xid: int | None
+    precursors: bool
+
+    def alive(self, t: datetime) -> bool:
+        return self.failure is None or t < self.failure
+
+
+def _gpus(fleet: SimFleet) -> list[_Gpu]:
+    return [
+        _Gpu(
+            uuid=row["uuid"],
+            node=row["node"],
+            sku=row["sku"],
+            install=parse_time(row["install_time"]),
+            failure=parse_time(row["failure_time"]) if row["failure_time"] else None,
+            cause_xid=row["cause_xid"],
+            precursors=row["precursor_start"] is not None,
+        )
+        for row in lifetime_rows(fleet)
+    ]
+
+
+def _hours_between(start: datetime, t0: datetime, t1: datetime) -> range:
+    """Indices of the hours (from ``start``) that overlap ``[t0, t1)``."""
+    first = math.floor((t0 - start) / _HOUR)
+    last = math.ceil((t1 - start) / _HOUR)
+    return range(max(0, first), last)
+
+
+class _NodeTelemetry:
+    """One node's hourly rollups (built from coarse samples) and its events."""
+
+    def __init__(
+        self, fleet: SimFleet, node: str, hours: set[int], step: timedelta, catalog: XidCatalog
+    ) -> None:
+        start = fleet.spec.start
+        per_hour = max(1, round(_HOUR / step))
+        self.events = fleet.events(node, start - _HOUR, fleet.spec.end + _HOUR)
+        xids: dict[tuple[str, int], list[int]] = defaultdict(list)
+        for e in self.events:
+            if e.kind == "xid" and e.xid is not None and e.uuid is not None:
+                xids[(e.uuid, math.floor((e.ts - start) / _HOUR))].append(e.xid)
+        self.rollups: dict[str, dict[int, HourRollup]] = defaultdict(dict)
+        for h in sorted(hours):
+            hour = start + h * _HOUR
+            samples: dict[str, list[object]] = defaultdict(list)
+            for j in range(per_hour):
+                t = hour + j * step
+                if fleet.is_silent(node, t):
+                    continue
+                for s in fleet.sample(node, t):
+                    samples[s.uuid].append(s)
+            for uuid, got in samples.items():
+                self.rollups[uuid][h] = rollup_hour(
+                    uuid, hour, got, xids.get((uuid, h), ()), catalog=catalog
+                )
+
+    def features(
+        self, uuid: str, start: datetime, end: datetime, window: timedelta
+    ) -> dict[str, float]:
+        """Covariates over the whole hours in ``[end - window, end)``."""
+        first = math.ceil((end - window - start) / _HOUR)
+        last = math.floor((end - start) / _HOUR)  # exclusive: the hour [last, last+1) ends after
+        mine = self.rollups.get(uuid, {})
+        return window_features([mine[h] for h in range(max(first, 0), last) if h in mine])
+
+
+def _rule_flags(
+    fleet: SimFleet,
+    node: str,
+    gpus: Sequence[_Gpu],
+    events: Sequence[Event],
+    d: datetime,
+    catalog: XidCatalog,
+    thresholds: HealthThresholds,
+) -> set[str]:
+    """UUIDs of the node's live GPUs with a verdict that counts against them at ``d``."""
+    alive = {g.uuid: g for g in gpus if g.alive(d)}
+    recent = [e for e in events if d - _DAY < e.ts <= d]
+    flagged: set[str] = set()
+    by_bus: dict[str, str] = {}
+    for e in recent:
+        if e.pci_bus_id and e.uuid:
+            by_bus[e.pci_bus_id] = e.uuid
+    for v in judge_xids(recent, catalog=catalog, now=d, lookback=_DAY):
+        uuid = v.uuid or by_bus.get(v.pci_bus_id or "")
+        if v.counts_against_gpu and uuid in alive:
+            flagged.add(uuid)
+    series: dict[str, list[BootSample]] = defaultdict(list)
+    for offset in _RULE_SAMPLES:
+        t = d + timedelta(seconds=offset)
+        if fleet.is_silent(node, t):
+            continue
+        boot = fleet.boot_id(node, t)
+        for s in fleet.sample(node, t):
+            series[s.uuid].append(BootSample(boot, s))
+    for uuid, samples in series.items():
+        if uuid not in alive or uuid in flagged:
+            continue
+        verdicts = judge_health(
+            samples, events=recent, thresholds=thresholds, now=d, gpu_name=alive[uuid].sku
+        )
+        if any(v.counts_against_gpu for v in verdicts):
+            flagged.add(uuid)
+    return flagged
+
+
+# Heavy-tailed non-negative counts and rates enter the model as log1p(x): raw SBE rates run into
+# the thousands and make exp(beta x) overflow.
+_LOG_FEATURES = frozenset(FEATURE_NAMES) - {"temp_p95_c", "throttle_fraction"}
+
+
+@dataclass(frozen=True)
+class _Design:
+    """Training-time covariate preparation, applied unchanged when scoring."""
+
+    columns: list[str]
+    medians: dict[str, float]  # raw scale
+    low: dict[str, float]  # model scale
+    high: dict[str, float]
+
+    def apply(self, frame: pd.DataFrame) -> pd.DataFrame:
+        """Impute with the training median, log1p the counts, clip to the training range."""
+        out = pd.DataFrame(index=frame.index)
+        for c in self.columns:
+            raw = frame[c] if c in frame.columns else pd.Series(math.nan, index=frame.index)
+            x = raw.astype(np.float64).fillna(self.medians[c])
+            x = np.log1p(x.clip(lower=0.0)) if c in _LOG_FEATURES else x
+            out[c] = x.clip(self.low[c], self.high[c])
+        return out
+
+
+def _fit(train: pd.DataFrame, penalizer: float) -> tuple[WeibullAFTRisk, _Design]:
+    """Drop covariates never reported or constant in training; impute, transform, fit."""
+    cols = [c for c in FEATURE_NAMES if c in train.columns and train[c].notna().any()]
+    medians = {c: float(train[c].median()) for c in cols}
+    inf = dict.fromkeys(cols, math.inf)
+    X = _Design(cols, medians, dict.fromkeys(cols, -math.inf), inf).apply(train)
+    cols = [c for c in cols if X[c].nunique() > 1]
+    design = _Design(
+        cols,
+        {c: medians[c] for c in cols},
+        {c: float(X[c].min()) for c in cols},
+        {c: float(X[c].max()) for c in cols},
+    )
+    try:
+        model = WeibullAFTRisk(penalizer=penalizer).fit(X[cols], train[[DURATION_COL, EVENT_COL]])
+    except ModelFitError as exc:
+        first = str(exc).splitlines()[0].rstrip(": ")
+        raise ModelFitError(
+            f"{first} on {len(train)} training GPUs with {int(train[EVENT_COL].sum())} "
+            "failures; simulate more nodes, more days or a higher failure rate"
+        ) from exc
+    return model, design
+
+
+def _percentile(values: Sequence[float], q: float) -> float:
+    return float(np.percentile(values, q)) if len(values) else math.nan
+
+
+def run_sim_backtest(
+    spec: FleetSpec,
+    *,
+    cutoff_day: float = 90.0,
+    budget: int = 5,
+    step_minutes: int = 30,
+    window_days: float = 7.0,
+    penalizer: float = 0.01,
+    progress: Progress | None = None,
+) -> SimBacktestResult:
+    """Train before ``cutoff_day``, then flag GPUs daily by model, rules and both; see module doc.
+
+    Parameters
+    ----------
+    spec : FleetSpec
+        The fleet (seeded); see :func:`default_spec`.
+    cutoff_day : float
+        Days after ``spec.start``; training sees nothing later.
+    budget : int
+        Daily drain budget :math:`k` (GPUs the model may flag per day).
+    step_minutes : int
+        Telemetry sampling step; at most 30 so that every hour has two samples (rates need two).
+    window_days : float
+        Trailing covariate window, and the 7-day label and recall horizon.
+    progress : callable, optional
+        Called with 1 after each node is simulated.
+
+    Raises
+    ------
+    ValueError
+        If the evaluation period is empty or the arguments are out of range.
+    ModelFitError
+        If the training data cannot fit the AFT model (too few failures, or no convergence).
+    """
+    started = time.perf_counter()
+    if budget < 1 or not 0 < step_minutes <= 30 or window_days <= 0:
+        raise ValueError("need budget >= 1, 0 < step_minutes <= 30 and window_days > 0")
+    window = timedelta(days=window_days)
+    n_eval = int(math.floor(spec.horizon_days - window_days - cutoff_day)) + 1
+    if cutoff_day < window_days or n_eval < 1:
+        raise ValueError(
+            f"cutoff day {cutoff_day:g} must be >= {window_days:g} and <= horizon - "
+            f"{window_days:g} = {spec.horizon_days - window_days:g}; choose another --cutoff-day"
+        )
+    fleet = SimFleet(spec)
+    start = spec.start
+    cutoff = start + timedelta(days=cutoff_day)
+    days = [cutoff + i * _DAY for i in range(n_eval)]
+    eval_end = days[-1] + _DAY
+    catalog = XidCatalog.load()
+    thresholds = HealthThresholds()
+    step = timedelta(minutes=step_minutes)
+    gpus = _gpus(fleet)
+    by_node: dict[str, list[_Gpu]] = defaultdict(list)
+    for g in gpus:
+        by_node[g.node].append(g)
+
+    train_rows: list[dict[str, object]] = []
+    eval_rows: list[dict[str, object]] = []
+    rules: set[tuple[int, str]] = set()  # (day index, uuid)
+    for node in fleet.node_names():
+        mine = by_node[node]
+        hours = set(_hours_between(start, cutoff - window, days[-1]))
+        early = [g for g in mine if g.failure is not None and g.failure < cutoff]
+        for g in early:
+            assert g.failure is not None
+            hours |= set(_hours_between(start, g.failure - window, g.failure))
+        tel = _NodeTelemetry(fleet, node, hours, step, catalog)
+        for g in mine:
+            if not g.alive(start):
+                continue
+            end = g.failure if g.failure is not None and g.failure < cutoff else cutoff
+            feats = tel.features(g.uuid, start, end, window)
+            train_rows.append(
+                {"uuid": g.uuid, "install": g.install, "end": end, "window_end": end,
+                 DURATION_COL: (end - g.install) / _DAY, EVENT_COL: end < cutoff, **feats}
+            )  # fmt: skip
+        for i, d in enumerate(days):
+            for g in mine:
+                if g.alive(d):
+                    feats = tel.features(g.uuid, start, d, window)
+                    eval_rows.append(
+                        {"day": i, "uuid": g.uuid, AGE_COL: (d - g.install) / _DAY, **feats}
+                    )
+            rules |= {(i, u) for u in _rule_flags(fleet, node, mine, tel.events, d, catalog,
+                                                   thresholds)}  # fmt: skip
+        if progress is not None:
+            progress(1)
+
+    train = pd.DataFrame(train_rows)
+    model, design = _fit(train, penalizer)
+    train = train.assign(**design.apply(train))
+    ev = pd.DataFrame(eval_rows)
+    X = design.apply(ev).assign(**{AGE_COL: ev[AGE_COL]})
+    for h in HORIZONS_DAYS:
+        ev[f"risk_{h:g}d"] = model.predict_risk(X, h)
+    day_s = np.array([(d - start).total_seconds() for d in days])
+    fail_s = {g.uuid: (g.failure - start).total_seconds() if g.failure else math.inf for g in gpus}
+    days_to = (ev["uuid"].map(fail_s).to_numpy(dtype=np.float64) - day_s[ev["day"]]) / 86400.0
+    ev["days_to_failure"] = days_to
+    ev["label"] = days_to <= window_days
+    ev["rule"] = [(i, u) in rules for i, u in zip(ev["day"], ev["uuid"], strict=True)]
+
+    flags = _flags(ev, budget)
+    failures = _failures(gpus, cutoff, eval_end, days, flags, window)
+    n_days = len(days)
+    metrics = {m: _method_metrics(m, ev, flags[(m, 7.0)], failures, n_days) for m in METHODS}
+    ranking = score_risks(
+        ev["risk_7d"].to_numpy(dtype=np.float64),
+        ev["label"].to_numpy(dtype=bool),
+        np.minimum(days_to, window_days),
+        budget * n_days,
+    )
+    wall = time.perf_counter() - started
+    logger.info("simulator backtest: %d GPUs, %d eval days, %.1f s", len(gpus), n_days, wall)
+    return SimBacktestResult(
+        spec=spec,
+        cutoff=cutoff,
+        eval_days=n_days,
+        budget=budget,
+        step_minutes=step_minutes,
+        n_gpus=len(gpus),
+        features=design.columns,
+        medians=design.medians,
+        train=train,
+        failures=failures,
+        metrics=metrics,
+        ranking=ranking,
+        wall_s=wall,
+        coefficients={c: float(v) for c, v in model.coefficients().items()},
+    )
+
+
+Flags = dict[tuple[str, float], set[tuple[int, str]]]  # (method, H) -> {(day index, uuid)}
+
+
+def _flags(ev: pd.DataFrame, budget: int) -> Flags:
+    """Each method's flagged GPU-days for each horizon (rules ignore the horizon)."""
+    out: Flags = {(m, h): set() for m in METHODS for h in HORIZONS_DAYS}
+    for day, rows in ev.groupby("day", sort=True):
+        i = int(day)
+        ruled = set(rows.loc[rows["rule"], "uuid"])
+        for h in HORIZONS_DAYS:
+            ranked = rows.sort_values(f"risk_{h:g}d", ascending=False, kind="stable")["uuid"]
+            out[("model", h)] |= {(i, u) for u in ranked.iloc[:budget]}
+            out[("rules", h)] |= {(i, u) for u in ruled}
+            fill = [u for u in ranked if u not in ruled][: max(0, budget - len(ruled))]
+            out[("rules+model", h)] |= {(i, u) for u in (*ruled, *fill)}
+    return out
+
+
+def _failures(
+    gpus: Sequence[_Gpu],
+    cutoff: datetime,
+    eval_end: datetime,
+    days: Sequence[datetime],
+    flags: Flags,
+    window: timedelta,
+) -> pd.DataFrame:
+    """One row per failure in ``(cutoff, eval_end]``: lead time and 24 h catch per method."""
+    rows: list[dict[str, object]] = []
+    for g in gpus:
+        f = g.failure
+        if f is None or not cutoff < f <= eval_end:
+            continue
+        before = [i for i, d in enumerate(days) if f - window <= d < f]
+        row: dict[str, object] = {
+            "uuid": g.uuid, "node": g.node, "failure_time": f, "cause_xid": g.cause_xid,
+            "precursors": g.precursors,
+        }  # fmt: skip
+        for m in METHODS:
+            hit = [i for i in before if (i, g.uuid) in flags[(m, 7.0)]]
+            row[f"lead_h_{m}"] = (f - days[hit[0]]) / _HOUR if hit else math.nan
+            last = before[-1] if before else None
+            row[f"caught_24h_{m}"] = (
+                last is not None and f - days[last] <= _DAY and (last, g.uuid) in flags[(m, 1.0)]
+            )
+        rows.append(row)
+    columns = ["uuid", "node", "failure_time", "cause_xid", "precursors"]
+    columns += [f"{p}_{m}" for m in METHODS for p in ("lead_h", "caught_24h")]
+    return pd.DataFrame(rows, columns=columns)
+
+
+def _method_metrics(
+    method: str, ev: pd.DataFrame, flagged: set[tuple[int, str]], failures: pd.DataFrame,
+    n_days: int,
+) -> MethodMetrics:  # fmt: skip
+    label = {(int(i), str(u)): bool(y) for i, u, y in zip(ev["day"], ev["uuid"], ev["label"],
+                                                             strict=True)}  # fmt: skip
+    hits = sum(1 for key in flagged if label.get(key, False))
+    leads = failures[f"lead_h_{method}"].dropna().to_numpy(dtype=np.float64)
+    n_fail = len(failures)
+    return MethodMetrics(
+        method=method,
+        flagged_gpu_days=len(flagged),
+        precision=hits / len(flagged) if flagged else math.nan,
+        recall_24h=float(failures[f"caught_24h_{method}"].sum()) / n_fail if n_fail else math.nan,
+        recall_7d=len(leads) / n_fail if n_fail else math.nan,
+        lead_p10_h=_percentile(list(leads), 10),
+        lead_p50_h=_percentile(list(leads), 50),
+        lead_p90_h=_percentile(list(leads), 90),
+        false_flags_per_day=(len(flagged) - hits) / n_days,
+    )
+
+
+def write_report(result: SimBacktestResult, out_dir: Path) -> list[Path]:
+    """Write ``lead_times.csv`` (one row per failure) and, with matplotlib, ``lead_times.png``
+    (per method, the share of failures flagged at least x hours before, x up to 7 days).
+
+    Returns the paths written; the plot is skipped (with a log line) without matplotlib.
+    """
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / "lead_times.csv"
+    frame = result.failures.copy()
+    frame["failure_time"] = [t.isoformat().replace("+00:00", "Z") for t in frame["failure_time"]]
+    with path.open("w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(frame.columns)
+        for row in frame.itertuples(index=False):
+            writer.writerow(["" if isinstance(v, float) and math.isnan(v) else v for v in row])
+    written = [path]
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        logger.info("matplotlib is not installed: no lead-time plot")
+        return written
+    fig, ax = plt.subplots(figsize=(7, 4))
+    hours = np.arange(0.0, 24.0 * 7.0 + 1.0)
+    n = max(result.n_failures, 1)
+    for m in METHODS:
+        leads = result.failures[f"lead_h_{m}"].dropna().to_numpy(dtype=np.float64)
+        share = [(leads >= h).sum() / n for h in hours]
+        ax.step(hours, share, where="post", label=f"{m} ({len(leads)}/{result.n_failures})")
+    ax.set_xlabel("lead time x (hours)")
+    ax.set_ylabel("share of failures flagged >= x hours before")
+    ax.set_xticks(np.arange(0.0, 24.0 * 7.0 + 1.0, 24.0))
+    ax.set_ylim(0.0, 1.0)
+    ax.set_title(f"Simulator backtest: {result.n_gpus} GPUs, drain budget {result.budget}/day")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    png = out_dir / "lead_times.png"
+    fig.savefig(png, dpi=100)
+    plt.close(fig)
+    written.append(png)
+    return written
