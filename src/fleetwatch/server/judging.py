@@ -1,8 +1,10 @@
 """The rules, applied on the server to what the agents stored: one verdict list per GPU.
 
 :class:`FleetJudge` keeps a short window of every GPU's recent samples in memory, refreshed
-incrementally (each pass reads only the samples newer than the last one seen, less an overlap), so
-a pass over 10,000 GPUs does not rescan minutes of ``gpu_samples``. Each pass then runs
+incrementally (each pass reads only the sample rows stored since the last one, by id), so a pass
+over 10,000 GPUs does not rescan minutes of ``gpu_samples``. Each node is judged as of its newest
+reading, on its agent's clock (capped at now): the windows of the rules are the agent's, so a
+late spool or a simulated fleet running in the past is judged as it happened. Each pass then runs
 :func:`~fleetwatch.rules.xid.judge_xids` per node over the last day of Xid events,
 :func:`~fleetwatch.rules.health.judge_health` per GPU over its window, and
 :func:`~fleetwatch.rules.health.judge_missing_gpus` per node.
@@ -10,19 +12,18 @@ a pass over 10,000 GPUs does not rescan minutes of ``gpu_samples``. Each pass th
 Verdicts are not sticky: the health rules clear with their evidence, and an Xid verdict whose
 remedy is a reset or reboot clears once its node has booted after the last event. A
 drain-and-inspect verdict stays for the whole lookback: a reboot does not repair hardware.
-Samples that arrive with timestamps older than the window (an agent emptying its spool after an
-outage) are stored but not judged live: they are history by then.
+Samples older than a GPU's newest judged sample are stored but not judged live: history by then.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
-from sqlalchemy import Connection, select
+from sqlalchemy import Connection, func, select
 
 from fleetwatch.rules.health import BootSample, HealthVerdict, judge_health, judge_missing_gpus
 from fleetwatch.rules.thresholds import HealthThresholds
@@ -33,7 +34,7 @@ from fleetwatch.telemetry import SAMPLE_FIELD_NAMES, Event, GpuSample
 
 __all__ = ["FleetJudge", "Verdict"]
 
-_OVERLAP = timedelta(seconds=120)
+_ID_OVERLAP = 10_000  # sample rows re-read each pass, for ids committed out of order
 _CLEARED_BY_BOOT = frozenset({"restart_app", "reset_gpu", "drain_reset", "reboot_node"})
 _LIVE_KINDS = ("xid", "gpu_lost", "node_boot")
 
@@ -105,6 +106,7 @@ class FleetJudge:
         thresholds: HealthThresholds,
         xid_lookback: timedelta = timedelta(hours=24),
         unreachable_after_intervals: float = 3.0,
+        max_lag: timedelta = timedelta(days=7),
     ) -> None:
         self.catalog = catalog
         self.thresholds = thresholds
@@ -113,8 +115,9 @@ class FleetJudge:
         windows = (thresholds.sbe_window_s, thresholds.nvlink_window_s,
                    thresholds.pcie_window_s, thresholds.throttle_window_s)  # fmt: skip
         self.history = timedelta(seconds=max(windows) * 1.5)
+        self.max_lag = max_lag
         self._gpus: dict[str, _Gpu] = {}
-        self._mark: datetime | None = None
+        self._last_id: int | None = None
 
     def _load_gpus(self, conn: Connection) -> dict[int, tuple[str, datetime, float]]:
         columns = (gpus.c.uuid, gpus.c.node_id, gpus.c.pci_bus_id, gpus.c.name,
@@ -134,29 +137,41 @@ class FleetJudge:
         }
 
     def _load_samples(self, conn: Connection, now: datetime) -> None:
-        since = now - self.history if self._mark is None else self._mark - _OVERLAP
-        rows = conn.execute(
-            select(gpu_samples)
-            .where(gpu_samples.c.ts > since, gpu_samples.c.ts <= now)
-            .order_by(gpu_samples.c.ts)
-        )
-        for row in rows:
+        if self._last_id is None:
+            newest = conn.execute(select(func.max(gpu_samples.c.ts))).scalar()
+            if newest is None:
+                return
+            query = select(gpu_samples).where(gpu_samples.c.ts >= newest - self.history)
+        else:
+            # Ids, not times: late samples (a spool emptying, a simulated fleet) are found too.
+            # The overlap re-reads rows that may have committed out of id order on PostgreSQL.
+            query = select(gpu_samples).where(gpu_samples.c.id > self._last_id - _ID_OVERLAP)
+        for row in conn.execute(query.where(gpu_samples.c.ts <= now).order_by(gpu_samples.c.ts)):
+            self._last_id = row.id if self._last_id is None else max(self._last_id, row.id)
             gpu = self._gpus.get(row.gpu_uuid)
             if gpu is None:
                 continue
             if gpu.window and row.ts <= gpu.window[-1].sample.ts:
-                continue  # seen in the overlap, or late: history, not live
+                continue  # seen in the overlap, or older than what is judged: history
             gpu.window.append(_row_sample(row))
-            self._mark = row.ts if self._mark is None else max(self._mark, row.ts)
-        horizon = now - self.history
         for gpu in self._gpus.values():
-            if gpu.window and gpu.window[0].sample.ts < horizon:
-                gpu.window = [s for s in gpu.window if s.sample.ts >= horizon]
+            if gpu.window:
+                horizon = gpu.window[-1].sample.ts - self.history
+                if gpu.window[0].sample.ts < horizon:
+                    gpu.window = [s for s in gpu.window if s.sample.ts >= horizon]
 
-    def _load_events(self, conn: Connection, now: datetime) -> dict[int, list[Event]]:
+    def _as_of(self, members: Sequence[_Gpu], now: datetime) -> datetime:
+        """A node is judged as of its newest reading (its agent's clock), never after ``now``
+        and never more than ``max_lag`` before it."""
+        newest = max((g.window[-1].sample.ts for g in members if g.window), default=now)
+        return min(now, max(newest, now - self.max_lag))
+
+    def _load_events(
+        self, conn: Connection, since: datetime, now: datetime
+    ) -> dict[int, list[Event]]:
         rows = conn.execute(
             select(events)
-            .where(events.c.ts >= now - self.xid_lookback, events.c.ts <= now)
+            .where(events.c.ts >= since, events.c.ts <= now)
             .where(events.c.kind.in_(_LIVE_KINDS), events.c.node_id.is_not(None))
             .order_by(events.c.ts)
         )
@@ -181,17 +196,22 @@ class FleetJudge:
         """Verdicts per GPU UUID as of ``now`` (GPUs without verdicts are absent)."""
         node_info = self._load_gpus(conn)
         self._load_samples(conn, now)
-        node_events = self._load_events(conn, now)
-        out: dict[str, list[Verdict]] = defaultdict(list)
         by_node: dict[int, list[_Gpu]] = defaultdict(list)
         for gpu in self._gpus.values():
             by_node[gpu.node_id].append(gpu)
+        as_of = {node_id: self._as_of(members, now) for node_id, members in by_node.items()}
+        since = min(as_of.values(), default=now) - self.xid_lookback
+        node_events = self._load_events(conn, since, now)
+        out: dict[str, list[Verdict]] = defaultdict(list)
         for node_id, members in by_node.items():
+            at = as_of[node_id]
+            # Events after ``at`` stay: a node_boot is stamped on the server's clock, and an Xid
+            # logged after the newest sample still happened.
             evs = node_events.get(node_id, [])
-            self._judge_xids(members, evs, now, out)
+            self._judge_xids(members, evs, at, out)
             for gpu in members:
                 verdicts = judge_health(gpu.window, events=evs, thresholds=self.thresholds,
-                                        now=now, gpu_name=gpu.name)  # fmt: skip
+                                        now=at, gpu_name=gpu.name)  # fmt: skip
                 out[gpu.uuid].extend(Verdict.from_health(v) for v in verdicts)
             info = node_info.get(node_id)
             if info is not None:

@@ -17,6 +17,10 @@ serial, or by its UUID when it reports none, so a lifetime's ``serial`` may hold
    ``leave_after_s`` after the removal is reopened at its first sample after ``removed_at +
    leave_after_s`` (samples in that grace period are the dying GPU's).
 
+Two clocks: "silent" is measured on the server's (``last_seen``, when the last batch arrived), while
+"last sighting", failure and return times are on the agent's (``latest_ts``, the newest sample),
+the clock its Xid events are stamped in, so a late or simulated agent is judged consistently.
+
 A fatal verdict is a :func:`~fleetwatch.rules.xid.judge_xids` verdict that counts against the GPU
 with severity critical or fatal, or a ``gpu_lost`` event; after a return, only events since the
 previous removal (and its grace) count. Only ``observed`` lifetimes are closed here; ``import``
@@ -66,7 +70,8 @@ class _Gpu:
     location: str
     sku: str | None
     first_seen: datetime
-    last_seen: datetime
+    last_seen: datetime  # server clock: when its last batch arrived
+    last_sample: datetime  # agent clock: its newest reading, the clock its Xids are stamped in
 
 
 @dataclass(frozen=True)
@@ -117,14 +122,14 @@ def sync_lifetimes(
         lifetime, found, by = open_observed[key], fatal.get(key), {"replaced_by": newcomer.key}
         if found is None:
             cause = f"replaced by {newcomer.key}, no fatal verdict on record"
-            endings.append((lifetime.id, fleet[key].last_seen, "retirement", cause, by))
+            endings.append((lifetime.id, fleet[key].last_sample, "retirement", cause, by))
         else:
             cause = f"{found.cause}; replaced by {newcomer.key}"
             evidence = {**found.evidence, **by}
-            endings.append((lifetime.id, fleet[key].last_seen, "failure", cause, evidence))
+            endings.append((lifetime.id, fleet[key].last_sample, "failure", cause, evidence))
     for g in silent:
         lifetime, found = open_observed[g.key], fatal.get(g.key)
-        if found is not None and found.at >= g.last_seen - leave_after:
+        if found is not None and found.at >= g.last_sample - leave_after:
             at = max(found.at, lifetime.installed_at)
             endings.append((lifetime.id, at, "failure", found.cause, found.evidence))
     if endings:
@@ -151,7 +156,7 @@ def _load_gpus(conn: Connection) -> dict[str, _Gpu]:
     """Every GPU by serial key; when two rows share a key, the one seen last stands for it."""
     query = select(
         gpus.c.uuid, gpus.c.serial, gpus.c.node_id, gpus.c.index, gpus.c.pci_bus_id, gpus.c.name,
-        gpus.c.first_seen, gpus.c.last_seen, nodes.c.name.label("node_name"),
+        gpus.c.first_seen, gpus.c.last_seen, gpus.c.latest_ts, nodes.c.name.label("node_name"),
     ).join(nodes, nodes.c.id == gpus.c.node_id)  # fmt: skip
     fleet: dict[str, _Gpu] = {}
     for row in conn.execute(query.order_by(gpus.c.last_seen, gpus.c.uuid)):
@@ -166,6 +171,7 @@ def _load_gpus(conn: Connection) -> dict[str, _Gpu]:
             sku=row.name,
             first_seen=min(row.first_seen, first) if first else row.first_seen,
             last_seen=row.last_seen,
+            last_sample=row.latest_ts or row.last_seen,
         )
     return fleet
 
@@ -228,7 +234,7 @@ def _fatal_verdicts(
     by_slot = {g.slot: g.uuid for g in candidates}
     per_gpu: dict[str, list[Any]] = defaultdict(list)  # rows, read as XidEventLike
     for chunk in _chunks(list(by_uuid)):
-        since = min(by_uuid[u].last_seen for u in chunk) - LOOKBACK
+        since = min(by_uuid[u].last_sample for u in chunk) - LOOKBACK
         node_ids = sorted({by_uuid[u].node_id for u in chunk})
         query = select(
             events.c.kind, events.c.xid, events.c.ts, events.c.pci_bus_id, events.c.message,
@@ -244,11 +250,11 @@ def _fatal_verdicts(
     found: dict[str, _Fatal] = {}
     for uuid, evs in per_gpu.items():
         g = by_uuid[uuid]
-        floor = g.last_seen - LOOKBACK  # after a return, nothing from before the last removal:
+        floor = g.last_sample - LOOKBACK  # after a return, nothing from before the last removal:
         if (ended := open_observed[g.key].previous_end) is not None:
             floor = max(floor, ended + leave_after)
         evs = [e for e in evs if e.ts >= floor]
-        verdicts = judge_xids(evs, catalog=catalog, now=g.last_seen)
+        verdicts = judge_xids(evs, catalog=catalog, now=g.last_sample)
         fatal = [_from_verdict(v, catalog) for v in verdicts
                  if v.counts_against_gpu and v.severity in _FATAL_SEVERITIES]  # fmt: skip
         if lost := sorted(e.ts for e in evs if e.kind == "gpu_lost"):
@@ -281,7 +287,7 @@ def _returns(
         for key, g in fleet.items()
         if (row := newest.get(key)) is not None
         and row.removed_at is not None
-        and g.last_seen > row.removed_at + leave_after
+        and g.last_sample > row.removed_at + leave_after
     }
     rows = []
     for chunk in _chunks(list(back)):

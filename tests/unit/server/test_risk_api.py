@@ -180,3 +180,21 @@ def test_an_unknown_gpu_is_a_404(client: TestClient, tokens: dict[str, str]) -> 
     response = client.get("/v1/gpus/GPU-nope/risk", headers=bearer(tokens["read"]))
     assert response.status_code == 404
     assert "GPU-nope" in response.text
+
+
+def test_a_node_reporting_from_the_past_is_judged_as_of_its_newest_reading(
+    client: TestClient, push: Push, read: Read
+) -> None:
+    """A spool emptying after a 3-day outage (or a simulated fleet): the Xid and the samples
+    around it are days old, and still judged, on the node's own clock."""
+    start = datetime.now(UTC) - timedelta(days=3)
+    batch = make_batch("node-late", gpus=2, ticks=3, start=start)
+    pci = batch["gpus"][1]["pci_bus_id"]
+    batch["events"] = [{"kind": "xid", "ts": (start + timedelta(seconds=15)).isoformat(),
+                        "xid": 79, "pci_bus_id": pci,
+                        "message": f"NVRM: Xid (PCI:{pci}): 79, fallen off the bus."}]  # fmt: skip
+    assert push(batch).status_code == 200
+    _assess(client)
+    gpu = read(f"/v1/gpus/{gpu_uuid('node-late', 1)}/risk").json()
+    assert gpu["basis"] == "rule"
+    assert any(79 in v["xids"] for v in gpu["verdicts"])
