@@ -48,6 +48,14 @@ import pandas as pd
 from fleetwatch.models.aft import WeibullAFTRisk
 from fleetwatch.models.backtest import Metrics, score_risks
 from fleetwatch.models.base import AGE_COL, DURATION_COL, EVENT_COL, ModelFitError
+from fleetwatch.models.sim_scoring import (
+    HORIZONS_DAYS,
+    METHODS,
+    MethodMetrics,
+    failure_table,
+    flag_days,
+    method_metrics,
+)
 from fleetwatch.models.telemetry_features import (
     FEATURE_NAMES,
     HourRollup,
@@ -74,8 +82,6 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-METHODS = ("model", "rules", "rules+model")
-HORIZONS_DAYS = (1.0, 7.0)
 _DAY = timedelta(days=1)
 _HOUR = timedelta(hours=1)
 _RULE_SAMPLES = tuple(range(-600, 1, 60))  # seconds before d: the rules' 60 s and 600 s windows
@@ -112,21 +118,6 @@ def without_precursors(spec: FleetSpec) -> FleetSpec:
     """The same fleet with no warning signs before any failure (every ``precursor_prob = 0``)."""
     causes = [c.model_copy(update={"precursor_prob": 0.0}) for c in spec.failures.causes]
     return spec.model_copy(update={"failures": spec.failures.model_copy(update={"causes": causes})})
-
-
-@dataclass(frozen=True)
-class MethodMetrics:
-    """How one flagging method did over the evaluation period (NaN where undefined)."""
-
-    method: str
-    flagged_gpu_days: int
-    precision: float  # flagged GPU-days whose GPU fails within 7 days / flagged GPU-days
-    recall_24h: float
-    recall_7d: float
-    lead_p10_h: float
-    lead_p50_h: float
-    lead_p90_h: float
-    false_flags_per_day: float
 
 
 @dataclass(frozen=True)
@@ -236,7 +227,7 @@ class _NodeTelemetry:
         return window_features([mine[h] for h in range(max(first, 0), last) if h in mine])
 
 
-def _rule_flags(
+def _ruleflag_days(
     fleet: SimFleet,
     node: str,
     gpus: Sequence[_Gpu],
@@ -325,10 +316,6 @@ def _fit(train: pd.DataFrame, penalizer: float) -> tuple[WeibullAFTRisk, _Design
     return model, design
 
 
-def _percentile(values: Sequence[float], q: float) -> float:
-    return float(np.percentile(values, q)) if len(values) else math.nan
-
-
 def run_sim_backtest(
     spec: FleetSpec,
     *,
@@ -413,7 +400,7 @@ def run_sim_backtest(
                     eval_rows.append(
                         {"day": i, "uuid": g.uuid, AGE_COL: (d - g.install) / _DAY, **feats}
                     )
-            rules |= {(i, u) for u in _rule_flags(fleet, node, mine, tel.events, d, catalog,
+            rules |= {(i, u) for u in _ruleflag_days(fleet, node, mine, tel.events, d, catalog,
                                                    thresholds)}  # fmt: skip
         if progress is not None:
             progress(1)
@@ -432,10 +419,10 @@ def run_sim_backtest(
     ev["label"] = days_to <= window_days
     ev["rule"] = [(i, u) in rules for i, u in zip(ev["day"], ev["uuid"], strict=True)]
 
-    flags = _flags(ev, budget)
-    failures = _failures(gpus, cutoff, eval_end, days, flags, window)
+    flags = flag_days(ev, budget)
+    failures = failure_table(gpus, cutoff, eval_end, days, flags, window)
     n_days = len(days)
-    metrics = {m: _method_metrics(m, ev, flags[(m, 7.0)], failures, n_days) for m in METHODS}
+    metrics = {m: method_metrics(m, ev, flags[(m, 7.0)], failures, n_days) for m in METHODS}
     ranking = score_risks(
         ev["risk_7d"].to_numpy(dtype=np.float64),
         ev["label"].to_numpy(dtype=bool),
@@ -459,78 +446,6 @@ def run_sim_backtest(
         ranking=ranking,
         wall_s=wall,
         coefficients={c: float(v) for c, v in model.coefficients().items()},
-    )
-
-
-Flags = dict[tuple[str, float], set[tuple[int, str]]]  # (method, H) -> {(day index, uuid)}
-
-
-def _flags(ev: pd.DataFrame, budget: int) -> Flags:
-    """Each method's flagged GPU-days for each horizon (rules ignore the horizon)."""
-    out: Flags = {(m, h): set() for m in METHODS for h in HORIZONS_DAYS}
-    for day, rows in ev.groupby("day", sort=True):
-        i = int(day)
-        ruled = set(rows.loc[rows["rule"], "uuid"])
-        for h in HORIZONS_DAYS:
-            ranked = rows.sort_values(f"risk_{h:g}d", ascending=False, kind="stable")["uuid"]
-            out[("model", h)] |= {(i, u) for u in ranked.iloc[:budget]}
-            out[("rules", h)] |= {(i, u) for u in ruled}
-            fill = [u for u in ranked if u not in ruled][: max(0, budget - len(ruled))]
-            out[("rules+model", h)] |= {(i, u) for u in (*ruled, *fill)}
-    return out
-
-
-def _failures(
-    gpus: Sequence[_Gpu],
-    cutoff: datetime,
-    eval_end: datetime,
-    days: Sequence[datetime],
-    flags: Flags,
-    window: timedelta,
-) -> pd.DataFrame:
-    """One row per failure in ``(cutoff, eval_end]``: lead time and 24 h catch per method."""
-    rows: list[dict[str, object]] = []
-    for g in gpus:
-        f = g.failure
-        if f is None or not cutoff < f <= eval_end:
-            continue
-        before = [i for i, d in enumerate(days) if f - window <= d < f]
-        row: dict[str, object] = {
-            "uuid": g.uuid, "node": g.node, "failure_time": f, "cause_xid": g.cause_xid,
-            "precursors": g.precursors,
-        }  # fmt: skip
-        for m in METHODS:
-            hit = [i for i in before if (i, g.uuid) in flags[(m, 7.0)]]
-            row[f"lead_h_{m}"] = (f - days[hit[0]]) / _HOUR if hit else math.nan
-            last = before[-1] if before else None
-            row[f"caught_24h_{m}"] = (
-                last is not None and f - days[last] <= _DAY and (last, g.uuid) in flags[(m, 1.0)]
-            )
-        rows.append(row)
-    columns = ["uuid", "node", "failure_time", "cause_xid", "precursors"]
-    columns += [f"{p}_{m}" for m in METHODS for p in ("lead_h", "caught_24h")]
-    return pd.DataFrame(rows, columns=columns)
-
-
-def _method_metrics(
-    method: str, ev: pd.DataFrame, flagged: set[tuple[int, str]], failures: pd.DataFrame,
-    n_days: int,
-) -> MethodMetrics:  # fmt: skip
-    label = {(int(i), str(u)): bool(y) for i, u, y in zip(ev["day"], ev["uuid"], ev["label"],
-                                                             strict=True)}  # fmt: skip
-    hits = sum(1 for key in flagged if label.get(key, False))
-    leads = failures[f"lead_h_{method}"].dropna().to_numpy(dtype=np.float64)
-    n_fail = len(failures)
-    return MethodMetrics(
-        method=method,
-        flagged_gpu_days=len(flagged),
-        precision=hits / len(flagged) if flagged else math.nan,
-        recall_24h=float(failures[f"caught_24h_{method}"].sum()) / n_fail if n_fail else math.nan,
-        recall_7d=len(leads) / n_fail if n_fail else math.nan,
-        lead_p10_h=_percentile(list(leads), 10),
-        lead_p50_h=_percentile(list(leads), 50),
-        lead_p90_h=_percentile(list(leads), 90),
-        false_flags_per_day=(len(flagged) - hits) / n_days,
     )
 
 
