@@ -197,3 +197,98 @@ risk_models = Table(
     Column("metrics", Json),
     Column("error", Text),
 )
+
+# --- Act: jobs' step times, stragglers, evictions -------------------------------------------
+
+# Step times as training jobs report them (POST /v1/jobs/{job_id}/steps), one row per rank-step.
+job_steps = Table(
+    "job_steps",
+    metadata,
+    Column("id", BigId, primary_key=True, autoincrement=True),
+    Column("job_id", String(128), nullable=False),
+    Column("rank", Integer, nullable=False),
+    Column("node", String(253), nullable=False),
+    Column("step", BigInteger, nullable=False),
+    Column("duration_ms", Float, nullable=False),
+    Column("ts", UtcDateTime, nullable=False),
+    Column("stage", Integer, comment="pipeline stage, when the job says"),
+    Column("dp_group", Integer, comment="data-parallel group, when the job says"),
+    Index("ix_job_steps_job_id_ts", "job_id", "ts"),
+    Index("ix_job_steps_ts", "ts"),
+)
+
+jobs = Table(
+    "jobs",
+    metadata,
+    Column("job_id", String(128), primary_key=True),
+    Column("first_seen", UtcDateTime, nullable=False),
+    Column("last_seen", UtcDateTime, nullable=False, index=True),
+    Column("ranks", Integer, nullable=False),
+    Column("nodes", Json, nullable=False, comment="node names the job reported from"),
+)
+
+# A node's straggler verdict within one job; open while the node is slow (ended_at null).
+stragglers = Table(
+    "stragglers",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("job_id", String(128), nullable=False),
+    Column("node", String(253), nullable=False),
+    Column("kind", String(16), nullable=False, comment="hardware | workload"),
+    Column("started_at", UtcDateTime, nullable=False),
+    Column("updated_at", UtcDateTime, nullable=False),
+    Column("ended_at", UtcDateTime),
+    Column("windows", Integer, nullable=False, comment="consecutive slow windows"),
+    Column("ratio", Float, nullable=False, comment="node median step / job median step"),
+    Column("evidence", Json),
+    Index("ix_stragglers_job_id_node", "job_id", "node"),
+    Index("ix_stragglers_node_ended_at", "node", "ended_at"),
+)
+
+# Persistent slowness of a node across jobs (an exponentially weighted ratio).
+node_slowness = Table(
+    "node_slowness",
+    metadata,
+    Column("node", String(253), primary_key=True),
+    Column("score", Float, nullable=False, comment="EWMA of the node's step-time ratio"),
+    Column("windows", Integer, nullable=False),
+    Column("updated_at", UtcDateTime, nullable=False),
+)
+
+# A recommendation to drain a node, and its life: pending -> acked -> completed -> returned,
+# or rejected / cancelled; "paged" when the fleet drain budget was exhausted.
+evictions = Table(
+    "evictions",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("node", String(253), nullable=False),
+    Column("state", String(16), nullable=False),
+    Column("reason_kind", String(16), nullable=False, comment="rule | risk | straggler"),
+    Column("reason", Text, nullable=False),
+    Column("evidence", Json),
+    Column("expected_saving_usd", Float),
+    Column("dry_run", Boolean, nullable=False),
+    Column("created_at", UtcDateTime, nullable=False),
+    Column("updated_at", UtcDateTime, nullable=False),
+    Column("claimed_by", String(128)),
+    Column("lease_expires_at", UtcDateTime),
+    Column("completed_at", UtcDateTime),
+    Column("returned_at", UtcDateTime),
+    Column("detail", Text, comment="rejection reason or return note"),
+    Index("ix_evictions_state", "state"),
+    Index("ix_evictions_node_state", "node", "state"),
+)
+
+# Every state change of an eviction, who made it and why.
+eviction_audit = Table(
+    "eviction_audit",
+    metadata,
+    Column("id", BigId, primary_key=True, autoincrement=True),
+    Column("eviction_id", Integer, ForeignKey("evictions.id"), nullable=False, index=True),
+    Column("node", String(253), nullable=False),
+    Column("ts", UtcDateTime, nullable=False, index=True),
+    Column("from_state", String(16)),
+    Column("to_state", String(16), nullable=False),
+    Column("actor", String(128), nullable=False, comment="planner, or the token name"),
+    Column("detail", Json),
+)
