@@ -10,6 +10,7 @@ then runs until Ctrl-C (or ``--duration``).
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import socket
 import subprocess
@@ -98,10 +99,22 @@ class DemoOptions:
     nodes: int = 16
     gpus: int = 8
     interval_s: float = 2.0
-    speed: float = 3600.0
+    speed: float = 14400.0
     horizon_days: float = 90.0
     seed: int = 1
     duration_s: float | None = None
+    monthly_failure_prob: float = 0.05
+
+
+# Simulated time runs thousands of times faster than real time, so the background work that
+# follows it (rollups, lifetimes, refits) runs more often than a real fleet needs.
+_DEMO_SERVER_ENV = {
+    "FLEETWATCH_SERVER_ASSESS_INTERVAL_S": "5",
+    "FLEETWATCH_SERVER_ROLLUP_INTERVAL_S": "20",
+    "FLEETWATCH_SERVER_LIFECYCLE_INTERVAL_S": "20",
+    "FLEETWATCH_SERVER_GPU_LEAVE_AFTER_S": "60",
+    "FLEETWATCH_SERVER_REFIT_INTERVAL_S": "120",
+}
 
 
 def _banner(url: str, tokens: dict[str, str], database_url: str, options: DemoOptions) -> str:
@@ -114,6 +127,8 @@ fail while you watch; the ground truth is in {data_dir / "sim" / "ground_truth.j
 
   API docs      {url}/docs
   Nodes         {url}/v1/nodes
+  Risk          {url}/v1/risk?horizon=7d   (GPUs ranked: rule verdicts first, then the model)
+  Models        {url}/v1/models            (refitted every 2 minutes as GPUs fail)
   Metrics       {url}/metrics        (Prometheus; needs a read token)
   Database      {database_url}
   Logs          {data_dir / "server.log"}, {data_dir / "agents"}/<node>/agent.log
@@ -126,6 +141,7 @@ Tokens (also in {data_dir / "tokens.env"}):
 Try:
   curl -s -H "Authorization: Bearer {tokens["read"]}" {url}/v1/nodes
   curl -s -H "Authorization: Bearer {tokens["read"]}" "{url}/v1/events?kind=xid"
+  curl -s -H "Authorization: Bearer {tokens["read"]}" "{url}/v1/risk?horizon=7d&limit=5"
   curl -s -H "Authorization: Bearer {tokens["read"]}" {url}/metrics | grep temperature
 
 Ctrl-C stops it; the data stays in {data_dir}/ for the next run.
@@ -145,6 +161,9 @@ def _write_fleet(options: DemoOptions) -> Path:
         horizon_days=options.horizon_days,
         nodes=options.nodes,
         gpus_per_node=options.gpus,
+        # Five times the reference failure rate, so that a 90-day demo fleet has enough
+        # failures (about 25 of 128 GPUs) for the risk model to fit while you watch.
+        failures={"monthly_failure_prob": options.monthly_failure_prob},
     )
     spec.save(out / "fleet.json")
     SimFleet(spec).write_ground_truth(out / "ground_truth.json")
@@ -198,6 +217,13 @@ def _status(client: httpx.Client) -> str:
         xids = client.get("/v1/events", params={"kind": "xid", "limit": 100_000}).json()["data"]
     except (httpx.HTTPError, KeyError, ValueError) as exc:
         return f"(status unavailable: {exc})"
+    try:
+        risk = client.get("/v1/risk", params={"horizon": "7d", "limit": 1000}).json()
+        failed = client.get("/v1/lifetimes", params={"end_kind": "failure"}).json()["count"]
+    except (httpx.HTTPError, KeyError, ValueError):
+        risk, failed = {}, "?"
+    ruled = sum(1 for g in risk.get("gpus", []) if g["basis"] == "rule")
+    model = risk.get("model_version") or "none yet"
     states = Counter(n["state"] for n in nodes)
     newest = max((g["latest"]["ts"] for g in gpus if g.get("latest")), default="-")
     codes = Counter(e["xid"] for e in xids)
@@ -205,6 +231,7 @@ def _status(client: httpx.Client) -> str:
     return (
         f"sim time {newest[:16]} | nodes up {states['up']}, unreachable {states['unreachable']}"
         f" | GPUs {len(gpus)} | Xid events {len(xids)} ({top})"
+        f" | out by rule {ruled} | failures recorded {failed} | model {model}"
     )
 
 
@@ -230,6 +257,7 @@ def run_demo(options: DemoOptions) -> None:
             ],
             stdout=sink,
             stderr=subprocess.STDOUT,
+            env={**os.environ, **_DEMO_SERVER_ENV},
         )
     agents: list[subprocess.Popen[bytes]] = []
     stop = False

@@ -17,7 +17,7 @@ __all__ = ["demo"]
 @click.option("--nodes", default=16, show_default=True, help="Simulated nodes (one agent each)")
 @click.option("--gpus", default=8, show_default=True, help="GPUs per node")
 @click.option("--interval", default=2.0, show_default=True, help="Seconds between agent pushes")
-@click.option("--speed", default=3600.0, show_default=True, help="Simulated seconds per second")
+@click.option("--speed", default=14400.0, show_default=True, help="Simulated seconds per second")
 @click.option("--seed", default=1, show_default=True)
 @click.option("--duration", type=float, help="Stop after this many seconds (default: Ctrl-C)")
 def demo(
