@@ -9,6 +9,10 @@ At cutoff :math:`c` with horizon :math:`H`:
    precision@k (share of failures among the k riskiest) and Harrell's concordance against the
    time to failure after :math:`c` (censored at :math:`H`).
 
+The model's covariates default to :data:`~fleetwatch.models.features.MODEL_COLUMNS`: location
+plus history covariates (:mod:`fleetwatch.models.history_features`) computed only from records
+known before :math:`c`, for training and scored units alike.
+
 Two baselines run the same way: ``age_only`` (pooled :class:`WeibullRisk`, ranks by age) and
 ``location_only`` (:class:`WeibullAFTRisk` on location covariates, scored at age 0, so the
 ranking ignores age).
@@ -28,7 +32,13 @@ from sklearn.metrics import average_precision_score, roc_auc_score
 
 from fleetwatch.models.aft import WeibullAFTRisk
 from fleetwatch.models.base import AGE_COL, SurvivalModel
-from fleetwatch.models.features import LOCATION_COLUMNS, failures_in_window, survival_frame
+from fleetwatch.models.features import (
+    HISTORY_COLUMNS,
+    LOCATION_COLUMNS,
+    MODEL_COLUMNS,
+    failures_in_window,
+    survival_frame,
+)
 from fleetwatch.models.weibull import WeibullRisk
 
 __all__ = ["BacktestResult", "Metrics", "backtest", "score_risks"]
@@ -103,7 +113,7 @@ def backtest(
     horizon_days: float,
     model_factory: ModelFactory,
     *,
-    features: Sequence[str] = LOCATION_COLUMNS,
+    features: Sequence[str] = MODEL_COLUMNS,
     k: int = 100,
     baselines: bool = True,
 ) -> BacktestResult:
@@ -121,7 +131,9 @@ def backtest(
         Returns an unfitted :class:`~fleetwatch.models.base.SurvivalModel`.
     features : sequence of str
         Covariate columns of the survival frame handed to the model (plus ``age_days`` when
-        predicting).
+        predicting); by default location and the history covariates of
+        :data:`~fleetwatch.models.features.MODEL_COLUMNS`, all known before ``cutoff``. A
+        covariate that is constant in training at this cutoff is left out of the fit.
     k : int
         For precision@k.
     baselines : bool
@@ -142,12 +154,14 @@ def backtest(
             f"cutoff + horizon ({end}) is past the end of the records ({data_end}); "
             "choose an earlier cutoff or a shorter horizon"
         )
-    frame = survival_frame(records, cut)
-    X_train = frame[list(features)]
+    wanted = list(features)
+    frame = survival_frame(records, cut, history=any(c in HISTORY_COLUMNS for c in wanted))
+    used = [c for c in wanted if frame[c].nunique() > 1] or wanted
+    X_train = frame[used]
     y_train = frame[["duration", "event"]]
 
     at_risk = frame[frame["in_service"]]
-    X_now = at_risk[list(features)].assign(**{AGE_COL: at_risk[AGE_COL]})
+    X_now = at_risk[used].assign(**{AGE_COL: at_risk[AGE_COL]})
     failure = failures_in_window(records, cut, end).reindex(at_risk.index)
     label = failure.notna().to_numpy()
     days = ((failure - cut) / pd.Timedelta(days=1)).to_numpy(dtype=np.float64)

@@ -25,8 +25,12 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
+from fleetwatch.models.history_features import HISTORY_COLUMNS, history_covariates
+
 __all__ = [
+    "HISTORY_COLUMNS",
     "LOCATION_COLUMNS",
+    "MODEL_COLUMNS",
     "RECORD_COLUMNS",
     "TitanLocation",
     "failures_in_window",
@@ -38,6 +42,9 @@ __all__ = [
 
 RECORD_COLUMNS = ("serial", "location", "inserted", "removed", "event")
 LOCATION_COLUMNS = ("col", "row", "cage", "slot", "node")
+MODEL_COLUMNS = (*LOCATION_COLUMNS, "col_odd", "lot_fail_rate", "cabinet_fail_rate")
+"""Covariates of the backtest's model: location plus the history covariates that helped on the
+earlier Titan cutoffs (BENCHMARKS.md, "Titan backtest")."""
 _LOCATION = re.compile(r"^c(?P<col>\d+)-(?P<row>\d+)c(?P<cage>\d+)s(?P<slot>\d+)n(?P<node>\d+)$")
 _DAY = pd.Timedelta(days=1)
 
@@ -110,10 +117,15 @@ def _check_records(records: pd.DataFrame) -> None:
         raise ValueError(f"records lack column(s) {missing}; need {list(RECORD_COLUMNS)}")
 
 
-def survival_frame(records: pd.DataFrame, cutoff: pd.Timestamp | str) -> pd.DataFrame:
+def survival_frame(
+    records: pd.DataFrame, cutoff: pd.Timestamp | str, *, history: bool = False
+) -> pd.DataFrame:
     """One row per unit known before ``cutoff``: duration, event, location and service state.
 
-    Only first failures count; a unit's stints after its first failure are ignored.
+    Only first failures count; a unit's stints after its first failure are ignored. With
+    ``history=True`` the columns :data:`HISTORY_COLUMNS` of
+    :func:`~fleetwatch.models.history_features.history_covariates` are joined on, computed
+    from the records known before ``cutoff`` only.
 
     Returns
     -------
@@ -156,6 +168,8 @@ def survival_frame(records: pd.DataFrame, cutoff: pd.Timestamp | str) -> pd.Data
     frame = frame[frame["duration"] > 0]
     frame = frame.join(location_covariates(frame["location"]))
     frame["age_days"] = frame["duration"].where(frame["in_service"])
+    if history:
+        frame = frame.join(history_covariates(records, frame, cut))
     return frame
 
 

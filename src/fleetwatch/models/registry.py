@@ -16,10 +16,18 @@ Risk over a horizon :math:`H` for a unit of age :math:`a` is
     \\qquad \\log \\lambda(x) = \\beta_0 + \\beta^\\top x \\ \\text{(AFT)}
 
 A unit is scored by the AFT when the bundle has one, else by its group's Weibull, else by the
-fleet's. In the AFT a covariate the unit did not report is imputed with its training median;
-covariates constant in training are dropped. A factor's hazard ratio compares the unit with the
-training mean of each covariate, :math:`\\exp(-\\rho\\,\\beta_j (x_j - \\bar x_j))`; above 1 it
-raises the unit's risk.
+fleet's. The AFT's covariate design, fixed at fitting and applied unchanged when scoring:
+
+1. a covariate the unit did not report is imputed with its training median (raw scale);
+2. heavy-tailed counts and rates (:data:`LOG1P_COVARIATES`: every telemetry feature but
+   ``temp_p95_c`` and ``throttle_fraction``) enter as :math:`\\log(1 + \\max(x, 0))`, other
+   covariates (``loc_*``, temperatures) as they are;
+3. every covariate is clipped to its training range, so a reading far outside it cannot make
+   :math:`\\exp(\\beta^\\top x)` overflow.
+
+Covariates never reported or constant in training are dropped. A factor reports the unit's raw
+reading and a hazard ratio against the training mean :math:`\\bar x_j` on the model's scale,
+:math:`\\exp(-\\rho\\,\\beta_j (x_j - \\bar x_j))`; above 1 it raises the unit's risk.
 
 :meth:`RiskBundle.to_params` is plain JSON and :meth:`RiskBundle.from_params` scores with numpy
 alone, so the server stores a version in one row and never needs lifelines to serve it.
@@ -40,12 +48,14 @@ from numpy.typing import NDArray
 from scipy.stats import norm
 
 from fleetwatch.models.base import DURATION_COL, EVENT_COL, ModelFitError
+from fleetwatch.models.telemetry_features import FEATURE_NAMES
 
 __all__ = [
     "EVENT",
     "DURATION_DAYS",
     "FLEET",
     "GROUP",
+    "LOG1P_COVARIATES",
     "Factor",
     "RiskBundle",
     "RiskScores",
@@ -57,12 +67,17 @@ EVENT = "event"
 GROUP = "group"
 AGE = "age_days"
 FLEET = "fleet"
-PARAMS_FORMAT = 1
+PARAMS_FORMAT = 2
+_READABLE_FORMATS = (1, 2)  # 1: before the covariate design (no log1p, no clipping)
 MAX_FACTORS = 3
 HOLDOUT_FRACTION = 0.2
 MIN_HOLDOUT_EVENTS = 10
 _SPLIT_SEED = 20260501
 _RESERVED = (DURATION_DAYS, EVENT, GROUP, AGE)
+
+LOG1P_COVARIATES: frozenset[str] = frozenset(FEATURE_NAMES) - {"temp_p95_c", "throttle_fraction"}
+"""Covariates that enter the AFT as ``log1p``: non-negative counts and rates whose raw values run
+into the thousands (SBE rates) and would make the AFT scale overflow."""
 
 
 @dataclass(frozen=True)
@@ -71,9 +86,10 @@ class Factor:
 
     name: str
     value: float | None
-    """The unit's reading; None when it did not report one (the training median was used)."""
+    """The unit's raw reading; None when it did not report one (the training median was used)."""
     hazard_ratio: float
-    """> 1 raises this unit's risk compared with the training average, < 1 lowers it."""
+    """> 1 raises this unit's risk compared with the training average, < 1 lowers it (compared
+    on the model's scale: after log1p and clipping)."""
 
 
 @dataclass(frozen=True)
@@ -108,9 +124,26 @@ class _Aft:
     features: tuple[str, ...]
     coef: NDArray[np.float64]
     median: NDArray[np.float64]
+    """Imputation values, raw scale."""
     mean: NDArray[np.float64]
+    """Training means, model scale (for hazard ratios)."""
+    log1p: NDArray[np.bool_]
+    low: NDArray[np.float64]
+    """Training range, model scale; -inf/inf (no clipping) for format-1 params."""
+    high: NDArray[np.float64]
+
+    def design(self, raw: NDArray[np.float64]) -> NDArray[np.float64]:
+        """Raw covariates (NaN = not reported), one column per feature, as the AFT sees them:
+        imputed, log1p where the feature is a count or rate, clipped to the training range."""
+        x = np.where(np.isfinite(raw), raw, self.median)
+        if self.log1p.any():
+            x[:, self.log1p] = np.log1p(np.maximum(x[:, self.log1p], 0.0))
+        return np.asarray(np.clip(x, self.low, self.high), dtype=np.float64)
 
     def to_params(self) -> dict[str, Any]:
+        def bounds(a: NDArray[np.float64]) -> list[float | None]:
+            return [float(v) if math.isfinite(v) else None for v in a]
+
         return {
             "intercept": self.intercept,
             "rho": self.rho,
@@ -118,6 +151,9 @@ class _Aft:
             "coef": self.coef.tolist(),
             "median": self.median.tolist(),
             "mean": self.mean.tolist(),
+            "log1p": [f for f, on in zip(self.features, self.log1p, strict=True) if on],
+            "low": bounds(self.low),
+            "high": bounds(self.high),
         }
 
     @classmethod
@@ -125,13 +161,23 @@ class _Aft:
         def arr(key: str) -> NDArray[np.float64]:
             return np.asarray(p[key], dtype=np.float64)
 
+        features = tuple(str(f) for f in p["features"])
+
+        def bounds(key: str, missing: float) -> NDArray[np.float64]:
+            got = p.get(key) or [None] * len(features)  # absent in format 1: no clipping
+            return np.array([missing if v is None else float(v) for v in got], dtype=np.float64)
+
+        logged = set(p.get("log1p", ()))  # absent in format 1: no transform
         return cls(
             intercept=float(p["intercept"]),
             rho=float(p["rho"]),
-            features=tuple(p["features"]),
+            features=features,
             coef=arr("coef"),
             median=arr("median"),
             mean=arr("mean"),
+            log1p=np.array([f in logged for f in features], dtype=np.bool_),
+            low=bounds("low", -math.inf),
+            high=bounds("high", math.inf),
         )
 
 
@@ -220,7 +266,8 @@ class RiskBundle:
         ``n``, ``events``, ``fleet`` and ``groups`` (per group ``n``, ``events``, ``rho``,
         ``rho_ci``, ``lambda``, ``mtbf_days`` as ``[estimate, lower, upper]``) and ``aft``
         (``n``, ``events``, ``concordance``, ``concordance_on``: ``"held_out"`` or
-        ``"in_sample"``, ``rho``, ``rho_ci``, ``coefficients``, ``dropped_constant``) or None.
+        ``"in_sample"``, ``rho``, ``rho_ci``, ``coefficients`` (on the model's scale),
+        ``dropped_constant``, ``log1p``: the covariates that enter as log1p) or None.
         Empty for a bundle loaded with :meth:`from_params`.
 
     Examples
@@ -315,10 +362,10 @@ class RiskBundle:
     @classmethod
     def from_params(cls, params: dict[str, Any]) -> RiskBundle:
         """The bundle :meth:`to_params` described (``metrics`` is left empty)."""
-        if params.get("format") != PARAMS_FORMAT:
+        if params.get("format") not in _READABLE_FORMATS:
             raise ModelFitError(
                 f"model params have format {params.get('format')!r}; this version reads "
-                f"{PARAMS_FORMAT}: refit the model"
+                f"{', '.join(map(str, _READABLE_FORMATS))}: refit the model"
             )
         aft = params.get("aft")
         return cls(
@@ -347,6 +394,16 @@ class RiskBundle:
             return self._score_aft(self._aft, units, ages, horizon_days)
         return self._score_weibull(units, ages, horizon_days)
 
+    def aft_covariates(self, units: pd.DataFrame) -> pd.DataFrame:
+        """The AFT's covariates for ``units`` as it sees them: imputed, log1p, clipped.
+
+        One column per AFT feature, in the model's order; no columns when the bundle has no AFT.
+        """
+        if self._aft is None:
+            return pd.DataFrame(index=units.index)
+        x = self._aft.design(_raw_covariates(units, self._aft.features))
+        return pd.DataFrame(x, index=units.index, columns=list(self._aft.features))
+
     def _score_weibull(
         self, units: pd.DataFrame, ages: NDArray[np.float64], horizon: float
     ) -> RiskScores:
@@ -368,12 +425,9 @@ class RiskBundle:
         aft: _Aft, units: pd.DataFrame, ages: NDArray[np.float64], horizon: float
     ) -> RiskScores:
         n, p = len(units), len(aft.features)
-        x = np.full((n, p), np.nan)
-        for j, name in enumerate(aft.features):
-            if name in units.columns:
-                x[:, j] = pd.to_numeric(units[name], errors="coerce").to_numpy(dtype=np.float64)
-        reported = np.isfinite(x)
-        x = np.where(reported, x, aft.median)
+        raw = _raw_covariates(units, aft.features)
+        reported = np.isfinite(raw)
+        x = aft.design(raw)
         probability = _conditional_risk(ages, horizon, aft.intercept + x @ aft.coef, aft.rho)
 
         # Clipped: far outside the training range exp() overflows; e^±50 says enough.
@@ -383,7 +437,7 @@ class RiskBundle:
         rows = np.arange(n)[:, None]
         # One flat pass builds the Factors (the bulk of the cost), then rows are sliced off.
         names = np.asarray(aft.features, dtype=object)[top].ravel().tolist()
-        chosen = x[rows, top].astype(object)
+        chosen = raw[rows, top].astype(object)
         chosen[~reported[rows, top]] = None
         values = chosen.ravel().tolist()
         ratios = np.exp(log_hr[rows, top]).ravel().tolist()
@@ -393,6 +447,15 @@ class RiskBundle:
             flat = list(map(Factor, names, values, ratios))
             factors = [flat[i : i + k] for i in range(0, n * k, k)]
         return RiskScores(probability, ["aft"] * n, factors)
+
+
+def _raw_covariates(units: pd.DataFrame, features: tuple[str, ...]) -> NDArray[np.float64]:
+    """``units``' readings of ``features`` as floats, NaN where absent or not numeric."""
+    x = np.full((len(units), len(features)), np.nan)
+    for j, name in enumerate(features):
+        if name in units.columns:
+            x[:, j] = pd.to_numeric(units[name], errors="coerce").to_numpy(dtype=np.float64)
+    return x
 
 
 def _fit_aft(
@@ -409,6 +472,8 @@ def _fit_aft(
     x = x.loc[:, x.notna().any(axis=0)]
     median = x.median()
     x = x.fillna(median)
+    logged = [c for c in x.columns if c in LOG1P_COVARIATES]
+    x[logged] = np.log1p(x[logged].clip(lower=0.0))
     constant = [c for c in x.columns if x[c].nunique() < 2]
     x = x.drop(columns=constant)
     if x.shape[1] == 0:
@@ -447,6 +512,9 @@ def _fit_aft(
         coef=beta[list(features)].to_numpy(dtype=np.float64),
         median=median[list(features)].to_numpy(dtype=np.float64),
         mean=x.mean().to_numpy(dtype=np.float64),
+        log1p=np.array([f in LOG1P_COVARIATES for f in features], dtype=np.bool_),
+        low=x.min().to_numpy(dtype=np.float64),
+        high=x.max().to_numpy(dtype=np.float64),
     )
     metrics = {
         "n": len(x),
@@ -457,6 +525,7 @@ def _fit_aft(
         "rho_ci": [math.exp(float(ci[0])), math.exp(float(ci[1]))],
         "coefficients": {f: float(b) for f, b in zip(features, aft.coef, strict=True)},
         "dropped_constant": constant,
+        "log1p": [f for f in features if f in LOG1P_COVARIATES],
     }
     return aft, metrics
 

@@ -12,10 +12,11 @@ the riskiest GPUs each day have caught the failures, and how early?" has an answ
    :math:`c` (event, duration = age at failure, covariates over the ``window_days`` before the
    failure) and GPUs alive at :math:`c` (censored at :math:`c`, covariates over the window before
    :math:`c`). Windows hold whole hours ending at or before their end, so the fatal Xid never
-   leaks into its own covariates. A covariate missing for a GPU is imputed with the training
-   median; covariates never reported or constant in training are dropped; counts and rates enter
-   as ``log1p`` and every covariate is clipped to its training range when scoring (raw SBE rates
-   make the AFT scale overflow). The model is a :class:`~fleetwatch.models.aft.WeibullAFTRisk`.
+   leaks into its own covariates. The model is the product's:
+   :class:`~fleetwatch.models.registry.RiskBundle` with the server's defaults, group = SKU, so
+   its covariate design (median imputation, ``log1p`` on counts and rates, clipping to the
+   training range) is the one the server scores with. With too few failures with telemetry
+   for its AFT it scores by the Weibull fits, as the server would.
 3. **Evaluation** at every midnight :math:`d` from :math:`c` until ``window`` before the horizon
    (so every label is known): for each GPU alive at :math:`d`, the risk within :math:`H` (1 and 7
    days) from the trailing window; the **model** flags the ``budget`` highest risks for each
@@ -45,9 +46,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from fleetwatch.models.aft import WeibullAFTRisk
 from fleetwatch.models.backtest import Metrics, score_risks
 from fleetwatch.models.base import AGE_COL, DURATION_COL, EVENT_COL, ModelFitError
+from fleetwatch.models.registry import DURATION_DAYS, EVENT, GROUP, RiskBundle
 from fleetwatch.models.sim_scoring import (
     HORIZONS_DAYS,
     METHODS,
@@ -124,9 +125,10 @@ def without_precursors(spec: FleetSpec) -> FleetSpec:
 class SimBacktestResult:
     """Outcome of :func:`run_sim_backtest`.
 
-    ``train`` has one row per training GPU (``uuid``, ``install``, ``end`` (failure or cutoff),
-    ``window_end``, ``duration``, ``event`` and the covariates as the model saw them: imputed,
-    log1p, clipped). ``medians`` are the imputation values on the raw scale. ``failures`` has
+    ``train`` has one row per training GPU (``uuid``, ``sku``, ``install``, ``end`` (failure or
+    cutoff), ``window_end``, ``duration``, ``event`` and the AFT's covariates as it saw them:
+    imputed, log1p, clipped). ``bundle`` is the fitted model; ``features``, ``medians`` (raw
+    scale) and ``coefficients`` are its AFT's (empty when it has none). ``failures`` has
     one row per failure in the evaluation period (``uuid``, ``failure_time``, ``cause_xid``,
     ``precursors``, then ``lead_h_<method>`` (NaN: not flagged within 7 days) and
     ``caught_24h_<method>``). ``ranking`` scores the model's 7-day risk over all GPU-days with
@@ -146,6 +148,7 @@ class SimBacktestResult:
     metrics: dict[str, MethodMetrics]
     ranking: Metrics
     wall_s: float
+    bundle: RiskBundle
     coefficients: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -267,53 +270,30 @@ def _ruleflag_days(
     return flagged
 
 
-# Heavy-tailed non-negative counts and rates enter the model as log1p(x): raw SBE rates run into
-# the thousands and make exp(beta x) overflow.
-_LOG_FEATURES = frozenset(FEATURE_NAMES) - {"temp_p95_c", "throttle_fraction"}
-
-
-@dataclass(frozen=True)
-class _Design:
-    """Training-time covariate preparation, applied unchanged when scoring."""
-
-    columns: list[str]
-    medians: dict[str, float]  # raw scale
-    low: dict[str, float]  # model scale
-    high: dict[str, float]
-
-    def apply(self, frame: pd.DataFrame) -> pd.DataFrame:
-        """Impute with the training median, log1p the counts, clip to the training range."""
-        out = pd.DataFrame(index=frame.index)
-        for c in self.columns:
-            raw = frame[c] if c in frame.columns else pd.Series(math.nan, index=frame.index)
-            x = raw.astype(np.float64).fillna(self.medians[c])
-            x = np.log1p(x.clip(lower=0.0)) if c in _LOG_FEATURES else x
-            out[c] = x.clip(self.low[c], self.high[c])
-        return out
-
-
-def _fit(train: pd.DataFrame, penalizer: float) -> tuple[WeibullAFTRisk, _Design]:
-    """Drop covariates never reported or constant in training; impute, transform, fit."""
-    cols = [c for c in FEATURE_NAMES if c in train.columns and train[c].notna().any()]
-    medians = {c: float(train[c].median()) for c in cols}
-    inf = dict.fromkeys(cols, math.inf)
-    X = _Design(cols, medians, dict.fromkeys(cols, -math.inf), inf).apply(train)
-    cols = [c for c in cols if X[c].nunique() > 1]
-    design = _Design(
-        cols,
-        {c: medians[c] for c in cols},
-        {c: float(X[c].min()) for c in cols},
-        {c: float(X[c].max()) for c in cols},
-    )
+def _fit(train: pd.DataFrame, penalizer: float) -> RiskBundle:
+    """The product's :class:`RiskBundle` on the training GPUs (group = SKU)."""
+    covariates = [c for c in FEATURE_NAMES if c in train.columns]
+    frame = pd.DataFrame(
+        {
+            DURATION_DAYS: train[DURATION_COL].astype(np.float64),
+            EVENT: train[EVENT_COL].astype(int),
+            GROUP: train["sku"],
+        }
+    ).join(train[covariates].astype(np.float64))
     try:
-        model = WeibullAFTRisk(penalizer=penalizer).fit(X[cols], train[[DURATION_COL, EVENT_COL]])
+        bundle = RiskBundle.fit(frame, penalizer=penalizer)
     except ModelFitError as exc:
         first = str(exc).splitlines()[0].rstrip(": ")
         raise ModelFitError(
             f"{first} on {len(train)} training GPUs with {int(train[EVENT_COL].sum())} "
             "failures; simulate more nodes, more days or a higher failure rate"
         ) from exc
-    return model, design
+    if not bundle.has_aft:
+        logger.warning(
+            "simulator backtest: too few failures with telemetry for the AFT; scoring by the "
+            "Weibull fits (age and SKU only)"
+        )
+    return bundle
 
 
 def run_sim_backtest(
@@ -373,6 +353,7 @@ def run_sim_backtest(
     for g in gpus:
         by_node[g.node].append(g)
 
+    sku = {g.uuid: g.sku for g in gpus}
     train_rows: list[dict[str, object]] = []
     eval_rows: list[dict[str, object]] = []
     rules: set[tuple[int, str]] = set()  # (day index, uuid)
@@ -390,7 +371,7 @@ def run_sim_backtest(
             end = g.failure if g.failure is not None and g.failure < cutoff else cutoff
             feats = tel.features(g.uuid, start, end, window)
             train_rows.append(
-                {"uuid": g.uuid, "install": g.install, "end": end, "window_end": end,
+                {"uuid": g.uuid, "sku": g.sku, "install": g.install, "end": end, "window_end": end,
                  DURATION_COL: (end - g.install) / _DAY, EVENT_COL: end < cutoff, **feats}
             )  # fmt: skip
         for i, d in enumerate(days):
@@ -406,12 +387,13 @@ def run_sim_backtest(
             progress(1)
 
     train = pd.DataFrame(train_rows)
-    model, design = _fit(train, penalizer)
-    train = train.assign(**design.apply(train))
+    bundle = _fit(train, penalizer)
+    design = bundle.aft_covariates(train)
+    train = train.assign(**{c: design[c] for c in design.columns})
     ev = pd.DataFrame(eval_rows)
-    X = design.apply(ev).assign(**{AGE_COL: ev[AGE_COL]})
+    units = ev.assign(**{GROUP: ev["uuid"].map(sku)})
     for h in HORIZONS_DAYS:
-        ev[f"risk_{h:g}d"] = model.predict_risk(X, h)
+        ev[f"risk_{h:g}d"] = bundle.score(units, h).probability
     day_s = np.array([(d - start).total_seconds() for d in days])
     fail_s = {g.uuid: (g.failure - start).total_seconds() if g.failure else math.inf for g in gpus}
     days_to = (ev["uuid"].map(fail_s).to_numpy(dtype=np.float64) - day_s[ev["day"]]) / 86400.0
@@ -438,15 +420,24 @@ def run_sim_backtest(
         budget=budget,
         step_minutes=step_minutes,
         n_gpus=len(gpus),
-        features=design.columns,
-        medians=design.medians,
+        features=list(design.columns),
+        medians=_medians(bundle),
         train=train,
         failures=failures,
         metrics=metrics,
         ranking=ranking,
         wall_s=wall,
-        coefficients={c: float(v) for c, v in model.coefficients().items()},
+        bundle=bundle,
+        coefficients=dict((bundle.metrics.get("aft") or {}).get("coefficients", {})),
     )
+
+
+def _medians(bundle: RiskBundle) -> dict[str, float]:
+    """The AFT's imputation values (raw scale) by covariate; empty without an AFT."""
+    aft = bundle.to_params()["aft"]
+    if aft is None:
+        return {}
+    return {str(f): float(m) for f, m in zip(aft["features"], aft["median"], strict=True)}
 
 
 def write_report(result: SimBacktestResult, out_dir: Path) -> list[Path]:

@@ -14,7 +14,8 @@ from fleetwatch.models.base import ModelFitError
 from fleetwatch.models.registry import Factor, RiskBundle, wear_out_onsets
 
 RHO, LAM = 1.5, 1000.0
-BETA = {"sbe_per_day": -0.5, "temp_p95_c": 0.0, "x2": 0.3}  # log-scale effects on lifetime
+# Effects on log lifetime, per unit of the model's scale: log1p(sbe_per_day), a count rate.
+BETA = {"sbe_per_day": -0.5, "temp_p95_c": 0.0, "x2": 0.3}
 
 
 def _weibull_frame(
@@ -28,9 +29,14 @@ def _weibull_frame(
 
 
 def _aft_frame(rng: np.random.Generator, n: int = 5000) -> pd.DataFrame:
-    cov = {name: rng.normal(size=n) for name in BETA}
-    cov["temp_p95_c"] = 70 + 5 * cov["temp_p95_c"]
-    log_lam = math.log(LAM) + sum(BETA[k] * cov[k] for k in ("sbe_per_day", "x2"))
+    # SBE rates are heavy-tailed and non-negative; the AFT sees log1p(sbe_per_day).
+    log_sbe = rng.gamma(4.0, 0.5, size=n)
+    cov = {
+        "sbe_per_day": np.expm1(log_sbe),
+        "temp_p95_c": 70 + 5 * rng.normal(size=n),
+        "x2": rng.normal(size=n),
+    }
+    log_lam = math.log(LAM) + BETA["sbe_per_day"] * (log_sbe - 2.0) + BETA["x2"] * cov["x2"]
     t = np.exp(log_lam) * rng.weibull(RHO, size=n)
     censor = rng.uniform(0, 3 * LAM, size=n)
     frame = pd.DataFrame(
@@ -105,16 +111,18 @@ def test_registry_aft_recovers_covariate_effects(
     assert aft["rho"] == pytest.approx(RHO, rel=0.05)
     assert aft["rho_ci"][0] < aft["rho"] < aft["rho_ci"][1]
     assert aft["dropped_constant"] == ["always_one"]
+    assert aft["log1p"] == ["sbe_per_day"]  # temperatures and other covariates stay raw
     assert aft["concordance_on"] == "held_out" and aft["concordance"] > 0.6
     # Units with high SBE rates (shorter lives) are riskier, and the factor says so.
+    high = math.expm1(4.0)
     units = pd.DataFrame(
-        {"age_days": [500.0, 500.0], "sbe_per_day": [2.0, -2.0], "x2": 0.0, "temp_p95_c": 70.0}
+        {"age_days": [500.0, 500.0], "sbe_per_day": [high, 0.0], "x2": 0.0, "temp_p95_c": 70.0}
     )
     scores = bundle.score(units, 90)
     assert scores.model == ["aft", "aft"]
     assert scores.probability[0] > 2 * scores.probability[1]
     top = scores.factors[0][0]
-    assert top.name == "sbe_per_day" and top.value == 2.0 and top.hazard_ratio > 1
+    assert top.name == "sbe_per_day" and top.value == high and top.hazard_ratio > 1
     assert scores.factors[1][0].hazard_ratio < 1
 
 
@@ -177,6 +185,49 @@ def test_registry_params_round_trip_scores_identically(
         before, after = bundle.score(units, 45), loaded.score(units, 45)
         np.testing.assert_array_equal(before.probability, after.probability)
         assert before.model == after.model and before.factors == after.factors
+
+
+def test_registry_aft_clips_covariates_to_the_training_range(
+    aft_bundle: tuple[RiskBundle, pd.DataFrame],
+) -> None:
+    bundle, frame = aft_bundle
+    top = float(frame["sbe_per_day"].max())
+    units = pd.DataFrame(
+        {"age_days": 300.0, "sbe_per_day": [top, 1e300, np.inf], "x2": [0.0, 0.0, 0.0]}
+    )
+    scores = bundle.score(units, 30)
+    # Beyond the training maximum the risk stays at the maximum's: no overflow, no nan.
+    assert scores.probability[1] == pytest.approx(scores.probability[0])
+    assert np.isfinite(scores.probability).all()
+    by_name = [{f.name: f for f in unit} for unit in scores.factors]
+    assert by_name[1]["sbe_per_day"].value == 1e300  # the raw reading, unclipped
+    assert by_name[1]["sbe_per_day"].hazard_ratio == pytest.approx(
+        by_name[0]["sbe_per_day"].hazard_ratio
+    )
+    assert by_name[2]["sbe_per_day"].value is None  # not finite: imputed
+    design = bundle.aft_covariates(units)
+    assert list(design.columns) == ["sbe_per_day", "temp_p95_c", "x2"]
+    assert design["sbe_per_day"].iloc[0] == pytest.approx(math.log1p(top))
+    assert design["sbe_per_day"].iloc[1] == design["sbe_per_day"].iloc[0]
+
+
+def test_registry_format_1_params_score_without_transform(
+    aft_bundle: tuple[RiskBundle, pd.DataFrame],
+) -> None:
+    params = aft_bundle[0].to_params()
+    aft = {k: v for k, v in params["aft"].items() if k not in ("log1p", "low", "high")}
+    old = RiskBundle.from_params({**params, "format": 1, "aft": aft})
+    units = pd.DataFrame({"age_days": [200.0], "sbe_per_day": [3.0], "x2": [5.0]})
+    raw = {"sbe_per_day": 3.0, "x2": 5.0, "temp_p95_c": aft["median"][1]}
+    log_lam = aft["intercept"] + sum(
+        b * raw[f] for f, b in zip(aft["features"], aft["coef"], strict=True)
+    )
+    rho = aft["rho"]
+    expected = 1 - math.exp((200 / math.exp(log_lam)) ** rho - (230 / math.exp(log_lam)) ** rho)
+    assert old.score(units, 30).probability[0] == pytest.approx(expected, rel=1e-9)
+    # And it writes itself back as JSON (no infinite bounds).
+    again = RiskBundle.from_params(json.loads(json.dumps(old.to_params(), allow_nan=False)))
+    assert again.score(units, 30).probability[0] == pytest.approx(expected, rel=1e-9)
 
 
 def test_registry_from_params_refuses_unknown_format(weibull_bundle: RiskBundle) -> None:

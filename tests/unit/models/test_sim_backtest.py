@@ -9,6 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from fleetwatch.cli.model_cmd import model
+from fleetwatch.models.registry import LOG1P_COVARIATES, RiskBundle
 from fleetwatch.models.sim_backtest import (
     METHODS,
     SimBacktestResult,
@@ -77,6 +78,23 @@ def test_sim_backtest_rules_plus_model_recalls_at_least_rules(result: SimBacktes
     assert both.recall_7d >= rules.recall_7d
     assert both.recall_24h >= rules.recall_24h
     assert both.flagged_gpu_days >= rules.flagged_gpu_days
+
+
+def test_sim_backtest_scores_with_the_product_risk_bundle(result: SimBacktestResult) -> None:
+    bundle = result.bundle
+    assert isinstance(bundle, RiskBundle) and bundle.has_aft
+    aft = bundle.metrics["aft"]
+    assert result.features and set(result.coefficients) == set(result.features)
+    assert set(aft["log1p"]) == set(result.features) & LOG1P_COVARIATES
+    # The training covariates are as the AFT saw them: imputed and within its training range.
+    params = bundle.to_params()["aft"]
+    assert params["features"] == result.features and set(result.medians) == set(result.features)
+    for f, lo, hi in zip(params["features"], params["low"], params["high"], strict=True):
+        assert result.train[f].between(lo, hi).all(), f
+    # A JSON round trip (as the server stores a version) scores the same.
+    loaded = RiskBundle.from_params(bundle.to_params())
+    units = result.train.assign(age_days=30.0, group=result.train["sku"])
+    assert (loaded.score(units, 7).probability == bundle.score(units, 7).probability).all()
 
 
 def test_sim_backtest_model_beats_chance_with_precursors(result: SimBacktestResult) -> None:

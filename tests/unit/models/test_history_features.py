@@ -1,0 +1,126 @@
+"""History covariates: right counts on a hand-made inventory, nothing after the cutoff leaks in."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from fleetwatch.models.features import MODEL_COLUMNS, survival_frame
+from fleetwatch.models.history_features import (
+    HISTORY_COLUMNS,
+    history_covariates,
+    known_before,
+    serial_vintage,
+)
+
+CUT = pd.Timestamp("2016-01-01")
+
+
+def _records(rows: list[tuple[str, str, str | None, str, str | None]]) -> pd.DataFrame:
+    frame = pd.DataFrame(rows, columns=["serial", "location", "inserted", "removed", "event"])
+    frame["inserted"] = pd.to_datetime(frame["inserted"])
+    frame["removed"] = pd.to_datetime(frame["removed"])
+    return frame
+
+
+def _inventory() -> pd.DataFrame:
+    return _records(
+        [
+            # serial (lot = first 8 chars, year = chars 6-7), location, inserted, removed, event
+            ("0323712000001", "c1-0c2s3n1", "2014-01-01", "2015-01-01", "DBE"),  # failed at L
+            ("0323712000002", "c1-0c2s3n1", "2015-01-10", "2019-01-01", None),  # replaced it
+            ("0323712000003", "c1-0c2s3n0", "2014-01-01", "2015-06-01", "OTB"),  # same blade
+            ("0323712000003", "c1-0c2s3n0", "2015-08-01", "2019-01-01", None),  # after repair
+            ("0323712000004", "c1-0c0s0n0", "2014-01-01", "2019-01-01", None),  # same cabinet
+            ("0323816000005", "c2-0c2s3n1", "2014-01-01", "2015-03-01", None),  # pulled...
+            ("0323816000005", "c2-0c1s1n1", "2015-04-01", "2019-01-01", None),  # ...reinserted
+            ("0323816000006", "c2-0c1s1n0", "2014-01-01", "2019-01-01", None),
+        ]
+    )
+
+
+def _covariates(records: pd.DataFrame, cutoff: pd.Timestamp = CUT) -> pd.DataFrame:
+    frame = survival_frame(records, cutoff)
+    return history_covariates(records, frame, cutoff, prior_units=1.0)
+
+
+def test_serial_vintage_reads_year_and_lot() -> None:
+    v = serial_vintage(pd.Series(["0323712007755", "0324216100001", "junk"]))
+    assert v["mfg_year"].iloc[:2].tolist() == [12.0, 16.0]
+    assert pd.isna(v["mfg_year"].iloc[2])
+    assert v["lot"].tolist() == ["03237120", "03242161", "junk"]
+
+
+def test_history_covariates_counts_on_a_tiny_inventory() -> None:
+    h = _covariates(_inventory())
+    assert list(h.columns) == list(HISTORY_COLUMNS)
+    # unit 2 replaced unit 1, which failed at the same node before 2 arrived
+    assert h.loc["0323712000002", "loc_prior_failures"] == 1.0
+    assert h.loc["0323712000001", "loc_prior_failures"] == 0.0  # its own failure is not prior
+    # stints after a unit's first failure are not its history (as in survival_frame)
+    assert h.loc["0323712000003", "n_stints"] == 1.0
+    assert h.loc["0323816000005", "n_stints"] == 2.0
+    assert h.loc["0323712000004", "col_odd"] == 1.0 and h.loc["0323816000006", "col_odd"] == 0.0
+    assert h.loc["0323816000005", "mfg_year"] == 16.0
+    # 6 units, 2 failed: base share 1/3. Lot 03237120 has units 1-4; for unit 4 the others
+    # are 1, 2, 3 with 2 failures -> (2 + 1/3) / (3 + 1) with one pseudo-unit
+    assert h.loc["0323712000004", "lot_fail_rate"] == pytest.approx((2 + 1 / 3) / 4)
+    # unit 1 itself failed: leave-one-out leaves 3 others with 1 failure
+    assert h.loc["0323712000001", "lot_fail_rate"] == pytest.approx((1 + 1 / 3) / 4)
+    # cabinet c1-0 held units 1-4; for unit 2 the others (1, 3, 4) had 2 failures
+    assert h.loc["0323712000002", "cabinet_fail_rate"] == pytest.approx((2 + 1 / 3) / 4)
+    # blade c1-0c2s3 held 1, 2, 3; for unit 2 the others (1, 3) both failed
+    assert h.loc["0323712000002", "blade_fail_rate"] == pytest.approx((2 + 1 / 3) / 3)
+    # cabinet c2-0 had no failure: units 5 and 6 see (0 + 1/3) / (1 + 1)
+    assert h.loc["0323816000006", "cabinet_fail_rate"] == pytest.approx((1 / 3) / 2)
+
+
+def test_history_covariates_ignore_everything_after_the_cutoff() -> None:
+    records = _inventory()
+    before = _covariates(records)
+    later = _records(
+        [
+            # failures, removals and insertions after the cutoff, at the same places and lots
+            ("0323712000002", "c1-0c2s3n1", "2015-01-10", "2016-02-01", "DBE"),
+            ("0323712000004", "c1-0c0s0n0", "2014-01-01", "2016-03-01", "OTB"),
+            ("0323712000009", "c1-0c2s3n0", "2016-02-01", "2016-05-01", "DBE"),
+            ("0323816000007", "c2-0c1s1n1", None, "2016-04-01", "DBE"),
+        ]
+    )
+    changed = records[~records["serial"].isin(["0323712000002", "0323712000004"])]
+    changed = pd.concat([changed, later], ignore_index=True)
+    after = _covariates(changed)
+    pd.testing.assert_frame_equal(before, after)
+    # the unit that fails after the cutoff is still scored, with the same features
+    frame = survival_frame(changed, CUT, history=True)
+    assert frame.loc["0323712000002", "in_service"]
+    pd.testing.assert_frame_equal(
+        frame[list(HISTORY_COLUMNS)],
+        survival_frame(records, CUT, history=True)[list(HISTORY_COLUMNS)],
+    )
+
+
+def test_known_before_forgets_later_removals_and_events() -> None:
+    known = known_before(_inventory(), "2015-02-01")
+    assert "0323712000003" in set(known["serial"])
+    row = known[known["serial"] == "0323712000003"].iloc[0]
+    assert pd.isna(row["removed"]) and row["event"] is None  # fails in June, unknown in Feb
+    assert (known["inserted"] < pd.Timestamp("2015-02-01")).all()
+
+
+def test_history_covariates_see_failures_once_they_are_known() -> None:
+    h = _covariates(_inventory(), pd.Timestamp("2014-12-01"))
+    # before unit 1 failed nobody in lot 03237120 had failed
+    assert h.loc["0323712000004", "lot_fail_rate"] == pytest.approx((0 + 0) / 4)
+    assert "0323712000002" not in h.index  # not yet inserted
+
+
+def test_model_columns_are_in_the_history_frame() -> None:
+    frame = survival_frame(_inventory(), CUT, history=True)
+    assert set(MODEL_COLUMNS) <= set(frame.columns)
+
+
+def test_history_covariates_reject_bad_prior() -> None:
+    records = _inventory()
+    with pytest.raises(ValueError, match="prior_units"):
+        history_covariates(records, survival_frame(records, CUT), CUT, prior_units=0.0)
