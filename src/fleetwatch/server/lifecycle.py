@@ -5,7 +5,9 @@
 serial, or by its UUID when it reports none, so a lifetime's ``serial`` may hold a UUID. Rules:
 
 1. **Install** - a serial key with no lifetime at all gets an open ``observed`` lifetime from the
-   GPU's ``first_seen``, located at ``<node name>/<pci_bus_id or index>``.
+   GPU's first reading (or ``first_seen``, if earlier), located at ``<node name>/<pci_bus_id or
+   index>``. That is when FleetWatch first saw it: a GPU in service before then is older than its
+   lifetime says, unless an imported inventory record gives its real install date.
 2. **Replacement** - a GPU whose slot (node and PCI bus id, else node and index) was later taken
    by another serial key (first seen at or after its last sighting) is closed at its last
    sighting: ``failure`` after a fatal verdict in the 24 h before it, else ``retirement``; the
@@ -198,9 +200,26 @@ def _opening(g: _Gpu, installed_at: datetime) -> dict[str, Any]:
             "sku": g.sku, "installed_at": installed_at, "source": "observed"}  # fmt: skip
 
 
+def _first_samples(conn: Connection, uuids: list[str]) -> dict[str, datetime]:
+    """Each GPU's oldest reading (agent clock); one indexed MIN per chunk of new GPUs."""
+    out: dict[str, datetime] = {}
+    for chunk in _chunks(uuids):
+        query = (
+            select(gpu_samples.c.gpu_uuid, func.min(gpu_samples.c.ts).label("first"))
+            .where(gpu_samples.c.gpu_uuid.in_(chunk))
+            .group_by(gpu_samples.c.gpu_uuid)
+        )
+        out.update({row.gpu_uuid: row.first for row in conn.execute(query)})
+    return out
+
+
 def _install(conn: Connection, new: Sequence[_Gpu]) -> int:
+    """Open lifetimes at each GPU's first reading, on the agent's clock like its failures (a
+    simulated or late agent would otherwise get lifetimes that end before they start)."""
     if new:
-        conn.execute(gpu_lifetimes.insert(), [_opening(g, g.first_seen) for g in new])
+        first = _first_samples(conn, [g.uuid for g in new])
+        rows = [_opening(g, min(first.get(g.uuid, g.first_seen), g.first_seen)) for g in new]
+        conn.execute(gpu_lifetimes.insert(), rows)
     return len(new)
 
 

@@ -92,7 +92,7 @@ def test_install_opens_one_lifetime_per_gpu_and_is_idempotent(
         None,
         None,
     )
-    assert row.installed_at == T0 + timedelta(minutes=2)  # first_seen: the first batch's arrival
+    assert row.installed_at == T0  # its first reading (agent clock), before the batch arrived
     assert row.location == f"node-a/{PCI}" and row.sku == "NVIDIA H100 80GB HBM3"
     assert len(_lifetimes(db, anon["uuid"])) == 1  # no serial: keyed by UUID
     before = _all(db)
