@@ -124,11 +124,12 @@ def _units(assessed: Sequence[GpuAssessment]) -> pd.DataFrame:
 
 
 def _install_times(conn: Connection) -> dict[str, datetime]:
-    """Serial to the install time of its open lifetime (the newest, when there are several)."""
+    """Serial to the install time of its newest lifetime (open, or closed by a failure that the
+    GPU is still listed with)."""
     rows = conn.execute(
-        select(gpu_lifetimes.c.serial, func.max(gpu_lifetimes.c.installed_at).label("at"))
-        .where(gpu_lifetimes.c.removed_at.is_(None))
-        .group_by(gpu_lifetimes.c.serial)
+        select(gpu_lifetimes.c.serial, func.max(gpu_lifetimes.c.installed_at).label("at")).group_by(
+            gpu_lifetimes.c.serial
+        )
     )
     return {row.serial: row.at for row in rows}
 
@@ -146,7 +147,8 @@ def assess_fleet(
     """Judge every GPU seen within ``stale_after`` and gather what its risk needs."""
     verdicts = judge.judge(conn, now)
     installs = _install_times(conn)
-    features = fleet_window_features(conn, since=now - feature_window)
+    # GPUs with any rollup in the last 30 days; each described over its own trailing window.
+    features = fleet_window_features(conn, window=feature_window, since=now - timedelta(days=30))
     rows = conn.execute(
         select(gpus.c.uuid, gpus.c.index.label("slot"), gpus.c.serial, gpus.c.name,
                gpus.c.first_seen, nodes.c.name.label("node"))

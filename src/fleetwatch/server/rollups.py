@@ -143,28 +143,52 @@ def _rate(value_col: Any) -> Any:
 
 
 def fleet_window_features(
-    conn: Connection, *, since: datetime, until: datetime | None = None
+    conn: Connection, *, window: timedelta, since: datetime
 ) -> dict[str, dict[str, float]]:
     """:func:`~fleetwatch.models.telemetry_features.window_features` for every GPU with rollups
-    in ``[since, until)``, in one query. Covariates a GPU never reported are absent."""
+    after ``since``, each over the ``window`` before its own newest rollup (the agent's clock, as
+    the rules use: a simulated or lagging node is described as of its latest data). Covariates a
+    GPU never reported are absent. One aggregate query per distinct newest hour (a live fleet has
+    one or two)."""
+    newest = conn.execute(
+        select(gpu_hourly.c.gpu_uuid, func.max(gpu_hourly.c.hour).label("newest"))
+        .where(gpu_hourly.c.hour >= floor_hour(since))
+        .group_by(gpu_hourly.c.gpu_uuid)
+    )
+    by_hour: dict[datetime, list[str]] = defaultdict(list)
+    for row in newest:
+        by_hour[row.newest].append(row.gpu_uuid)
+    out: dict[str, dict[str, float]] = {}
+    for hour, uuids in by_hour.items():
+        start = hour + timedelta(hours=1) - window
+        for i in range(0, len(uuids), 1000):
+            out.update(_window_aggregate(conn, uuids[i : i + 1000], start, hour))
+    return out
+
+
+def _window_aggregate(
+    conn: Connection, uuids: list[str], start: datetime, newest: datetime
+) -> dict[str, dict[str, float]]:
     xid_cols = [func.sum(gpu_hourly.c[f"xid_{c}"]).label(f"xid_{c}") for c in GPU_CATEGORIES]
-    query = select(
-        gpu_hourly.c.gpu_uuid,
-        _rate(gpu_hourly.c.sbe_errors).label("sbe_per_day"),
-        _rate(gpu_hourly.c.nvlink_errors).label("nvlink_errors_per_day"),
-        _rate(gpu_hourly.c.pcie_replays).label("pcie_replays_per_day"),
-        func.max(gpu_hourly.c.temp_p95_c).label("temp_p95_c"),
-        (
-            func.sum(gpu_hourly.c.throttled)
-            * 1.0
-            / func.nullif(func.sum(gpu_hourly.c.throttle_reported), 0)
-        ).label("throttle_fraction"),
-        func.max(gpu_hourly.c.remapped_rows).label("remapped_rows"),
-        *xid_cols,
-    ).where(gpu_hourly.c.hour >= floor_hour(since))
-    if until is not None:
-        query = query.where(gpu_hourly.c.hour < until)
-    query = query.group_by(gpu_hourly.c.gpu_uuid)
+    query = (
+        select(
+            gpu_hourly.c.gpu_uuid,
+            _rate(gpu_hourly.c.sbe_errors).label("sbe_per_day"),
+            _rate(gpu_hourly.c.nvlink_errors).label("nvlink_errors_per_day"),
+            _rate(gpu_hourly.c.pcie_replays).label("pcie_replays_per_day"),
+            func.max(gpu_hourly.c.temp_p95_c).label("temp_p95_c"),
+            (
+                func.sum(gpu_hourly.c.throttled)
+                * 1.0
+                / func.nullif(func.sum(gpu_hourly.c.throttle_reported), 0)
+            ).label("throttle_fraction"),
+            func.max(gpu_hourly.c.remapped_rows).label("remapped_rows"),
+            *xid_cols,
+        )
+        .where(gpu_hourly.c.gpu_uuid.in_(uuids))
+        .where(gpu_hourly.c.hour >= floor_hour(start), gpu_hourly.c.hour <= newest)
+        .group_by(gpu_hourly.c.gpu_uuid)
+    )
     out: dict[str, dict[str, float]] = {}
     for row in conn.execute(query):
         values = dict(row._mapping)

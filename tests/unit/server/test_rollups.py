@@ -9,7 +9,7 @@ from sqlalchemy import select
 from tests.factories import gpu_uuid, make_batch, make_sample
 from tests.unit.server.conftest import Push
 
-from fleetwatch.models.telemetry_features import HourRollup, window_features
+from fleetwatch.models.telemetry_features import GPU_CATEGORIES, HourRollup, window_features
 from fleetwatch.rules.xid_catalog import XidCatalog
 from fleetwatch.server.db.session import Database
 from fleetwatch.server.db.tables import gpu_hourly
@@ -18,6 +18,7 @@ from fleetwatch.server.rollups import fleet_window_features, refresh_rollups, ro
 CATALOG = XidCatalog.load()
 NOW = datetime.now(UTC).replace(minute=30, second=0, microsecond=0) - timedelta(hours=1)
 HOUR = NOW.replace(minute=0)
+WEEK = timedelta(days=7)
 
 
 def _push_hour(push: Push, *, sbe_step: int, temp: float, throttled_every: int) -> None:
@@ -81,7 +82,7 @@ def test_sql_window_features_equal_the_python_ones(push: Push, db: Database) -> 
     with db.write() as conn:
         roll_up_hours(conn, start=HOUR, end=HOUR + timedelta(hours=1), catalog=CATALOG)
     with db.read() as conn:
-        sql = fleet_window_features(conn, since=HOUR - timedelta(days=7))
+        sql = fleet_window_features(conn, window=WEEK, since=HOUR - WEEK)
         rollups = [HourRollup.from_row(r._mapping) for r in conn.execute(select(gpu_hourly))]
     python = window_features(rollups)
     uuid = gpu_uuid("node-a", 0)
@@ -95,7 +96,7 @@ def test_window_excludes_rollups_before_since(push: Push, db: Database) -> None:
     _push_hour(push, sbe_step=1, temp=50.0, throttled_every=2)
     with db.write() as conn:
         roll_up_hours(conn, start=HOUR, end=HOUR + timedelta(hours=1), catalog=CATALOG)
-        assert fleet_window_features(conn, since=HOUR + timedelta(hours=1)) == {}
+        assert fleet_window_features(conn, window=WEEK, since=HOUR + timedelta(hours=1)) == {}
 
 
 def test_late_samples_hours_back_are_rolled_up_by_their_ids(push: Push, db: Database) -> None:
@@ -110,3 +111,22 @@ def test_late_samples_hours_back_are_rolled_up_by_their_ids(push: Push, db: Data
         refresh_rollups(conn, now=NOW, catalog=CATALOG, after_id=mark)
         hours = {r.hour for r in conn.execute(select(gpu_hourly.c.hour))}
     assert hours == {HOUR, late}
+
+
+def test_each_gpu_is_described_over_its_own_trailing_window(db: Database) -> None:
+    """A GPU whose newest data is 10 days old keeps its covariates from then; a live GPU's
+    window ends at its newest hour and leaves out what is older than the window."""
+    old = HOUR - timedelta(days=10)
+
+    def rollup(uuid: str, hour: datetime, memory_xids: int) -> dict[str, object]:
+        row = HourRollup(uuid, hour, samples=10, span_s=3000.0, temp_p95_c=60.0,
+                         xids={"memory": memory_xids}).as_row()  # fmt: skip
+        return {**{f"xid_{c}": 0 for c in GPU_CATEGORIES}, **row, "node_id": 1}
+
+    with db.write() as conn:
+        conn.execute(gpu_hourly.insert(), [
+            rollup("GPU-live", old, 5), rollup("GPU-live", HOUR, 1), rollup("GPU-stale", old, 3),
+        ])  # fmt: skip
+        features = fleet_window_features(conn, window=WEEK, since=HOUR - timedelta(days=30))
+    assert features["GPU-live"]["xid_memory"] == 1.0
+    assert features["GPU-stale"]["xid_memory"] == 3.0
