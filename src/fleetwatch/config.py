@@ -123,6 +123,63 @@ class ServerSettings(BaseSettings):
         min_length=1,
         description="Horizons (hours) of the failure probabilities exported on /metrics",
     )
+    max_steps_per_batch: int = Field(
+        default=10_000, ge=1, le=100_000, description="Most step reports in one POST of steps"
+    )
+    straggler_interval_s: float = Field(
+        default=10.0, gt=0, description="How often the straggler detector reads new step reports"
+    )
+    straggler_window_s: float = Field(
+        default=10.0, gt=0, description="Width of one straggler window, in the job's step time"
+    )
+    straggler_ratio: float = Field(
+        default=1.25,
+        gt=1.0,
+        description="A node is slow in a window when its median step is at least this times the "
+        "job's median (and a robust outlier)",
+    )
+    straggler_windows: int = Field(
+        default=3, ge=1, description="Consecutive slow windows before a node is a straggler"
+    )
+
+    # -- eviction planner (issue 5) --
+    planner_interval_s: float = Field(
+        default=10.0, gt=0, description="How often the eviction planner turns verdicts into drains"
+    )
+    planner_dry_run: bool = Field(
+        default=False,
+        description="Create evictions as dry-run recommendations (state recommended) only",
+    )
+    drain_horizon_h: float = Field(
+        default=24.0, gt=0, description="Horizon (hours) of the failure probability that drains"
+    )
+    gpu_hour_usd: float = Field(default=2.5, ge=0, description="Cost of one GPU-hour, in USD")
+    job_gpus: int = Field(
+        default=512, ge=1, description="GPUs of the job that a node failure interrupts"
+    )
+    checkpoint_interval_h: float = Field(
+        default=1.0, gt=0, description="Jobs' checkpoint interval; a failure loses half of one"
+    )
+    restart_h: float = Field(
+        default=0.25, ge=0, description="Hours a job needs to restart after a failure"
+    )
+    drain_hours: float = Field(
+        default=4.0, ge=0, description="Hours a drained node is out of service (drain + check)"
+    )
+    straggler_drain_after_s: float = Field(
+        default=600.0, ge=0, description="A hardware straggler open this long is drained"
+    )
+    eviction_cooldown_s: float = Field(
+        default=3600.0,
+        ge=0,
+        description="No new eviction of a node this soon after a rejection or a return",
+    )
+    drain_budget_pct: float = Field(
+        default=5.0,
+        gt=0,
+        le=100,
+        description="Most nodes draining at once, in percent of known nodes (at least one)",
+    )
 
     @field_validator("database_url")
     @classmethod

@@ -7,6 +7,7 @@
       StorageError                the database refused or is unreachable
         NotFound                  a named node, GPU, token, ... does not exist
         SchemaOutOfDate           the database is not migrated to this version's head
+      Conflict                    a state change the resource's current state forbids (409)
       InvalidInput                input that fails validation (loc + msg per problem)
         PayloadTooLarge           a request body over the configured limit
         BatchConflict             a batch_id replayed with different content
@@ -35,6 +36,7 @@ __all__ = [
     "BatchConflict",
     "CollectorError",
     "ConfigError",
+    "Conflict",
     "DeviceLost",
     "FieldNotSupported",
     "FleetWatchError",
@@ -81,6 +83,14 @@ class SchemaOutOfDate(StorageError):
         )
         self.current = current
         self.head = head
+
+
+class Conflict(FleetWatchError):
+    """A state change that the resource's current state (``state``) does not allow."""
+
+    def __init__(self, message: str, state: str | None = None) -> None:
+        super().__init__(message)
+        self.state = state
 
 
 class InvalidInput(FleetWatchError):

@@ -84,3 +84,32 @@ def test_a_dbe_xid_is_judged_and_the_gpu_leaving_is_recorded_as_a_failure(
             assert "48" in ended[0]["cause"] and ended[0]["source"] == "observed"
             metrics = read.get("/metrics").text
             assert f'uuid="{failing["uuid"]}",kind="xid"' in metrics
+
+
+def test_a_fatal_xid_wakes_the_judge_instead_of_waiting_for_the_tick(
+    database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Assessment and planner timers at 10 minutes: only the wake-up on ingest can turn the Xid
+    into an eviction within the test's 30 s."""
+    if database_url.startswith("sqlite"):
+        fleetwatch("db", "upgrade", "--database-url", database_url)
+    for name, value in {"ASSESS_INTERVAL_S": "600", "PLANNER_INTERVAL_S": "600",
+                        "REFIT_INTERVAL_S": "0"}.items():  # fmt: skip
+        monkeypatch.setenv(f"FLEETWATCH_SERVER_{name}", value)
+    agent, reader = create_token(database_url, "agent"), create_token(database_url, "read")
+    with live_server(database_url, tmp_path) as server, server.client(agent) as push:
+        time.sleep(1.0)  # the first (startup) assessment has run: the next one is 10 minutes off
+        batch = make_batch("node-wake", gpus=2, ticks=2)
+        pci = batch["gpus"][0]["pci_bus_id"]
+        batch["events"] = [{
+            "kind": "xid", "ts": datetime.now(UTC).isoformat(), "xid": 79, "pci_bus_id": pci,
+            "message": f"NVRM: Xid (PCI:{pci}): 79, GPU has fallen off the bus.",
+        }]  # fmt: skip
+        assert push.post("/v1/ingest", json=batch).is_success
+        with server.client(reader) as read:
+            found = _until(
+                lambda: read.get("/v1/evictions", params={"node": "node-wake"}).json()["data"],
+                lambda rows: len(rows) == 1,
+                timeout=30.0,
+            )
+    assert [(e["node"], e["reason_kind"]) for e in found] == [("node-wake", "rule")]

@@ -10,7 +10,7 @@ import asyncio
 import gzip
 import logging
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -29,6 +29,7 @@ from fleetwatch.server.auth import Permission
 from fleetwatch.server.background import (
     Assessor,
     RollupJob,
+    Waker,
     load_rules,
     periodic,
     run_lifecycle,
@@ -38,9 +39,11 @@ from fleetwatch.server.db.session import Database, make_engine
 from fleetwatch.server.deps import require
 from fleetwatch.server.errors import install_error_handlers
 from fleetwatch.server.exposition import FleetExposition
+from fleetwatch.server.planner import EvictionPlanner
 from fleetwatch.server.refit import Refitter
 from fleetwatch.server.risk_exposition import render_risk
 from fleetwatch.server.routers import api_router
+from fleetwatch.server.straggler_detector import StragglerDetector, render_stragglers
 from fleetwatch.telemetry import Batch
 
 __all__ = ["create_app", "prepare_database"]
@@ -105,15 +108,24 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
         )
         catalog, thresholds = load_rules(settings)
         app.state.assessor = Assessor(db, settings, catalog, thresholds)
+        app.state.planner = EvictionPlanner(db, settings, app.state.assessor)
+        app.state.stragglers = StragglerDetector(db, settings)
+        app.state.waker = waker = Waker()
+        waker.bind()
         tasks: list[asyncio.Task[None]] = []
         if settings.background_jobs:
             jobs = [
                 ("rollups", settings.rollup_interval_s, RollupJob(db, catalog)),
                 ("lifecycle", settings.lifecycle_interval_s,
                  lambda: run_lifecycle(db, settings, catalog)),
-                ("assessment", settings.assess_interval_s, app.state.assessor.run_once),
+                ("planner", settings.planner_interval_s, app.state.planner.run_once),
+                ("stragglers", settings.straggler_interval_s, app.state.stragglers.run_once),
             ]  # fmt: skip
             tasks = [asyncio.create_task(periodic(*job), name=job[0]) for job in jobs]
+            # Each assessment is followed by a plan; a fatal Xid or a lost GPU arriving wakes
+            # both at once instead of waiting for the next tick.
+            judge = ("assessment", settings.assess_interval_s, _judge_and_plan(app), waker)
+            tasks.append(asyncio.create_task(periodic(*judge), name="assessment"))
         app.state.refitter = refitter = Refitter(db, settings)
         if settings.background_jobs and settings.refit_interval_s > 0:
             schedule = refitter.run_schedule(settings.refit_interval_s)
@@ -142,6 +154,14 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
     _add_operational_routes(app, settings)
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     return app
+
+
+def _judge_and_plan(app: FastAPI) -> Callable[[], Any]:
+    def run() -> Any:
+        app.state.assessor.run_once()
+        return app.state.planner.run_once()
+
+    return run
 
 
 def _add_operational_routes(app: FastAPI, settings: ServerSettings) -> None:
@@ -179,6 +199,9 @@ def _add_operational_routes(app: FastAPI, settings: ServerSettings) -> None:
         body = await run_in_threadpool(fleet.render)
         body += await run_in_threadpool(
             render_risk, request.app.state.assessor.latest, settings.risk_horizons_h
+        )
+        body += await run_in_threadpool(
+            render_stragglers, request.app.state.stragglers, request.app.state.db
         )
         payload = (generate_latest(request.app.state.registry).decode() + body).encode()
         headers = {"Content-Type": "text/plain; version=0.0.4; charset=utf-8"}

@@ -30,7 +30,7 @@ from fleetwatch.server.lifecycle import sync_lifetimes
 from fleetwatch.server.repo.models import latest_ok_model
 from fleetwatch.server.rollups import refresh_rollups
 
-__all__ = ["Assessor", "RollupJob", "load_rules", "periodic", "run_lifecycle"]
+__all__ = ["Assessor", "RollupJob", "Waker", "load_rules", "periodic", "run_lifecycle"]
 
 logger = logging.getLogger(__name__)
 
@@ -126,8 +126,39 @@ class Assessor:
         return self.latest if self.latest is not None else self.run_once()
 
 
-async def periodic(name: str, interval_s: float, job: Callable[[], Any]) -> None:
-    """Run ``job`` in a thread now and then every ``interval_s``, until cancelled."""
+class Waker:
+    """Cuts a background job's wait short: a fatal Xid should not sit until the next tick.
+
+    ``poke`` may be called from any thread; :func:`periodic` jobs given the waker run as soon as
+    it is poked (pokes during a run coalesce into one more run).
+    """
+
+    def __init__(self) -> None:
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._event: asyncio.Event | None = None
+
+    def bind(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._event = asyncio.Event()
+
+    def poke(self) -> None:
+        if self._loop is not None and self._event is not None:
+            self._loop.call_soon_threadsafe(self._event.set)
+
+    async def wait(self, timeout_s: float) -> None:
+        assert self._event is not None, "bind() the waker in the event loop first"
+        try:
+            await asyncio.wait_for(self._event.wait(), timeout_s)
+        except TimeoutError:
+            pass
+        self._event.clear()
+
+
+async def periodic(
+    name: str, interval_s: float, job: Callable[[], Any], waker: Waker | None = None
+) -> None:
+    """Run ``job`` in a thread now and then every ``interval_s`` (sooner when ``waker`` is
+    poked), until cancelled."""
     while True:
         started = asyncio.get_running_loop().time()
         try:
@@ -136,4 +167,9 @@ async def periodic(name: str, interval_s: float, job: Callable[[], Any]) -> None
         except Exception:
             logger.exception("background job %s failed; retrying in %.0f s", name, interval_s)
         elapsed = asyncio.get_running_loop().time() - started
-        await asyncio.sleep(max(interval_s - elapsed, 1.0))
+        # A job slower than its interval still leaves the loop a breather, never a busy loop.
+        pause = max(interval_s - elapsed, 0.1 * interval_s)
+        if waker is None:
+            await asyncio.sleep(pause)
+        else:
+            await waker.wait(pause)

@@ -14,6 +14,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from fleetwatch.errors import (
     BatchConflict,
+    Conflict,
     FleetWatchError,
     Forbidden,
     InvalidInput,
@@ -36,6 +37,7 @@ ERROR_STATUS: tuple[tuple[type[FleetWatchError], int], ...] = (
     (Forbidden, 403),
     (NotFound, 404),
     (BatchConflict, 409),
+    (Conflict, 409),
     (PayloadTooLarge, 413),
     (UnsupportedMediaType, 415),
     (InvalidInput, 422),

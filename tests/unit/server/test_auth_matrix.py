@@ -10,20 +10,23 @@ import hashlib
 import itertools
 import secrets
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 import httpx
 import pytest
 from fastapi.routing import iter_route_contexts
 from fastapi.testclient import TestClient
-from sqlalchemy import select
+from sqlalchemy import select, update
 from tests.conftest import bearer
 from tests.factories import gpu_uuid, make_batch
 
-from fleetwatch.server.auth import create_token, revoke_token
+from fleetwatch.errors import AuthError
+from fleetwatch.server.auth import authenticate, create_token, revoke_token
 from fleetwatch.server.db.base import utcnow
 from fleetwatch.server.db.session import Database
-from fleetwatch.server.db.tables import api_tokens
+from fleetwatch.server.db.tables import api_tokens, evictions
+from fleetwatch.server.repo.evictions import create_eviction
 from fleetwatch.server.repo.models import store_model
 
 SCOPES = ("agent", "read", "scheduler", "admin")
@@ -31,6 +34,7 @@ ALLOWED = {
     "ingest": {"agent", "admin"},
     "read": {"read", "scheduler", "admin"},
     "admin": {"admin"},
+    "schedule": {"scheduler", "admin"},
 }
 
 # (method, route path) -> (permission class, concrete request path, status when allowed)
@@ -58,6 +62,31 @@ ENDPOINTS: dict[tuple[str, str], tuple[str, str, int]] = {
     ("POST", "/v1/models/refit"): ("admin", "/v1/models/refit", 202),
     ("GET", "/v1/risk"): ("read", "/v1/risk", 200),
     ("GET", "/v1/gpus/{uuid}/risk"): ("read", f"/v1/gpus/{gpu_uuid('node-a', 0)}/risk", 200),
+    # Training jobs report steps with an agent token.
+    ("POST", "/v1/jobs/{job_id}/steps"): ("ingest", "/v1/jobs/job-1/steps", 200),
+    ("GET", "/v1/jobs"): ("read", "/v1/jobs", 200),
+    ("GET", "/v1/jobs/{job_id}"): ("read", "/v1/jobs/job-1", 200),
+    ("GET", "/v1/stragglers"): ("read", "/v1/stragglers", 200),
+    # node-a's GPU has no model probability and no rule verdict: past auth, the advice is a 422.
+    ("GET", "/v1/advice/checkpoint"): (
+        "read",
+        "/v1/advice/checkpoint?job=job-1&checkpoint_cost_s=60",
+        422,
+    ),
+    ("GET", "/v1/evictions"): ("read", "/v1/evictions", 200),
+    ("GET", "/v1/evictions/{eviction_id}"): ("read", "/v1/evictions/{pending}", 200),
+    ("POST", "/v1/evictions/{eviction_id}/ack"): ("schedule", "/v1/evictions/{pending}/ack", 200),
+    ("POST", "/v1/evictions/{eviction_id}/complete"): (
+        "schedule",
+        "/v1/evictions/{acked}/complete",
+        200,
+    ),
+    ("POST", "/v1/evictions/{eviction_id}/reject"): (
+        "schedule",
+        "/v1/evictions/{pending}/reject",
+        200,
+    ),
+    ("POST", "/v1/nodes/{name}/return"): ("schedule", "/v1/nodes/node-a/return", 200),
 }
 
 OPEN = {
@@ -82,12 +111,21 @@ def _app_routes(client: TestClient) -> set[tuple[str, str]]:
     return found
 
 
+_STEPS = {
+    "steps": [
+        {"rank": 0, "node": "node-a", "step": 1, "duration_ms": 10.0, "ts": "2025-01-01T00:00:00Z"}
+    ]
+}
+
+
 @pytest.fixture
 def fleet(client: TestClient, tokens: dict[str, str]) -> None:
     """node-a with one GPU, so that every path parameter names something that exists."""
     response = client.post(
         "/v1/ingest", json=make_batch("node-a", gpus=1), headers=bearer(tokens["agent"])
     )
+    assert response.status_code == 200, response.text
+    response = client.post("/v1/jobs/job-1/steps", json=_STEPS, headers=bearer(tokens["agent"]))
     assert response.status_code == 200, response.text
 
 
@@ -106,16 +144,45 @@ def _call(
         with db.write() as conn:
             version = store_model(conn, None, trigger="manual", trained_at=utcnow(), error="x")
         path = path.format(stored_version=version)
+    if "{pending}" in path or "{acked}" in path or key[1] == "/v1/nodes/{name}/return":
+        path = _seed_eviction(db, path, headers)
     if key == ("POST", "/v1/ingest"):
         kwargs["json"] = make_batch("node-a", gpus=1)
+    elif key == ("POST", "/v1/jobs/{job_id}/steps"):
+        kwargs["json"] = _STEPS
     elif key == ("POST", "/v1/tokens"):
         kwargs["json"] = {"name": "made-by-test", "scope": "read"}
     elif key == ("POST", "/v1/inventory/import"):
         kwargs["content"] = b"SN,location,insert,remove,event\nSN-1,c1-1c0s0n0,2020-01-01,,\n"
         kwargs["headers"] = {**headers, "Content-Type": "text/csv"}
+    elif key == ("POST", "/v1/evictions/{eviction_id}/reject"):
+        kwargs["json"] = {"reason": "maintenance window"}
     elif key == ("POST", "/v1/lifetimes/{serial}/events"):
         kwargs["json"] = {"kind": "failure", "installed_at": "2020-01-01T00:00:00Z"}
     return client.request(method, path, **kwargs)
+
+
+def _seed_eviction(db: Database, path: str, headers: dict[str, str]) -> str:
+    """An eviction of node-a that the endpoint can act on: pending, acked by the caller, or
+    completed (for the node's return)."""
+    presented = headers.get("Authorization", "").removeprefix("Bearer ")
+    with db.write() as conn:
+        try:
+            claimer = authenticate(conn, presented).name
+        except AuthError:
+            claimer = "nobody"
+        now = utcnow()
+        state = "acked" if "{acked}" in path else "pending" if "{pending}" in path else "completed"
+        eviction_id = create_eviction(
+            conn, node="node-a", state="pending", reason_kind="rule", reason="test",
+            evidence={}, expected_saving_usd=None, dry_run=False, now=now,
+        )  # fmt: skip
+        conn.execute(
+            update(evictions)
+            .where(evictions.c.id == eviction_id)
+            .values(state=state, claimed_by=claimer, lease_expires_at=now + timedelta(minutes=5))
+        )
+    return path.format(pending=eviction_id, acked=eviction_id)
 
 
 def test_auth_matrix_covers_every_route(client: TestClient) -> None:

@@ -4,10 +4,23 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from fleetwatch.server.routers import events, gpus, ingest, lifetimes, models, nodes, risk, tokens
+from fleetwatch.server.routers import (
+    advice,
+    events,
+    evictions,
+    gpus,
+    ingest,
+    jobs,
+    lifetimes,
+    models,
+    nodes,
+    risk,
+    tokens,
+)
 
 __all__ = ["api_router"]
 
 api_router = APIRouter(prefix="/v1")
-for _module in (ingest, nodes, gpus, events, tokens, lifetimes, risk, models):
+_ROUTERS = (ingest, nodes, gpus, events, tokens, lifetimes, risk, models, jobs, advice, evictions)
+for _module in _ROUTERS:
     api_router.include_router(_module.router)

@@ -129,9 +129,13 @@ def _validate(body: bytes, settings: ServerSettings) -> Batch:
         ) from None
 
 
+# Events that may take a GPU out of service: judge and plan at once rather than at the next tick.
+_URGENT_KINDS = frozenset({"xid", "gpu_lost"})
+
+
 def _ingest(
     body: bytes, settings: ServerSettings, db: Database, slots: threading.Semaphore
-) -> IngestResponse:
+) -> tuple[IngestResponse, bool]:
     batch = _validate(body, settings)
     digest = hashlib.sha256(body).hexdigest()
     with slots:  # validation runs freely; only the transaction waits for a slot
@@ -144,10 +148,12 @@ def _ingest(
         result.events,
         result.duplicate,
     )
-    return IngestResponse(
+    urgent = not result.duplicate and any(e.kind in _URGENT_KINDS for e in batch.events)
+    response = IngestResponse(
         accepted=IngestAccepted(samples=result.samples, events=result.events),
         duplicate=result.duplicate,
     )
+    return response, urgent
 
 
 @router.post(
@@ -166,9 +172,11 @@ async def ingest(request: Request, _token: IngestAuth) -> IngestResponse:
     try:
         _check_content_type(request)
         body = await _read_body(request, settings.max_body_bytes)
-        response = await run_in_threadpool(
+        response, urgent = await run_in_threadpool(
             _ingest, body, settings, request.app.state.db, request.app.state.ingest_slots
         )
+        if urgent:
+            request.app.state.waker.poke()
     except InvalidInput as exc:
         metrics.ingest_batches.labels("rejected").inc()
         metrics.ingest_rejections.labels(str(status_for(exc))).inc()

@@ -1,0 +1,388 @@
+"""The eviction planner: turns the newest fleet assessment into drain recommendations.
+
+Each pass (every ``planner_interval_s``, in the background) proposes at most one eviction per node,
+for the strongest of three reasons:
+
+1. ``rule``: a GPU has a verdict that takes it out of service (a fatal Xid, a row-remap failure).
+   A fact: drain now. Verdicts last seen before the node's latest return are history (it was
+   repaired since) and do not count.
+2. ``straggler``: a ``hardware`` straggler verdict on the node has been open for at least
+   ``straggler_drain_after_s``.
+3. ``risk``: the model's P(node fails within ``drain_horizon_h``) makes a drain cheaper than the
+   failure it avoids, on two consecutive assessments::
+
+       failure = job_gpus x gpu_hour_usd x (checkpoint_interval_h / 2 + restart_h)
+       drain   = node GPUs x drain_hours x gpu_hour_usd
+       expected_saving_usd = p x failure - drain          (drain when > 0)
+
+   (a failure interrupts the whole job, which loses on average half a checkpoint interval and
+   its restart time; a drain costs the node's GPUs for ``drain_hours``). Rule evictions carry the
+   same saving with p = 1; straggler evictions the job's GPU-hours lost to the slowdown,
+   ``job_gpus x gpu_hour_usd x (1 - 1/ratio) x drain_horizon_h``, minus the drain.
+
+Hysteresis: no eviction for a node with an open one (pending, acked, completed and not yet
+returned, paged, recommended), nor within ``eviction_cooldown_s`` of a rejection or a return. An
+eviction nobody acted on (pending, paged, recommended) is cancelled once its node has no reason
+left. Expired scheduler leases return their eviction to pending.
+
+Fleet drain budget: at most ``drain_budget_pct`` of the known nodes (at least one node) draining
+at once (pending + acked + completed). Past it, new evictions are created ``paged``, never
+drained automatically, and one ``drain_budget_exhausted`` fleet event (``node_id`` NULL) records
+the episode's counts and top reasons; the episode ends when the budget has room again. An Xid
+storm on every node (a bad driver roll-out) thus drains a few nodes and pages a person.
+
+Dry run (``planner_dry_run``): evictions are created ``recommended`` with ``dry_run`` true.
+
+Every change is written to ``eviction_audit`` (actor ``planner``). With several workers or
+replicas, one pass at a time runs: the pass holds a PostgreSQL advisory lock.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Connection, func, insert, select, text
+
+from fleetwatch.config import ServerSettings
+from fleetwatch.server.assessment import FleetAssessment, GpuAssessment
+from fleetwatch.server.background import Assessor
+from fleetwatch.server.db.session import Database
+from fleetwatch.server.db.tables import events, evictions, nodes, stragglers
+from fleetwatch.server.judging import Verdict
+from fleetwatch.server.repo.evictions import (
+    DRAINING_STATES,
+    OPEN_STATES,
+    cancel_eviction,
+    create_eviction,
+    expire_leases,
+)
+
+__all__ = ["Candidate", "DrainCosts", "EvictionPlanner", "PlanResult"]
+
+logger = logging.getLogger(__name__)
+
+_PLANNER_LOCK = 0x46575F504C4E  # "FW_PLN"
+_PRIORITY = {"rule": 0, "straggler": 1, "risk": 2}
+_RISK_PASSES = 2
+
+
+@dataclass(frozen=True)
+class DrainCosts:
+    """What a failure and a drain cost, in USD (see the module docstring)."""
+
+    gpu_hour_usd: float
+    job_gpus: int
+    checkpoint_interval_h: float
+    restart_h: float
+    drain_hours: float
+
+    @classmethod
+    def from_settings(cls, settings: ServerSettings) -> DrainCosts:
+        return cls(settings.gpu_hour_usd, settings.job_gpus, settings.checkpoint_interval_h,
+                   settings.restart_h, settings.drain_hours)  # fmt: skip
+
+    @property
+    def failure_usd(self) -> float:
+        return self.job_gpus * self.gpu_hour_usd * (self.checkpoint_interval_h / 2 + self.restart_h)
+
+    def drain_usd(self, gpus: int) -> float:
+        return gpus * self.drain_hours * self.gpu_hour_usd
+
+    def saving(self, probability: float, gpus: int) -> float:
+        return probability * self.failure_usd - self.drain_usd(gpus)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    node: str
+    kind: str  # rule | straggler | risk
+    reason: str
+    key: str  # the short reason the budget event counts: a rule name, "risk", "straggler"
+    evidence: dict[str, Any]
+    saving: float | None
+
+
+@dataclass
+class PlanResult:
+    created: dict[str, int] = field(default_factory=dict)
+    cancelled: int = 0
+    expired: int = 0
+    draining: int = 0
+    budget: int = 0
+    budget_event: bool = False
+    skipped: bool = False
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value is not None else None
+
+
+def _verdict_json(v: Verdict) -> dict[str, Any]:
+    return {
+        "kind": v.kind, "rule": v.rule, "severity": v.severity, "action": v.action,
+        "xids": list(v.xids), "source": v.source, "first_seen": _iso(v.first_seen),
+        "last_seen": _iso(v.last_seen), "evidence": dict(v.evidence), "note": v.note,
+    }  # fmt: skip
+
+
+def rule_candidates(
+    snapshot: FleetAssessment, costs: DrainCosts, returned: dict[str, datetime]
+) -> dict[str, Candidate]:
+    """Nodes with a GPU that a rule takes out of service, on evidence newer than a repair."""
+    gpu_count = Counter(g.node for g in snapshot.gpus)
+    failing: dict[str, list[tuple[GpuAssessment, list[Verdict]]]] = {}
+    for gpu in snapshot.gpus:
+        since = returned.get(gpu.node)
+        out = [
+            v for v in gpu.verdicts
+            if v.takes_gpu_out and (since is None or v.last_seen is None or v.last_seen > since)
+        ]  # fmt: skip
+        if out:
+            failing.setdefault(gpu.node, []).append((gpu, out))
+    found = {}
+    for node, items in failing.items():
+        gpu, verdicts = items[0]
+        first = verdicts[0]
+        more = f" and {len(items) - 1} more GPU(s)" if len(items) > 1 else ""
+        reason = (f"{first.rule} on GPU {gpu.index} ({gpu.uuid}): {first.severity}, "
+                  f"{first.action}{more}")  # fmt: skip
+        evidence = {
+            "gpus": [
+                {"uuid": g.uuid, "index": g.index, "serial": g.serial,
+                 "verdicts": [_verdict_json(v) for v in vs]}
+                for g, vs in items
+            ],
+            "node_gpus": gpu_count[node],
+        }  # fmt: skip
+        found[node] = Candidate(node, "rule", reason, first.rule, evidence,
+                                round(costs.saving(1.0, gpu_count[node]), 2))  # fmt: skip
+    return found
+
+
+def risk_candidates(
+    snapshot: FleetAssessment, costs: DrainCosts, horizon_h: float
+) -> dict[str, Candidate]:
+    """Nodes whose model risk makes a drain cheaper than the failure it avoids."""
+    found = {}
+    failure = costs.failure_usd
+    for node, (_, members) in snapshot.node_risks(horizon_h / 24.0).items():
+        known = [r for r in members if r.model_probability is not None]
+        if not known:
+            continue
+        p = 1.0 - math.prod(1.0 - float(r.model_probability or 0.0) for r in known)
+        drain = costs.drain_usd(len(members))
+        saving = p * failure - drain
+        if saving <= 0:
+            continue
+        ranked = sorted(known, key=lambda r: -(r.model_probability or 0.0))
+        top = ranked[0]
+        break_even = drain / failure if failure > 0 else None
+        reason = (f"P(failure within {horizon_h:g} h) = {p:.3f} above break-even "
+                  f"{break_even or 0:.3f}; riskiest GPU {top.gpu.index} ({top.gpu.uuid}) "
+                  f"p = {top.model_probability:.3f}")  # fmt: skip
+        evidence = {
+            "probability": p, "horizon_h": horizon_h, "model_version": snapshot.model_version,
+            "failure_cost_usd": failure, "drain_cost_usd": drain,
+            "break_even_probability": break_even, "assessed_at": snapshot.at.isoformat(),
+            "gpus": [
+                {"uuid": r.gpu.uuid, "index": r.gpu.index, "probability": r.model_probability,
+                 "model": r.model,
+                 "factors": [{"name": f.name, "value": f.value, "hazard_ratio": f.hazard_ratio}
+                             for f in r.factors]}
+                for r in ranked
+            ],
+        }  # fmt: skip
+        found[node] = Candidate(node, "risk", reason, "risk", evidence, round(saving, 2))
+    return found
+
+
+def straggler_candidates(
+    conn: Connection, *, now: datetime, after_s: float, costs: DrainCosts, horizon_h: float,
+    gpu_count: Counter[str],
+) -> dict[str, Candidate]:  # fmt: skip
+    """Nodes with a hardware straggler verdict open for at least ``after_s``."""
+    rows = conn.execute(
+        select(stragglers)
+        .where(stragglers.c.kind == "hardware", stragglers.c.ended_at.is_(None),
+               stragglers.c.started_at <= now - timedelta(seconds=after_s))
+        .order_by(stragglers.c.ratio.desc(), stragglers.c.id)
+    )  # fmt: skip
+    found: dict[str, Candidate] = {}
+    for row in rows:
+        if row.node in found:
+            continue
+        open_s = (now - row.started_at).total_seconds()
+        lost = costs.job_gpus * costs.gpu_hour_usd * (1.0 - 1.0 / max(row.ratio, 1.0)) * horizon_h
+        saving = lost - costs.drain_usd(gpu_count.get(row.node, 0))
+        reason = (f"hardware straggler in job {row.job_id} for {open_s / 60:.0f} min: step time "
+                  f"{row.ratio:.2f}x the job's median over {row.windows} windows")  # fmt: skip
+        evidence = {
+            "job_id": row.job_id, "ratio": row.ratio, "windows": row.windows,
+            "started_at": row.started_at.isoformat(), "open_s": round(open_s, 1),
+            "straggler_id": row.id, "detector": row.evidence,
+        }  # fmt: skip
+        found[row.node] = Candidate(row.node, "straggler", reason, "straggler", evidence,
+                                    round(saving, 2))  # fmt: skip
+    return found
+
+
+def _leader(conn: Connection) -> bool:
+    if conn.dialect.name != "postgresql":
+        return True
+    lock = text("SELECT pg_try_advisory_xact_lock(:k)")
+    return bool(conn.execute(lock, {"k": _PLANNER_LOCK}).scalar())
+
+
+class EvictionPlanner:
+    """Plans evictions from the assessor's newest snapshot; remembers risk streaks between
+    passes (the two-consecutive-assessments rule) and whether a budget episode is open."""
+
+    def __init__(self, db: Database, settings: ServerSettings, assessor: Assessor) -> None:
+        self.db = db
+        self.settings = settings
+        self.assessor = assessor
+        self.costs = DrainCosts.from_settings(settings)
+        self._streaks: dict[str, int] = {}
+        self._last_assessed: datetime | None = None
+        self._episode: bool | None = None
+        self._lock = threading.Lock()
+
+    def run_once(self, now: datetime | None = None) -> PlanResult:
+        now = now or datetime.now(UTC)
+        snapshot = self.assessor.current()
+        # Scored (and cached on the snapshot) before the write transaction: on SQLite that
+        # holds the one writer lock, which ingest waits for.
+        snapshot.node_risks(self.settings.drain_horizon_h / 24.0)
+        with self._lock, self.db.write() as conn:
+            if not _leader(conn):
+                return PlanResult(skipped=True)
+            result = self._plan(conn, snapshot, now)
+        if result.created or result.cancelled or result.expired:
+            logger.info(
+                "planner: created %s, cancelled %d, leases expired %d; %d of %d budget draining",
+                dict(result.created), result.cancelled, result.expired, result.draining,
+                result.budget,
+            )  # fmt: skip
+        return result
+
+    def _risk(self, snapshot: FleetAssessment) -> tuple[dict[str, Candidate], dict[str, Candidate]]:
+        """(risk candidates now, those seen on enough consecutive assessments)."""
+        now_risky = risk_candidates(snapshot, self.costs, self.settings.drain_horizon_h)
+        if snapshot.at != self._last_assessed:  # count assessments, not planner passes
+            self._streaks = {n: self._streaks.get(n, 0) + 1 for n in now_risky}
+            self._last_assessed = snapshot.at
+        ready = {n: c for n, c in now_risky.items() if self._streaks.get(n, 0) >= _RISK_PASSES}
+        return now_risky, ready
+
+    def _plan(self, conn: Connection, snapshot: FleetAssessment, now: datetime) -> PlanResult:
+        settings = self.settings
+        result = PlanResult(expired=expire_leases(conn, now=now))
+        returned: dict[str, datetime] = {
+            row.node: row.at
+            for row in conn.execute(
+                select(evictions.c.node, func.max(evictions.c.returned_at).label("at"))
+                .where(evictions.c.returned_at.is_not(None))
+                .group_by(evictions.c.node)
+            )
+        }
+        gpu_count = Counter(g.node for g in snapshot.gpus)
+        rules = rule_candidates(snapshot, self.costs, returned)
+        slow = straggler_candidates(
+            conn, now=now, after_s=settings.straggler_drain_after_s, costs=self.costs,
+            horizon_h=settings.drain_horizon_h, gpu_count=gpu_count,
+        )  # fmt: skip
+        risky_now, risky = self._risk(snapshot)
+        candidates: dict[str, Candidate] = {**risky, **slow, **rules}  # stronger reasons win
+
+        open_rows = conn.execute(select(evictions).where(evictions.c.state.in_(OPEN_STATES))).all()
+        still_open = set()
+        for row in open_rows:
+            reason_left = row.node in rules or row.node in slow or row.node in risky_now
+            unknown = row.reason_kind != "straggler" and row.node not in gpu_count
+            if (
+                not reason_left
+                and not unknown
+                and cancel_eviction(conn, row, why="reason cleared", now=now)
+            ):
+                result.cancelled += 1
+                continue
+            still_open.add(row.node)
+        cooling = set(
+            conn.execute(
+                select(evictions.c.node).where(
+                    evictions.c.state.in_(("rejected", "returned")),
+                    evictions.c.updated_at > now - timedelta(seconds=settings.eviction_cooldown_s),
+                )
+            ).scalars()
+        )
+        known = conn.execute(select(func.count()).select_from(nodes)).scalar_one()
+        result.budget = max(1, math.floor(known * settings.drain_budget_pct / 100.0))
+        result.draining = sum(
+            1 for row in open_rows if row.state in DRAINING_STATES and row.node in still_open
+        )
+        if self._episode is None:
+            self._episode = result.draining >= result.budget and any(
+                row.state == "paged" for row in open_rows
+            )
+
+        paged: list[Candidate] = []
+        ordered = sorted(
+            candidates.values(), key=lambda c: (_PRIORITY[c.kind], -(c.saving or 0.0), c.node)
+        )
+        for cand in ordered:
+            if cand.node in still_open or cand.node in cooling:
+                continue
+            detail = None
+            if settings.planner_dry_run:
+                state, detail = "recommended", "dry run: not drainable"
+            elif result.draining < result.budget:
+                state = "pending"
+                result.draining += 1
+            else:
+                state = "paged"
+                detail = (f"fleet drain budget exhausted: {result.draining} of {known} nodes "
+                          f"draining (budget {result.budget}); a person decides")  # fmt: skip
+                paged.append(cand)
+            create_eviction(
+                conn, node=cand.node, state=state, reason_kind=cand.kind, reason=cand.reason,
+                evidence=cand.evidence, expected_saving_usd=cand.saving,
+                dry_run=settings.planner_dry_run, now=now, detail=detail,
+            )  # fmt: skip
+            result.created[state] = result.created.get(state, 0) + 1
+        if paged and not self._episode:
+            self._budget_event(conn, now=now, known=known, result=result, paged=paged)
+            result.budget_event = True
+            self._episode = True
+        elif not paged and result.draining < result.budget:
+            self._episode = False
+        return result
+
+    def _budget_event(
+        self, conn: Connection, *, now: datetime, known: int, result: PlanResult,
+        paged: list[Candidate],
+    ) -> None:  # fmt: skip
+        top = Counter(c.key for c in paged).most_common(5)
+        details = {
+            "known_nodes": known, "budget_nodes": result.budget,
+            "budget_pct": self.settings.drain_budget_pct, "draining": result.draining,
+            "paged": len(paged), "top_reasons": [{"reason": k, "nodes": n} for k, n in top],
+        }  # fmt: skip
+        conn.execute(
+            insert(events).values(
+                node_id=None, kind="drain_budget_exhausted", ts=now, received_at=now,
+                message=f"fleet drain budget exhausted: {result.draining} of {known} nodes "
+                f"draining (budget {result.budget}); {len(paged)} evictions paged instead, "
+                f"top reason {top[0][0]} on {top[0][1]} nodes",
+                details=details,
+            )
+        )  # fmt: skip
+        logger.warning(
+            "fleet drain budget exhausted: %d of %d nodes draining, %d evictions paged",
+            result.draining, known, len(paged),
+        )  # fmt: skip

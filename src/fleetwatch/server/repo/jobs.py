@@ -1,0 +1,262 @@
+"""Training jobs: their step reports, straggler verdicts, node slowness and telemetry evidence."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+import numpy as np
+from sqlalchemy import Connection, and_, insert, select, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+from fleetwatch.server.db.tables import (
+    gpu_samples,
+    job_steps,
+    jobs,
+    node_slowness,
+    nodes,
+    stragglers,
+)
+from fleetwatch.server.stragglers import EWMA_WEIGHT, StepRow, Transition
+
+__all__ = [
+    "JobRow",
+    "apply_transitions",
+    "get_job",
+    "list_jobs",
+    "list_stragglers",
+    "load_slowness",
+    "read_steps",
+    "store_steps",
+    "telemetry_evidence",
+    "update_slowness",
+]
+
+_INSERT_JOB = {
+    "postgresql": pg_insert(jobs).on_conflict_do_nothing(index_elements=["job_id"]),
+    "sqlite": sqlite_insert(jobs).on_conflict_do_nothing(index_elements=["job_id"]),
+}
+
+
+@dataclass(frozen=True)
+class JobRow:
+    job_id: str
+    first_seen: datetime
+    last_seen: datetime
+    ranks: int
+    nodes: list[str]
+
+
+def store_steps(conn: Connection, job_id: str, rows: Sequence[dict[str, Any]]) -> JobRow:
+    """Insert one validated batch of steps; widen the job's first/last seen, ranks and nodes."""
+    first = min(r["ts"] for r in rows)
+    last = max(r["ts"] for r in rows)
+    ranks = max(r["rank"] for r in rows) + 1
+    names = sorted({r["node"] for r in rows})
+    conn.execute(
+        _INSERT_JOB[conn.dialect.name],
+        {"job_id": job_id, "first_seen": first, "last_seen": last, "ranks": ranks, "nodes": names},
+    )
+    current = conn.execute(select(jobs).where(jobs.c.job_id == job_id).with_for_update()).one()
+    merged = JobRow(
+        job_id=job_id,
+        first_seen=min(current.first_seen, first),
+        last_seen=max(current.last_seen, last),
+        ranks=max(current.ranks, ranks),
+        nodes=sorted(set(current.nodes) | set(names)),
+    )
+    conn.execute(
+        update(jobs).where(jobs.c.job_id == job_id).values(
+            first_seen=merged.first_seen, last_seen=merged.last_seen, ranks=merged.ranks,
+            nodes=merged.nodes,
+        )
+    )  # fmt: skip
+    conn.execute(insert(job_steps), [{"job_id": job_id, **r} for r in rows])
+    return merged
+
+
+def _job(row: Any) -> JobRow:
+    return JobRow(row.job_id, row.first_seen, row.last_seen, row.ranks, list(row.nodes))
+
+
+def list_jobs(conn: Connection, *, limit: int = 100) -> list[JobRow]:
+    """Jobs by their newest step, newest first."""
+    found = conn.execute(select(jobs).order_by(jobs.c.last_seen.desc()).limit(limit))
+    return [_job(r) for r in found]
+
+
+def get_job(conn: Connection, job_id: str) -> JobRow | None:
+    row = conn.execute(select(jobs).where(jobs.c.job_id == job_id)).first()
+    return _job(row) if row is not None else None
+
+
+def read_steps(conn: Connection, job_id: str, start: datetime, end: datetime) -> list[StepRow]:
+    """The job's steps with ``start <= ts < end``, by time."""
+    found = conn.execute(
+        select(job_steps.c.rank, job_steps.c.node, job_steps.c.duration_ms, job_steps.c.ts,
+               job_steps.c.stage)
+        .where(job_steps.c.job_id == job_id, job_steps.c.ts >= start, job_steps.c.ts < end)
+        .order_by(job_steps.c.ts)
+    )  # fmt: skip
+    return [StepRow(r.rank, r.node, r.duration_ms, r.ts, r.stage) for r in found]
+
+
+def list_stragglers(
+    conn: Connection, *, job_id: str | None = None, active: bool | None = None,
+    kind: str | None = None, limit: int = 1000,
+) -> list[dict[str, Any]]:  # fmt: skip
+    query = select(stragglers).order_by(stragglers.c.started_at.desc()).limit(limit)
+    if job_id is not None:
+        query = query.where(stragglers.c.job_id == job_id)
+    if active is True:
+        query = query.where(stragglers.c.ended_at.is_(None))
+    elif active is False:
+        query = query.where(stragglers.c.ended_at.is_not(None))
+    if kind is not None:
+        query = query.where(stragglers.c.kind == kind)
+    return [dict(r._mapping) for r in conn.execute(query)]
+
+
+def apply_transitions(
+    conn: Connection, job_id: str, transitions: Iterable[Transition], now: datetime
+) -> None:
+    """Open, update and close ``stragglers`` rows (``updated_at`` on the wall clock)."""
+    for t in transitions:
+        open_row = and_(stragglers.c.job_id == job_id, stragglers.c.node == t.node,
+                        stragglers.c.ended_at.is_(None))  # fmt: skip
+        if t.action == "open":
+            # Idempotent: another worker (SQLite has no advisory lock) may have opened it.
+            existing = conn.execute(select(stragglers.c.id).where(open_row)).first()
+            if existing is not None:
+                conn.execute(update(stragglers).where(stragglers.c.id == existing.id).values(
+                    windows=t.windows, ratio=t.ratio, updated_at=now))  # fmt: skip
+                continue
+            conn.execute(insert(stragglers).values(
+                job_id=job_id, node=t.node, kind=t.kind, started_at=t.started_at,
+                updated_at=now, windows=t.windows, ratio=t.ratio, evidence=t.evidence,
+            ))  # fmt: skip
+        elif t.action == "update":
+            conn.execute(update(stragglers).where(open_row).values(
+                windows=t.windows, ratio=t.ratio, updated_at=now))  # fmt: skip
+        else:
+            conn.execute(update(stragglers).where(open_row).values(
+                ended_at=t.at, updated_at=now))  # fmt: skip
+
+
+def load_slowness(conn: Connection) -> dict[str, float]:
+    return {
+        r.node: r.score for r in conn.execute(select(node_slowness.c.node, node_slowness.c.score))
+    }
+
+
+def update_slowness(
+    conn: Connection, ratios: dict[str, list[float]], known: dict[str, float], now: datetime
+) -> None:
+    """Fold each node's window ratios into its EWMA score (``known`` is updated in place)."""
+    counts = {
+        r.node: r.windows
+        for r in conn.execute(
+            select(node_slowness.c.node, node_slowness.c.windows).where(
+                node_slowness.c.node.in_(list(ratios))
+            )
+        )
+    }
+    for node, values in ratios.items():
+        score = known.get(node, values[0])
+        for value in values:
+            score = (1 - EWMA_WEIGHT) * score + EWMA_WEIGHT * value
+        known[node] = score
+        if node in counts:
+            conn.execute(update(node_slowness).where(node_slowness.c.node == node).values(
+                score=score, windows=counts[node] + len(values), updated_at=now))  # fmt: skip
+        else:
+            conn.execute(insert(node_slowness).values(
+                node=node, score=score, windows=len(values), updated_at=now))  # fmt: skip
+
+
+# NVML clocks-event reasons that slow a GPU down (idle 0x1 and app-clock setting 0x2 do not).
+THROTTLE_REASONS = {
+    0x4: "sw_power_cap", 0x8: "hw_slowdown", 0x20: "sw_thermal", 0x40: "hw_thermal",
+    0x80: "hw_power_brake",
+}  # fmt: skip
+_NVLINK = (
+    "nvlink_crc_flit_errors_total", "nvlink_crc_data_errors_total",
+    "nvlink_replay_errors_total", "nvlink_recovery_errors_total",
+)  # fmt: skip
+
+
+def _summary(rows: Sequence[Any]) -> dict[str, Any]:
+    mask = 0
+    throttled = 0
+    for r in rows:
+        bits = (r.clocks_event_reasons or 0) & sum(THROTTLE_REASONS)
+        mask |= bits
+        throttled += bool(bits)
+    clocks = [r.sm_clock_mhz for r in rows if r.sm_clock_mhz is not None]
+    temps = [r.gpu_temp_c for r in rows if r.gpu_temp_c is not None]
+    nvlink = 0.0
+    per_gpu: dict[str, list[float]] = {}
+    for r in rows:
+        total = sum(getattr(r, c) or 0.0 for c in _NVLINK)
+        per_gpu.setdefault(r.gpu_uuid, []).append(total)
+    for values in per_gpu.values():
+        nvlink += max(values) - min(values)
+    return {
+        "samples": len(rows),
+        "throttle_mask": mask,
+        "throttled_fraction": throttled / len(rows) if rows else 0.0,
+        "sm_clock_mhz": float(np.median(clocks)) if clocks else None,
+        "gpu_temp_c": float(np.median(temps)) if temps else None,
+        "nvlink_errors": nvlink,
+    }
+
+
+def telemetry_evidence(
+    conn: Connection, node: str, onset: datetime, until: datetime
+) -> dict[str, Any] | None:
+    """The node's GPU telemetry while slow (``onset``..``until``) against the same span before.
+
+    ``correlated`` is true when the slow span shows any of: a throttle reason on more samples
+    than before, an SM clock at least 5 % lower, a GPU 5 °C hotter, or more NVLink errors.
+    ``None`` when the node sent no samples over the slow span.
+    """
+    node_id = conn.execute(select(nodes.c.id).where(nodes.c.name == node)).scalar()
+    if node_id is None:
+        return None
+    span = max(until - onset, timedelta(seconds=60))
+    cols = (gpu_samples.c.gpu_uuid, gpu_samples.c.ts, gpu_samples.c.clocks_event_reasons,
+            gpu_samples.c.sm_clock_mhz, gpu_samples.c.gpu_temp_c,
+            *(gpu_samples.c[c] for c in _NVLINK))  # fmt: skip
+
+    def fetch(a: datetime, b: datetime) -> list[Any]:
+        where = (gpu_samples.c.node_id == node_id, gpu_samples.c.ts >= a, gpu_samples.c.ts <= b)
+        return list(conn.execute(select(*cols).where(*where)))
+
+    during = fetch(onset, until)
+    if not during:
+        return None
+    slow = _summary(during)
+    before = _summary(fetch(onset - span, onset - timedelta(microseconds=1)))
+    signals: list[str] = []
+    new_bits = slow["throttle_mask"] & ~before["throttle_mask"]
+    if slow["throttled_fraction"] > before["throttled_fraction"] + 0.1:
+        names = [n for bit, n in THROTTLE_REASONS.items() if slow["throttle_mask"] & bit]
+        signals.append("throttle reasons: " + ", ".join(names))
+    if slow["sm_clock_mhz"] and before["sm_clock_mhz"]:
+        drop = 1 - slow["sm_clock_mhz"] / before["sm_clock_mhz"]
+        if drop >= 0.05:
+            signals.append(f"SM clock {drop:.0%} lower")
+    if slow["gpu_temp_c"] is not None and before["gpu_temp_c"] is not None:
+        rise = slow["gpu_temp_c"] - before["gpu_temp_c"]
+        if rise >= 5:
+            signals.append(f"GPU {rise:.0f} C hotter")
+    if slow["nvlink_errors"] > before["nvlink_errors"]:
+        signals.append(f"{slow['nvlink_errors']:.0f} NVLink errors (before: "
+                       f"{before['nvlink_errors']:.0f})")  # fmt: skip
+    return {
+        "correlated": bool(signals), "signals": signals, "new_throttle_mask": new_bits,
+        "slow": slow, "before": before if before["samples"] else None,
+    }  # fmt: skip

@@ -1,0 +1,88 @@
+"""Eviction documents: what schedulers read and the bodies of their acknowledgements.
+
+The shape of :class:`EvictionPublic` is a contract: the Slurm and Kubernetes adapters code
+against it. Add fields only; never rename or remove one.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+__all__ = [
+    "STATES",
+    "AckBody",
+    "AuditPublic",
+    "EvictionDetail",
+    "EvictionPublic",
+    "EvictionsPublic",
+    "RejectBody",
+    "ReturnBody",
+    "State",
+]
+
+State = Literal[
+    "pending", "acked", "completed", "returned", "rejected", "cancelled", "paged", "recommended"
+]
+STATES: tuple[str, ...] = State.__args__  # type: ignore[attr-defined]
+
+
+class EvictionPublic(BaseModel):
+    id: int
+    node: str
+    state: State = Field(
+        description="pending (drain it) -> acked (a scheduler claimed it) -> completed (drained) "
+        "-> returned (back in service); or rejected, cancelled (its reason cleared), paged (the "
+        "fleet drain budget was full: a person decides), recommended (dry run, never drained)"
+    )
+    reason_kind: Literal["rule", "risk", "straggler"]
+    reason: str = Field(description="one line: what was seen, e.g. the Xid and its GPU")
+    evidence: dict[str, Any] | None = Field(
+        description="the verdicts, or the probability and its factors, or the straggler's stats"
+    )
+    expected_saving_usd: float | None = Field(
+        description="expected cost avoided by draining minus the cost of the drain"
+    )
+    dry_run: bool
+    created_at: datetime
+    updated_at: datetime
+    claimed_by: str | None = Field(description="name of the scheduler token that acked it")
+    lease_expires_at: datetime | None = Field(
+        description="an ack holds until then; after it, another scheduler may claim it"
+    )
+    completed_at: datetime | None
+    returned_at: datetime | None
+    detail: str | None = Field(description="the rejection reason or the return note")
+
+
+class EvictionsPublic(BaseModel):
+    count: int
+    data: list[EvictionPublic]
+
+
+class AuditPublic(BaseModel):
+    ts: datetime
+    from_state: str | None
+    to_state: str
+    actor: str = Field(description="planner, or the name of the token that made the change")
+    detail: dict[str, Any] | None
+
+
+class EvictionDetail(EvictionPublic):
+    audit: list[AuditPublic] = Field(description="every state change, oldest first")
+
+
+class AckBody(BaseModel):
+    lease_s: float = Field(
+        default=300.0, gt=0, le=86400, description="how long the claim holds without completing"
+    )
+
+
+class RejectBody(BaseModel):
+    reason: str = Field(min_length=1, max_length=2000, description="why the drain is refused")
+
+
+class ReturnBody(BaseModel):
+    note: str | None = Field(default=None, max_length=2000, description="what was done")

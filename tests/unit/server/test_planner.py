@@ -1,0 +1,275 @@
+"""The eviction planner: rules, risk against cost, stragglers, hysteresis, budget, dry run.
+
+Telemetry comes in through POST /v1/ingest; assessments and planner passes are driven by hand
+(the test settings turn the background loop off). Both databases.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import insert, select
+from tests.conftest import bearer
+from tests.factories import gpu_uuid, make_batch
+from tests.unit.server.conftest import Push
+from tests.unit.server.test_risk_api import _store_model, _xid_batch
+
+from fleetwatch.config import ServerSettings
+from fleetwatch.server.db.base import utcnow
+from fleetwatch.server.db.session import Database
+from fleetwatch.server.db.tables import events, eviction_audit, evictions, stragglers
+from fleetwatch.server.planner import DrainCosts, EvictionPlanner, PlanResult
+
+
+def _planner(client: TestClient, **overrides: Any) -> EvictionPlanner:
+    """The app's planner, or one with other settings over the app's assessor and database."""
+    state = client.app.state  # type: ignore[attr-defined]
+    if not overrides:
+        planner: EvictionPlanner = state.planner
+        return planner
+    settings: ServerSettings = state.settings.model_copy(update=overrides)
+    return EvictionPlanner(state.db, settings, state.assessor)
+
+
+def _pass(client: TestClient, planner: EvictionPlanner | None = None, **kw: Any) -> PlanResult:
+    client.app.state.assessor.run_once()  # type: ignore[attr-defined]
+    return (planner or _planner(client)).run_once(**kw)
+
+
+def _rows(db: Database) -> list[dict[str, Any]]:
+    with db.read() as conn:
+        return [dict(r._mapping) for r in conn.execute(select(evictions).order_by(evictions.c.id))]
+
+
+def _trail(db: Database, eviction_id: int) -> list[tuple[str | None, str, str]]:
+    with db.read() as conn:
+        rows = conn.execute(
+            select(eviction_audit)
+            .where(eviction_audit.c.eviction_id == eviction_id)
+            .order_by(eviction_audit.c.id)
+        )
+        return [(r.from_state, r.to_state, r.actor) for r in rows]
+
+
+def test_drain_costs_follow_the_formula() -> None:
+    costs = DrainCosts.from_settings(ServerSettings(_env_file=None))  # type: ignore[call-arg]
+    # 512 GPUs x $2.5 x (1 h / 2 + 0.25 h) and 8 GPUs x 4 h x $2.5
+    assert costs.failure_usd == 960.0
+    assert costs.drain_usd(8) == 80.0
+    assert costs.saving(1 / 12, 8) == pytest.approx(0.0)
+    assert costs.saving(0.5, 8) == 400.0
+
+
+def test_planner_fatal_xid_creates_a_pending_eviction_with_evidence(
+    client: TestClient, push: Push, db: Database
+) -> None:
+    assert push(_xid_batch("node-a", 79)).status_code == 200
+    assert push(make_batch("node-b", gpus=2, ticks=3)).status_code == 200
+    result = _pass(client)
+    assert result.created == {"pending": 1}
+    [row] = _rows(db)
+    assert row["node"] == "node-a" and row["state"] == "pending" and not row["dry_run"]
+    assert row["reason_kind"] == "rule" and "GPU 1" in row["reason"]
+    gpu = row["evidence"]["gpus"][0]
+    assert gpu["uuid"] == gpu_uuid("node-a", 1)
+    assert any(79 in v["xids"] and v["severity"] in ("critical", "fatal") for v in gpu["verdicts"])
+    assert row["expected_saving_usd"] == 960.0 - 2 * 4 * 2.5  # p = 1, a 2-GPU node
+    assert _trail(db, row["id"]) == [(None, "pending", "planner")]
+
+
+def test_planner_does_not_recreate_an_open_eviction(
+    client: TestClient, push: Push, db: Database, tokens: dict[str, str]
+) -> None:
+    assert push(_xid_batch("node-a", 79)).status_code == 200
+    _pass(client)
+    assert _pass(client).created == {}
+    [row] = _rows(db)
+    sched = bearer(tokens["scheduler"])
+    assert client.post(f"/v1/evictions/{row['id']}/ack", headers=sched).status_code == 200
+    assert client.post(f"/v1/evictions/{row['id']}/complete", headers=sched).status_code == 200
+    # Completed but not returned: still open, the verdict still stands, nothing new.
+    assert _pass(client, now=utcnow() + timedelta(hours=2)).created == {}
+    assert len(_rows(db)) == 1
+
+
+def test_planner_cooldown_after_a_rejection(
+    client: TestClient, push: Push, db: Database, tokens: dict[str, str]
+) -> None:
+    assert push(_xid_batch("node-a", 79)).status_code == 200
+    _pass(client)
+    [row] = _rows(db)
+    response = client.post(f"/v1/evictions/{row['id']}/reject", json={"reason": "busy"},
+                           headers=bearer(tokens["scheduler"]))  # fmt: skip
+    assert response.status_code == 200
+    assert _pass(client).created == {}
+    assert _pass(client, now=utcnow() + timedelta(seconds=3500)).created == {}
+    later = _pass(client, now=utcnow() + timedelta(seconds=3700))
+    assert later.created == {"pending": 1}
+    assert [r["state"] for r in _rows(db)] == ["rejected", "pending"]
+
+
+def test_planner_after_a_return_old_evidence_does_not_drain_again(
+    client: TestClient, push: Push, db: Database, tokens: dict[str, str]
+) -> None:
+    assert push(_xid_batch("node-a", 79)).status_code == 200
+    _pass(client)
+    [row] = _rows(db)
+    sched = bearer(tokens["scheduler"])
+    for step in ("ack", "complete"):
+        assert client.post(f"/v1/evictions/{row['id']}/{step}", headers=sched).status_code == 200
+    assert client.post("/v1/nodes/node-a/return", headers=sched).status_code == 200
+    # Past the cooldown the Xid is still in the judging lookback, but older than the repair.
+    assert _pass(client, now=utcnow() + timedelta(hours=2)).created == {}
+    # A new fatal Xid after the return drains again (once the cooldown is over).
+    time.sleep(0.05)
+    assert push(_xid_batch("node-a", 79, minutes_ago=0)).status_code == 200
+    time.sleep(0.05)  # a reading after the Xid: the node is judged as of its newest reading
+    assert push(make_batch("node-a", gpus=2, ticks=1, start=utcnow())).status_code == 200
+    assert _pass(client, now=utcnow() + timedelta(hours=2)).created == {"pending": 1}
+
+
+def test_planner_cancels_a_pending_eviction_whose_reason_cleared(
+    client: TestClient, push: Push, db: Database
+) -> None:
+    assert push(_xid_batch("node-a", 79, minutes_ago=20)).status_code == 200
+    _pass(client)
+    [row] = _rows(db)
+    assert row["state"] == "pending"
+    # Xid 79 is cleared by a reboot (reset class): the node boots and reports again.
+    assert push(make_batch("node-a", gpus=2, ticks=2, boot_id="boot-2")).status_code == 200
+    result = _pass(client)
+    assert result.cancelled == 1
+    [row] = _rows(db)
+    assert row["state"] == "cancelled"
+    assert _trail(db, row["id"])[-1] == ("pending", "cancelled", "planner")
+
+
+def test_planner_expired_lease_returns_the_eviction_to_pending(
+    client: TestClient, push: Push, db: Database, tokens: dict[str, str]
+) -> None:
+    assert push(_xid_batch("node-a", 79)).status_code == 200
+    _pass(client)
+    [row] = _rows(db)
+    ack = client.post(f"/v1/evictions/{row['id']}/ack", json={"lease_s": 60},
+                      headers=bearer(tokens["scheduler"]))  # fmt: skip
+    assert ack.status_code == 200
+    assert _pass(client).expired == 0
+    assert _pass(client, now=utcnow() + timedelta(seconds=61)).expired == 1
+    [row] = _rows(db)
+    assert row["state"] == "pending" and row["claimed_by"] is None
+    assert _trail(db, row["id"])[-1] == ("acked", "pending", "planner")
+
+
+def test_planner_dry_run_only_recommends(
+    client: TestClient, push: Push, db: Database, tokens: dict[str, str]
+) -> None:
+    assert push(_xid_batch("node-a", 79)).status_code == 200
+    planner = _planner(client, planner_dry_run=True)
+    assert _pass(client, planner).created == {"recommended": 1}
+    assert _pass(client, planner).created == {}
+    [row] = _rows(db)
+    assert row["state"] == "recommended" and row["dry_run"] is True
+    response = client.post(f"/v1/evictions/{row['id']}/ack", headers=bearer(tokens["scheduler"]))
+    assert response.status_code == 409 and "recommended" in response.json()["error"]
+    pending = client.get("/v1/evictions", params={"state": "pending"},
+                         headers=bearer(tokens["read"])).json()  # fmt: skip
+    assert pending["count"] == 0
+
+
+def test_planner_risk_drains_only_above_the_cost_break_even(
+    client: TestClient, push: Push, db: Database
+) -> None:
+    _store_model(db)
+    assert push(make_batch("node-a", gpus=2, ticks=3)).status_code == 200
+    snap = client.app.state.assessor.run_once()  # type: ignore[attr-defined]
+    members = snap.node_risks(1.0)["node-a"][1]
+    p = 1.0 - math.prod(1.0 - r.model_probability for r in members)
+    assert 0.0 < p < 0.5
+    # Drain cost: 2 GPUs x 4 h x $2.5 = $20. A failure costs job_gpus x $2.5 x 0.75 h, so the
+    # break-even job is 20 / (p x 1.875) GPUs.
+    break_even = 20.0 / (p * 1.875)
+    small = _planner(client, job_gpus=max(1, math.floor(break_even * 0.9)))
+    for _ in range(3):
+        assert _pass(client, small).created == {}
+    big_gpus = math.ceil(break_even * 1.1)
+    big = _planner(client, job_gpus=big_gpus)
+    assert big.run_once().created == {}  # the same assessment twice counts once
+    assert big.run_once().created == {}
+    assert _pass(client, big).created == {"pending": 1}  # second consecutive assessment
+    [row] = _rows(db)
+    assert row["reason_kind"] == "risk"
+    evidence = row["evidence"]
+    assert evidence["probability"] == pytest.approx(p, rel=1e-3)  # the GPUs aged a little
+    assert evidence["break_even_probability"] == pytest.approx(20.0 / (big_gpus * 1.875))
+    expected = evidence["probability"] * big_gpus * 1.875 - 20.0
+    assert row["expected_saving_usd"] == pytest.approx(expected, abs=0.01)
+    assert row["expected_saving_usd"] == pytest.approx(0.1 * 20.0, abs=0.05)  # 10 % over
+    assert {g["uuid"] for g in evidence["gpus"]} == {gpu_uuid("node-a", i) for i in (0, 1)}
+    assert all(g["factors"] for g in evidence["gpus"])
+
+
+def _straggler(db: Database, node: str, *, kind: str, open_s: float, ratio: float = 1.5) -> None:
+    now = utcnow()
+    with db.write() as conn:
+        conn.execute(insert(stragglers).values(
+            job_id="job-1", node=node, kind=kind, started_at=now - timedelta(seconds=open_s),
+            updated_at=now, ended_at=None, windows=7, ratio=ratio, evidence={"peers": 15},
+        ))  # fmt: skip
+
+
+def test_planner_drains_a_hardware_straggler_after_ten_minutes(
+    client: TestClient, push: Push, db: Database
+) -> None:
+    for node in ("node-a", "node-b", "node-c"):
+        assert push(make_batch(node, gpus=2, ticks=2)).status_code == 200
+    _straggler(db, "node-a", kind="hardware", open_s=700, ratio=1.5)
+    _straggler(db, "node-b", kind="hardware", open_s=120)
+    _straggler(db, "node-c", kind="workload", open_s=7000)
+    assert _pass(client).created == {"pending": 1}
+    [row] = _rows(db)
+    assert row["node"] == "node-a" and row["reason_kind"] == "straggler"
+    assert row["evidence"]["ratio"] == 1.5 and row["evidence"]["windows"] == 7
+    assert row["evidence"]["job_id"] == "job-1"
+    # 512 GPUs x $2.5 x (1 - 1/1.5) x 24 h - 2 GPUs x 4 h x $2.5
+    assert row["expected_saving_usd"] == pytest.approx(512 * 2.5 / 3 * 24 - 20, abs=0.01)
+
+
+def test_planner_drain_budget_holds_under_a_fleet_wide_xid_storm(
+    client: TestClient, push: Push, db: Database, tokens: dict[str, str]
+) -> None:
+    nodes = [f"node-{i:03d}" for i in range(100)]
+    for node in nodes:
+        batch = _xid_batch(node, 79)
+        assert push(batch).status_code == 200
+    result = _pass(client)
+    assert result.budget == 5
+    assert result.created == {"pending": 5, "paged": 95}
+    assert result.budget_event
+    states = [r["state"] for r in _rows(db)]
+    assert states.count("pending") == 5 and states.count("paged") == 95
+    paged = next(r for r in _rows(db) if r["state"] == "paged")
+    assert "budget" in paged["detail"]
+    # The storm goes on: nothing new, and still exactly one fleet event.
+    for _ in range(2):
+        assert _pass(client).created == {}
+
+    def budget_events() -> list[Any]:
+        with db.read() as conn:
+            return conn.execute(
+                select(events).where(events.c.kind == "drain_budget_exhausted")
+            ).all()
+
+    [event] = budget_events()
+    assert event.node_id is None
+    assert event.details["known_nodes"] == 100 and event.details["paged"] == 95
+    assert event.details["draining"] == 5
+    assert event.details["top_reasons"][0]["nodes"] == 95
+    # Schedulers only see the five to drain.
+    pending = client.get("/v1/evictions", params={"state": "pending"},
+                         headers=bearer(tokens["read"])).json()  # fmt: skip
+    assert pending["count"] == 5
