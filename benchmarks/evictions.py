@@ -8,8 +8,8 @@
 2. End to end (``--trials``, default 50): an Xid 79 line appended to a kernel log file that a real
    agent process follows (fake NVML with 8 GPUs, as in ``benchmarks/agent.py``), pushed at once,
    judged by the server's background assessment, turned into an eviction by the planner, until it
-   shows at ``GET /v1/evictions?state=pending``. Assessment and planner on 0.5 s timers (the
-   background loop sleeps at least 1 s between passes). After each trial the scheduler acks,
+   shows at ``GET /v1/evictions?state=pending``. Assessment and planner on their default timers
+   (30 s and 10 s): the batch carrying the Xid wakes them. After each trial the scheduler acks,
    completes and returns the node (cooldown 0), so the next Xid drains it again.
 
     .venv/bin/python benchmarks/evictions.py [--nodes 10000] [--requests 300] [--trials 50]
@@ -130,8 +130,10 @@ def end_to_end(url: str, tmp: Path, trials: int) -> None:
     upgrade(make_engine(ServerSettings(database_url=url)))
     agent_token = create_token(url, "agent", "bench-agent")
     sched_token = create_token(url, "scheduler", "bench-sched-e2e")
-    for name, value in {"ASSESS_INTERVAL_S": "0.5", "PLANNER_INTERVAL_S": "0.5",
-                        "EVICTION_COOLDOWN_S": "0", "REFIT_INTERVAL_S": "0"}.items():  # fmt: skip
+    # Default assessment and planner timers (30 s, 10 s): the Xid's batch wakes them.
+    for name in ("ASSESS_INTERVAL_S", "PLANNER_INTERVAL_S"):
+        os.environ.pop(f"FLEETWATCH_SERVER_{name}", None)
+    for name, value in {"EVICTION_COOLDOWN_S": "0", "REFIT_INTERVAL_S": "0"}.items():
         os.environ[f"FLEETWATCH_SERVER_{name}"] = value
     with live_server(url, tmp) as server, server.client(sched_token) as sched:
         agent = run_agent(server.url, agent_token, 10.0, tmp / "agent", 50.0)

@@ -3,8 +3,9 @@
 Each pass (every ``planner_interval_s``, in the background) proposes at most one eviction per node,
 for the strongest of three reasons:
 
-1. ``rule``: a GPU has a verdict that takes it out of service (a fatal Xid, a row-remap failure).
-   A fact: drain now. Verdicts last seen before the node's latest return are history (it was
+1. ``rule``: a GPU has a verdict that takes it out of service (a fatal Xid, a row-remap failure),
+   or the node is unreachable (nothing for ``unreachable_after_intervals`` of its intervals). A
+   fact: drain now. Verdicts last seen before the node's latest return are history (it was
    repaired since) and do not count.
 2. ``straggler``: a ``hardware`` straggler verdict on the node has been open for at least
    ``straggler_drain_after_s``.
@@ -55,6 +56,7 @@ from fleetwatch.server.background import Assessor
 from fleetwatch.server.db.session import Database
 from fleetwatch.server.db.tables import events, evictions, nodes, stragglers
 from fleetwatch.server.judging import Verdict
+from fleetwatch.server.liveness import unreachable_deadline
 from fleetwatch.server.repo.evictions import (
     DRAINING_STATES,
     OPEN_STATES,
@@ -162,6 +164,33 @@ def rule_candidates(
         }  # fmt: skip
         found[node] = Candidate(node, "rule", reason, first.rule, evidence,
                                 round(costs.saving(1.0, gpu_count[node]), 2))  # fmt: skip
+    return found
+
+
+def unreachable_candidates(
+    conn: Connection, *, now: datetime, factor: float, costs: DrainCosts,
+    gpu_count: Counter[str], within: timedelta = timedelta(days=1),
+) -> dict[str, Candidate]:  # fmt: skip
+    """Nodes silent for ``factor`` of their intervals (agent or node dead): drain them so nothing
+    new is scheduled there. Nodes silent for longer than ``within`` are left alone: decommissioned
+    or long known, not news."""
+    rows = conn.execute(
+        select(nodes.c.name, nodes.c.last_seen, nodes.c.interval_s)
+        .where(nodes.c.last_seen >= now - within)
+    )  # fmt: skip
+    found = {}
+    for row in rows:
+        deadline = unreachable_deadline(row.last_seen, row.interval_s, factor)
+        if now <= deadline:
+            continue
+        silent = (now - row.last_seen).total_seconds()
+        reason = (f"node_unreachable: no report for {silent:.0f} s "
+                  f"({factor:g} intervals of {row.interval_s:g} s)")  # fmt: skip
+        evidence = {"last_seen": _iso(row.last_seen), "interval_s": row.interval_s,
+                    "silent_s": round(silent, 3), "after_intervals": factor}  # fmt: skip
+        gpus = gpu_count.get(row.name, 0)
+        saving = round(costs.saving(1.0, gpus), 2) if gpus else None
+        found[row.name] = Candidate(row.name, "rule", reason, "node_unreachable", evidence, saving)
     return found
 
 
@@ -292,7 +321,13 @@ class EvictionPlanner:
             )
         }
         gpu_count = Counter(g.node for g in snapshot.gpus)
-        rules = rule_candidates(snapshot, self.costs, returned)
+        rules = {
+            **unreachable_candidates(
+                conn, now=now, factor=settings.unreachable_after_intervals, costs=self.costs,
+                gpu_count=gpu_count,
+            ),
+            **rule_candidates(snapshot, self.costs, returned),
+        }  # fmt: skip
         slow = straggler_candidates(
             conn, now=now, after_s=settings.straggler_drain_after_s, costs=self.costs,
             horizon_h=settings.drain_horizon_h, gpu_count=gpu_count,

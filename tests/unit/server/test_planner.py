@@ -123,13 +123,17 @@ def test_planner_after_a_return_old_evidence_does_not_drain_again(
     for step in ("ack", "complete"):
         assert client.post(f"/v1/evictions/{row['id']}/{step}", headers=sched).status_code == 200
     assert client.post("/v1/nodes/node-a/return", headers=sched).status_code == 200
+    # An hourly reporter from now on, so that two hours ahead the node is not unreachable.
+    hourly = make_batch("node-a", gpus=2, ticks=1, interval_s=3600.0, start=utcnow())
+    assert push(hourly).status_code == 200
     # Past the cooldown the Xid is still in the judging lookback, but older than the repair.
     assert _pass(client, now=utcnow() + timedelta(hours=2)).created == {}
     # A new fatal Xid after the return drains again (once the cooldown is over).
     time.sleep(0.05)
     assert push(_xid_batch("node-a", 79, minutes_ago=0)).status_code == 200
     time.sleep(0.05)  # a reading after the Xid: the node is judged as of its newest reading
-    assert push(make_batch("node-a", gpus=2, ticks=1, start=utcnow())).status_code == 200
+    later = make_batch("node-a", gpus=2, ticks=1, interval_s=3600.0, start=utcnow())
+    assert push(later).status_code == 200
     assert _pass(client, now=utcnow() + timedelta(hours=2)).created == {"pending": 1}
 
 
@@ -273,3 +277,16 @@ def test_planner_drain_budget_holds_under_a_fleet_wide_xid_storm(
     pending = client.get("/v1/evictions", params={"state": "pending"},
                          headers=bearer(tokens["read"])).json()  # fmt: skip
     assert pending["count"] == 5
+
+
+def test_planner_drains_an_unreachable_node(client: TestClient, push: Push, db: Database) -> None:
+    """A killed agent: nothing for 3 of its intervals is a rule eviction; reporting again
+    cancels it while it is still pending."""
+    assert push(make_batch("node-quiet", gpus=2, ticks=1, interval_s=10.0)).status_code == 200
+    assert _pass(client, now=utcnow() + timedelta(seconds=20)).created == {}
+    assert _pass(client, now=utcnow() + timedelta(seconds=45)).created == {"pending": 1}
+    [row] = _rows(db)
+    assert row["reason_kind"] == "rule" and row["reason"].startswith("node_unreachable")
+    assert row["evidence"]["interval_s"] == 10.0
+    assert push(make_batch("node-quiet", gpus=2, ticks=1, interval_s=10.0)).status_code == 200
+    assert _pass(client).cancelled == 1
