@@ -24,11 +24,12 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/fleetwatch demo $(DEMO_ARGS)
 
-# PostgreSQL tests are not optional here: FLEETWATCH_REQUIRE_POSTGRES turns "no PostgreSQL"
-# into a failure instead of a skip.
+# PostgreSQL and Slurm tests are not optional here: FLEETWATCH_REQUIRE_POSTGRES and
+# FLEETWATCH_REQUIRE_SLURM turn "not available" into a failure instead of a skip.
 test: $(STAMP)
 	scripts/ensure-postgres.sh
-	FLEETWATCH_REQUIRE_POSTGRES=1 $(BIN)/python -m pytest $(PYTEST_ARGS)
+	scripts/ensure-slurm.sh
+	FLEETWATCH_REQUIRE_POSTGRES=1 FLEETWATCH_REQUIRE_SLURM=1 $(BIN)/python -m pytest $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks scripts

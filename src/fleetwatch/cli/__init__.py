@@ -87,6 +87,7 @@ def main(ctx: click.Context, debug: bool, log_level: str, log_format: str) -> No
 
 def _register() -> None:
     from fleetwatch.cli import (
+        adapters_cmd,
         agent_cmd,
         config_cmd,
         demo_cmd,
@@ -107,6 +108,8 @@ def _register() -> None:
     main.add_command(sim_cmd.sim)
     main.add_command(model_cmd.model)
     main.add_command(inventory_cmd.inventory)
+    main.add_command(adapters_cmd.slurm_sync)
+    main.add_command(adapters_cmd.k8s_sync)
 
 
 _register()

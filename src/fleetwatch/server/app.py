@@ -157,9 +157,9 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
 
 
 def _judge_and_plan(app: FastAPI) -> Callable[[], Any]:
-    def run() -> Any:
+    def run() -> None:
         app.state.assessor.run_once()
-        return app.state.planner.run_once()
+        app.state.planner.run_once()  # its own loop follows the planner's timing hints
 
     return run
 

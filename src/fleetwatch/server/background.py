@@ -161,14 +161,19 @@ async def periodic(
     poked), until cancelled."""
     while True:
         started = asyncio.get_running_loop().time()
+        hint: float | None = None
         try:
             result = await asyncio.to_thread(job)
             logger.debug("%s: %s", name, result)
+            # A job may know when it next has work (the planner: a node about to go silent).
+            hint = getattr(result, "next_run_s", None)
         except Exception:
             logger.exception("background job %s failed; retrying in %.0f s", name, interval_s)
         elapsed = asyncio.get_running_loop().time() - started
         # A job slower than its interval still leaves the loop a breather, never a busy loop.
         pause = max(interval_s - elapsed, 0.1 * interval_s)
+        if hint is not None:
+            pause = min(pause, max(hint + 0.05, 0.05))
         if waker is None:
             await asyncio.sleep(pause)
         else:

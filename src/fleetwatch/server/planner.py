@@ -119,6 +119,7 @@ class PlanResult:
     budget: int = 0
     budget_event: bool = False
     skipped: bool = False
+    next_run_s: float | None = None  # when the next node turns unreachable: plan again then
 
 
 def _iso(value: datetime | None) -> str | None:
@@ -192,6 +193,17 @@ def unreachable_candidates(
         saving = round(costs.saving(1.0, gpus), 2) if gpus else None
         found[row.name] = Candidate(row.name, "rule", reason, "node_unreachable", evidence, saving)
     return found
+
+
+def next_unreachable_s(conn: Connection, *, now: datetime, factor: float) -> float | None:
+    """Seconds until the next node still up turns unreachable (None: no node is up)."""
+    rows = conn.execute(select(nodes.c.last_seen, nodes.c.interval_s))
+    ahead = [
+        (unreachable_deadline(r.last_seen, r.interval_s, factor) - now).total_seconds()
+        for r in rows
+    ]
+    upcoming = [s for s in ahead if s >= 0]
+    return min(upcoming) if upcoming else None
 
 
 def risk_candidates(
@@ -312,6 +324,8 @@ class EvictionPlanner:
     def _plan(self, conn: Connection, snapshot: FleetAssessment, now: datetime) -> PlanResult:
         settings = self.settings
         result = PlanResult(expired=expire_leases(conn, now=now))
+        factor = settings.unreachable_after_intervals
+        result.next_run_s = next_unreachable_s(conn, now=now, factor=factor)
         returned: dict[str, datetime] = {
             row.node: row.at
             for row in conn.execute(

@@ -1,0 +1,132 @@
+"""The FleetWatch scheduler API as the adapters see it: evictions to carry out, and returns.
+
+The contract (bearer token with scope ``scheduler``)::
+
+    GET  /v1/evictions?state=pending&limit=N   -> {"count": n, "data": [eviction, ...]}
+    POST /v1/evictions/{id}/ack      {"lease_s": 300}  -> 200 eviction | 409 held by another
+    POST /v1/evictions/{id}/complete                   -> 200 eviction
+    POST /v1/evictions/{id}/reject   {"reason": ...}   -> 200 eviction
+    POST /v1/nodes/{name}/return     {"note": ...}     -> 200 | 404 no completed eviction
+
+Errors: ``SchedulerApiError`` (a ``FleetWatchError``, exit code 4) for anything the server or the
+network refuses; ``EvictionConflict`` for a 409 on ack (someone else holds the lease).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+from pydantic import BaseModel, ConfigDict
+
+from fleetwatch.errors import FleetWatchError
+
+__all__ = ["Eviction", "EvictionConflict", "SchedulerApiError", "SchedulerClient"]
+
+logger = logging.getLogger(__name__)
+
+
+class SchedulerApiError(FleetWatchError):
+    """The FleetWatch server (or the network to it) refused a scheduler API call."""
+
+    exit_code = 4
+
+    def __init__(self, message: str, status_code: int | None = None) -> None:
+        super().__init__(message)
+        self.status_code = status_code
+
+
+class EvictionConflict(SchedulerApiError):
+    """409: another scheduler adapter holds this eviction's lease."""
+
+
+class Eviction(BaseModel):
+    """One eviction as the server publishes it; unknown fields are ignored."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    id: int
+    node: str
+    state: str
+    reason_kind: str = "rule"
+    reason: str = ""
+    evidence: dict[str, Any] | None = None
+    expected_saving_usd: float | None = None
+    dry_run: bool = False
+    claimed_by: str | None = None
+
+
+class SchedulerClient:
+    """Calls the scheduler API through the given ``httpx.Client`` (its base_url is the server)."""
+
+    def __init__(self, http: httpx.Client) -> None:
+        self._http = http
+
+    @classmethod
+    def connect(cls, server_url: str, token: str, timeout_s: float = 10.0) -> SchedulerClient:
+        http = httpx.Client(
+            base_url=server_url.rstrip("/"),
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=timeout_s,
+        )
+        return cls(http)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def list_evictions(self, state: str, limit: int = 500) -> list[Eviction]:
+        body = self._call("GET", "/v1/evictions", params={"state": state, "limit": limit})
+        return [Eviction.model_validate(item) for item in body.get("data", [])]
+
+    def ack(self, eviction_id: int, lease_s: int = 300) -> Eviction:
+        """Claim an eviction; raises ``EvictionConflict`` if another adapter holds it."""
+        body = self._call("POST", f"/v1/evictions/{eviction_id}/ack", json={"lease_s": lease_s})
+        return Eviction.model_validate(body)
+
+    def complete(self, eviction_id: int) -> Eviction:
+        return Eviction.model_validate(self._call("POST", f"/v1/evictions/{eviction_id}/complete"))
+
+    def reject(self, eviction_id: int, reason: str) -> Eviction:
+        body = self._call("POST", f"/v1/evictions/{eviction_id}/reject", json={"reason": reason})
+        return Eviction.model_validate(body)
+
+    def return_node(self, node: str, note: str) -> bool:
+        """Tell FleetWatch the node is back in service; False if it had no completed eviction."""
+        try:
+            self._call("POST", f"/v1/nodes/{quote(node, safe='')}/return", json={"note": note})
+        except SchedulerApiError as exc:
+            if exc.status_code == 404:
+                return False
+            raise
+        return True
+
+    def _call(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
+        try:
+            response = self._http.request(method, path, **kwargs)
+        except httpx.HTTPError as exc:
+            raise SchedulerApiError(f"{method} {path}: {type(exc).__name__}: {exc}") from exc
+        if response.status_code >= 400:
+            message = f"{method} {path}: HTTP {response.status_code}: {_detail(response)}"
+            error = EvictionConflict if response.status_code == 409 else SchedulerApiError
+            raise error(message, response.status_code)
+        try:
+            body = response.json()
+        except ValueError as exc:
+            raise SchedulerApiError(f"{method} {path}: the answer is not JSON") from exc
+        if not isinstance(body, dict):
+            raise SchedulerApiError(f"{method} {path}: expected a JSON object")
+        return body
+
+
+def _detail(response: httpx.Response) -> str:
+    try:
+        body = response.json()
+    except ValueError:
+        return response.text.strip()[:200] or response.reason_phrase
+    if isinstance(body, dict):
+        for key in ("message", "detail", "error"):
+            if key in body:
+                return str(body[key])[:200]
+    return str(body)[:200]

@@ -1,0 +1,251 @@
+"""One sync pass between FleetWatch's evictions and a scheduler, whatever the scheduler.
+
+A pass, in order:
+
+1. ``pending`` evictions: ack (a 409 means another adapter holds it: skip), read the node fresh,
+   then
+   - node unknown to the scheduler -> reject;
+   - node held (drained/cordoned/down) by someone else -> reject; the node is left as it is;
+   - node already held by FleetWatch -> complete;
+   - otherwise hold it (drain/cordon) and complete; if the scheduler refuses, reject with its
+     error.
+2. ``completed`` and ``returned`` evictions, the newest per node only (an older eviction of a
+   node evicted again says nothing about the node now):
+   - ``completed`` whose node is free again in the scheduler (an operator resumed it) ->
+     ``POST /v1/nodes/{name}/return``: the repair happened;
+   - ``returned`` whose node FleetWatch still holds -> release it (resume/uncordon).
+
+Only holds that are FleetWatch's own are ever released. ``dry_run`` changes nothing, neither in
+the scheduler nor in FleetWatch: each pass logs what it would do.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import ClassVar, Protocol
+
+from fleetwatch.adapters.client import Eviction, EvictionConflict, SchedulerClient
+from fleetwatch.errors import FleetWatchError
+
+__all__ = ["BackendError", "Hold", "HoldKind", "NodeBackend", "PassReport", "SyncEngine"]
+
+logger = logging.getLogger(__name__)
+
+
+class BackendError(FleetWatchError):
+    """The scheduler refused or failed a command (scontrol, the Kubernetes API)."""
+
+
+class HoldKind(Enum):
+    FREE = "free"  # schedulable
+    OURS = "ours"  # drained/cordoned by FleetWatch
+    OTHER = "other"  # drained/cordoned/down for another reason: never touched
+    MISSING = "missing"  # the scheduler does not know this node
+
+
+@dataclass(frozen=True)
+class Hold:
+    kind: HoldKind
+    detail: str = ""
+    eviction_id: int | None = None  # which eviction holds it, where the scheduler records that
+
+
+class NodeBackend(Protocol):
+    """What a scheduler adapter does to a node; ``SyncEngine`` decides when."""
+
+    name: ClassVar[str]
+
+    def inspect(self, node: str) -> Hold: ...
+
+    def snapshot(self) -> dict[str, Hold]: ...
+
+    def hold(self, eviction: Eviction) -> None: ...
+
+    def release(self, node: str) -> None: ...
+
+
+@dataclass
+class PassReport:
+    held: list[int] = field(default_factory=list)
+    completed: list[int] = field(default_factory=list)
+    rejected: list[int] = field(default_factory=list)
+    skipped: list[int] = field(default_factory=list)
+    returned: list[str] = field(default_factory=list)
+    released: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def summary(self) -> str:
+        return (
+            f"held {len(self.held)}, completed {len(self.completed)}, "
+            f"rejected {len(self.rejected)}, skipped {len(self.skipped)}, "
+            f"returned {len(self.returned)}, released {len(self.released)}, "
+            f"errors {len(self.errors)} in {self.seconds * 1000:.0f} ms"
+        )
+
+
+_Step = Callable[[Eviction, PassReport], None]
+
+
+class SyncEngine:
+    """Runs sync passes of one backend against the scheduler API."""
+
+    def __init__(
+        self,
+        client: SchedulerClient,
+        backend: NodeBackend,
+        *,
+        dry_run: bool = False,
+        lease_s: int = 300,
+        limit: int = 500,
+    ) -> None:
+        self._client = client
+        self._backend = backend
+        self._dry_run = dry_run
+        self._lease_s = lease_s
+        self._limit = limit
+
+    def run_pass(self) -> PassReport:
+        """One pass; raises ``SchedulerApiError`` only when the eviction lists cannot be read."""
+        started = time.monotonic()
+        report = PassReport()
+        for eviction in self._client.list_evictions("pending", self._limit):
+            self._guard(self._evict, eviction, report)
+        finished = self._client.list_evictions("completed", self._limit)
+        finished += self._client.list_evictions("returned", self._limit)
+        newest: dict[str, Eviction] = {}
+        for eviction in finished:
+            if eviction.node not in newest or eviction.id > newest[eviction.node].id:
+                newest[eviction.node] = eviction
+        if newest:
+            holds = self._backend.snapshot()
+            for eviction in sorted(newest.values(), key=lambda e: e.id):
+                hold = holds.get(eviction.node, Hold(HoldKind.MISSING))
+                if hold.eviction_id is not None and hold.eviction_id != eviction.id:
+                    continue  # FleetWatch holds this node for another eviction
+                if eviction.state == "completed" and hold.kind is HoldKind.FREE:
+                    self._guard(self._report_back, eviction, report)
+                elif eviction.state == "returned" and _ours(hold, eviction):
+                    self._guard(self._release, eviction, report)
+        report.seconds = time.monotonic() - started
+        logger.info("%s sync pass: %s", self._backend.name, report.summary())
+        return report
+
+    def run_forever(self, stop: threading.Event, interval_s: float) -> None:
+        """A pass every ``interval_s`` until ``stop`` is set; failed passes are logged."""
+        while not stop.is_set():
+            try:
+                self.run_pass()
+            except FleetWatchError as exc:
+                logger.error("%s sync pass failed: %s", self._backend.name, exc)
+            except Exception:  # the loop outlives anything one pass hits
+                logger.exception("%s sync pass crashed", self._backend.name)
+            stop.wait(interval_s)
+
+    @staticmethod
+    def _guard(step: _Step, eviction: Eviction, report: PassReport) -> None:
+        try:
+            step(eviction, report)
+        except FleetWatchError as exc:
+            logger.error("eviction %d, node %s: %s", eviction.id, eviction.node, exc)
+            report.errors.append(f"eviction {eviction.id} (node {eviction.node}): {exc}")
+
+    def _evict(self, eviction: Eviction, report: PassReport) -> None:
+        node, backend = eviction.node, self._backend.name
+        if eviction.dry_run:
+            logger.info(
+                "eviction %d, node %s: a dry run on the server; not held", eviction.id, node
+            )
+            report.skipped.append(eviction.id)
+            return
+        if self._dry_run:
+            hold = self._backend.inspect(node)
+            logger.info(
+                "dry run: eviction %d, node %s is %s in %s: would %s",
+                eviction.id, node, hold.kind.value, backend, _plan(hold),
+            )  # fmt: skip
+            return
+        try:
+            self._client.ack(eviction.id, self._lease_s)
+        except EvictionConflict:
+            logger.info(
+                "eviction %d, node %s: claimed by another adapter; skipped", eviction.id, node
+            )
+            report.skipped.append(eviction.id)
+            return
+        logger.info("eviction %d, node %s: acked for %d s", eviction.id, node, self._lease_s)
+        hold = self._backend.inspect(node)
+        if hold.kind is HoldKind.MISSING:
+            self._reject(eviction, f"node {node} is not known to {backend}", report)
+        elif hold.kind is HoldKind.OTHER:
+            self._reject(eviction, f"already drained by someone else: {hold.detail}", report)
+        elif hold.kind is HoldKind.OURS:
+            logger.info("node %s is already held by fleetwatch in %s", node, backend)
+            self._complete(eviction, report)
+        else:
+            try:
+                self._backend.hold(eviction)
+            except BackendError as exc:
+                self._reject(eviction, f"{backend} failed: {exc}", report)
+                return
+            logger.info(
+                "held node %s in %s for eviction %d (%s: %s)",
+                node, backend, eviction.id, eviction.reason_kind, eviction.reason,
+            )  # fmt: skip
+            report.held.append(eviction.id)
+            self._complete(eviction, report)
+
+    def _complete(self, eviction: Eviction, report: PassReport) -> None:
+        self._client.complete(eviction.id)
+        logger.info("eviction %d completed (node %s)", eviction.id, eviction.node)
+        report.completed.append(eviction.id)
+
+    def _reject(self, eviction: Eviction, reason: str, report: PassReport) -> None:
+        self._client.reject(eviction.id, reason)
+        logger.warning("eviction %d rejected (node %s): %s", eviction.id, eviction.node, reason)
+        report.rejected.append(eviction.id)
+
+    def _report_back(self, eviction: Eviction, report: PassReport) -> None:
+        node, backend = eviction.node, self._backend.name
+        if self._dry_run:
+            logger.info("dry run: node %s is back in %s: would report it returned", node, backend)
+            return
+        note = f"{backend}: node {node} is in service again (released outside FleetWatch)"
+        if self._client.return_node(node, note):
+            logger.info("node %s is back in service in %s: reported returned", node, backend)
+            report.returned.append(node)
+        else:
+            logger.info("node %s: FleetWatch has no completed eviction to return", node)
+
+    def _release(self, eviction: Eviction, report: PassReport) -> None:
+        node, backend = eviction.node, self._backend.name
+        hold = self._backend.inspect(node)  # fresh: never release a hold that is not ours
+        if not _ours(hold, eviction):
+            return
+        if self._dry_run:
+            logger.info("dry run: eviction %d returned: would release node %s", eviction.id, node)
+            return
+        self._backend.release(node)
+        logger.info("released node %s in %s (eviction %d returned)", node, backend, eviction.id)
+        report.released.append(node)
+
+
+def _plan(hold: Hold) -> str:
+    return {
+        HoldKind.FREE: "hold it and complete",
+        HoldKind.OURS: "complete (already held by fleetwatch)",
+        HoldKind.OTHER: f"reject (already drained by someone else: {hold.detail})",
+        HoldKind.MISSING: "reject (unknown node)",
+    }[hold.kind]
+
+
+def _ours(hold: Hold, eviction: Eviction) -> bool:
+    """Held by FleetWatch, or freed by an operator but still marked with this eviction."""
+    if hold.kind is HoldKind.OURS:
+        return hold.eviction_id in (None, eviction.id)
+    return hold.kind is HoldKind.FREE and hold.eviction_id == eviction.id

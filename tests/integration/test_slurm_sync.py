@@ -1,0 +1,263 @@
+"""``fleetwatch slurm-sync`` against a real slurmctld and a real ``fleetwatch server``.
+
+slurmctld: the Debian 12 packages (``scripts/ensure-slurm.sh`` installs them and starts munged;
+``make test`` runs it). The fixture writes a ``slurm.conf`` in a temporary directory (nodes
+gpu[01-04] at 127.0.0.1 in State=IDLE, free ports, state, pid and log files in the directory,
+``SlurmUser=root``, munge auth) and runs ``slurmctld -D -f <conf>`` for this module. No slurmd
+runs: the controller accepts DRAIN and RESUME for nodes it has never heard from, which is all the
+adapter does. ``scontrol`` (the test's and the adapter's) finds it through ``SLURM_CONF``.
+
+Where Slurm is not installed the tests skip, unless ``FLEETWATCH_REQUIRE_SLURM=1`` (as `make test`
+sets), where they fail; a slurmctld that is installed but does not start always fails, with its
+log. The FleetWatch side is a real server process on SQLite, with evictions seeded in its
+database as the planner would, and background jobs off so that nothing else moves them.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fleetwatch.config import ServerSettings
+from fleetwatch.server.db.session import Database, make_engine
+from fleetwatch.server.repo.evictions import create_eviction
+from tests.integration.live import LiveServer, create_token, fleetwatch, free_port, live_server
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[2]
+NODES = ("gpu01", "gpu02", "gpu03", "gpu04")
+
+SLURM_CONF = """\
+ClusterName=fwtest
+SlurmctldHost=localhost
+SlurmctldPort={ctld_port}
+SlurmdPort={slurmd_port}
+SlurmUser=root
+AuthType=auth/munge
+CryptoType=crypto/munge
+MpiDefault=none
+MailProg=/bin/true
+ProctrackType=proctrack/linuxproc
+ReturnToService=2
+SlurmdTimeout=0
+SelectType=select/cons_tres
+SchedulerType=sched/backfill
+StateSaveLocation={root}/state
+SlurmctldPidFile={root}/slurmctld.pid
+SlurmdPidFile={root}/slurmd.pid
+SlurmdSpoolDir={root}/spool
+SlurmctldLogFile={root}/slurmctld.log
+SlurmctldDebug=info
+NodeName=gpu[01-02] NodeAddr=127.0.0.1 CPUs=1 RealMemory=1000 State=IDLE
+NodeName=gpu[03-04] NodeAddr=127.0.0.1 CPUs=1 RealMemory=1000 State=IDLE
+PartitionName=gpu Nodes=gpu[01-04] Default=YES MaxTime=INFINITE State=UP
+"""
+
+
+def _unavailable(reason: str) -> None:
+    if os.environ.get("FLEETWATCH_REQUIRE_SLURM") == "1":
+        pytest.fail(f"Slurm is required for this run: {reason}")
+    pytest.skip(f"{reason}; run scripts/ensure-slurm.sh (Debian, root)")
+
+
+def _log_tail(root: Path, out: Path) -> str:
+    text = out.read_text(errors="replace") if out.exists() else ""
+    log = root / "slurmctld.log"
+    if log.exists():
+        text += "\n--- slurmctld.log ---\n" + log.read_text(errors="replace")
+    return "\n".join(text.splitlines()[-40:])
+
+
+@pytest.fixture(scope="module")
+def slurm_conf(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A running slurmctld; yields its slurm.conf."""
+    missing = [tool for tool in ("slurmctld", "scontrol", "munge") if not shutil.which(tool)]
+    if missing:
+        _unavailable(f"not installed: {', '.join(missing)}")
+    ensure = subprocess.run(
+        [str(REPO / "scripts/ensure-slurm.sh")], capture_output=True, text=True, timeout=300
+    )
+    if ensure.returncode != 0:
+        pytest.fail(f"scripts/ensure-slurm.sh failed: {ensure.stderr.strip()}")
+    root = tmp_path_factory.mktemp("slurm")
+    (root / "state").mkdir()
+    conf = root / "slurm.conf"
+    conf.write_text(SLURM_CONF.format(ctld_port=free_port(), slurmd_port=free_port(), root=root))
+    out = root / "slurmctld.out"
+    env = {**os.environ, "SLURM_CONF": str(conf)}
+    with out.open("wb") as sink:
+        process = subprocess.Popen(
+            ["slurmctld", "-D", "-f", str(conf)], stdout=sink, stderr=subprocess.STDOUT, env=env
+        )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            ping = subprocess.run(["scontrol", "ping"], capture_output=True, text=True, env=env)
+            if ping.returncode == 0 and "UP" in ping.stdout:
+                break
+            if process.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(
+                    f"slurmctld did not start (exit {process.poll()}):\n{_log_tail(root, out)}"
+                )
+            time.sleep(0.2)
+        yield conf
+    finally:
+        process.terminate()
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+@pytest.fixture
+def slurm_env(slurm_conf: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("SLURM_CONF", str(slurm_conf))
+    return slurm_conf
+
+
+def scontrol(*args: str) -> str:
+    done = subprocess.run(["scontrol", *args], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, f"scontrol {' '.join(args)}: {done.stderr}"
+    return done.stdout
+
+
+def show(node: str) -> dict[str, str]:
+    """State and Reason of a node, as `scontrol --oneliner show node` prints them."""
+    line = scontrol("--oneliner", "show", "node", node)
+    state = line.split(" State=", 1)[1].split()[0]
+    reason = line.split(" Reason=", 1)[1].rsplit(" [", 1)[0] if " Reason=" in line else ""
+    return {"state": state, "reason": reason}
+
+
+@dataclass
+class Server:
+    live: LiveServer
+    database_url: str
+    token: str
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """A real FleetWatch server on SQLite for this module, nothing in the background, and a
+    scheduler token. Each test works on its own node."""
+    root = tmp_path_factory.mktemp("server")
+    url = f"sqlite:///{root / 'fleetwatch.db'}"
+    fleetwatch("db", "upgrade", "--database-url", url)
+    token = create_token(url, "scheduler", "slurm-adapter")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("FLEETWATCH_SERVER_BACKGROUND_JOBS", "false")
+        with live_server(url, root) as live:
+            yield Server(live, url, token)
+
+
+def seed(server: Server, node: str, reason: str = "xid 79: GPU fell off the bus") -> int:
+    db = Database(make_engine(ServerSettings(database_url=server.database_url)))
+    try:
+        with db.write() as conn:
+            return create_eviction(
+                conn, node=node, state="pending", reason_kind="rule", reason=reason,
+                evidence={"xid": 79}, expected_saving_usd=None, dry_run=False,
+                now=datetime.now(UTC),
+            )  # fmt: skip
+    finally:
+        db.dispose()
+
+
+def eviction(server: Server, eviction_id: int) -> dict[str, Any]:
+    with server.live.client(server.token) as http:
+        answer = http.get(f"/v1/evictions/{eviction_id}")
+    assert answer.status_code == 200, answer.text
+    found: dict[str, Any] = answer.json()
+    return found
+
+
+def sync_once(server: Server, *extra: str) -> subprocess.CompletedProcess[str]:
+    """One `fleetwatch slurm-sync --once` pass, as a separate process."""
+    args = ["slurm-sync", "--server", server.live.url, "--token", server.token, "--once", *extra]
+    done = subprocess.run(
+        [sys.executable, "-m", "fleetwatch", *args], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    return done
+
+
+def test_slurm_sync_drains_in_slurmctld_completes_and_resumes_on_return(
+    slurm_env: Path, server: Server
+) -> None:
+    assert "DRAIN" not in show("gpu02")["state"]
+    eviction_id = seed(server, "gpu02", reason='xid 79 "GPU fell off the bus"\nsecond line')
+    done = sync_once(server)
+    node = show("gpu02")
+    assert "DRAIN" in node["state"].split("+")
+    assert node["reason"] == "fleetwatch: xid 79 'GPU fell off the bus' second line"
+    assert eviction(server, eviction_id)["state"] == "completed"
+    assert "slurm sync pass: held 1, completed 1" in done.stderr
+    # An operator tells FleetWatch the node is repaired; the next pass resumes it in Slurm.
+    with server.live.client(server.token) as http:
+        assert http.post("/v1/nodes/gpu02/return", json={"note": "GPU reseated"}).status_code == 200
+    done = sync_once(server)
+    assert "DRAIN" not in show("gpu02")["state"] and show("gpu02")["reason"] == ""
+    assert "released 1" in done.stderr
+
+
+def test_slurm_sync_leaves_a_node_drained_by_someone_else(slurm_env: Path, server: Server) -> None:
+    scontrol("update", "NodeName=gpu03", "State=DRAIN", "Reason=ops: bad fan, ticket 4711")
+    try:
+        eviction_id = seed(server, "gpu03")
+        sync_once(server)
+        assert show("gpu03")["reason"] == "ops: bad fan, ticket 4711"
+        assert "DRAIN" in show("gpu03")["state"]
+        rejected = eviction(server, eviction_id)
+        assert rejected["state"] == "rejected"
+        assert rejected["detail"].startswith(
+            "already drained by someone else: ops: bad fan, ticket 4711"
+        )
+        # Returned or not, FleetWatch never resumes a drain that is not its own.
+        sync_once(server)
+        assert show("gpu03")["reason"] == "ops: bad fan, ticket 4711"
+    finally:
+        scontrol("update", "NodeName=gpu03", "State=RESUME")
+
+
+def test_slurm_sync_reports_a_node_an_operator_resumed_as_returned(
+    slurm_env: Path, server: Server
+) -> None:
+    eviction_id = seed(server, "gpu04")
+    sync_once(server)
+    assert show("gpu04")["reason"].startswith("fleetwatch:")
+    scontrol("update", "NodeName=gpu04", "State=RESUME")  # the operator, after the repair
+    done = sync_once(server)
+    returned = eviction(server, eviction_id)
+    assert returned["state"] == "returned" and returned["returned_at"] is not None
+    assert "returned 1" in done.stderr
+    assert "DRAIN" not in show("gpu04")["state"]
+
+
+def test_slurm_sync_dry_run_changes_nothing_in_slurmctld(slurm_env: Path, server: Server) -> None:
+    eviction_id = seed(server, "gpu01")
+    done = sync_once(server, "--dry-run")
+    assert "would hold it and complete" in done.stderr
+    assert "DRAIN" not in show("gpu01")["state"]
+    assert eviction(server, eviction_id)["state"] == "pending"
+
+
+def test_scheduler_api_answers_the_adapter_contract(server: Server) -> None:
+    """The shape the adapter parses, from the real server (no Slurm needed)."""
+    seed(server, "gpu09")
+    with server.live.client(server.token) as http:
+        listed = http.get("/v1/evictions", params={"state": "pending", "limit": 500}).json()
+        assert listed["count"] == len(listed["data"])
+        assert [e["reason_kind"] for e in listed["data"] if e["node"] == "gpu09"] == ["rule"]
+        assert http.post("/v1/nodes/gpu09/return", json={"note": "x"}).status_code == 404

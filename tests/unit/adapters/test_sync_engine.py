@@ -1,0 +1,102 @@
+"""``SyncEngine`` and ``SchedulerClient`` without a scheduler: an in-memory ``NodeBackend`` and
+``httpx.MockTransport`` as the server (the seam the agent's pusher tests use too)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from typing import ClassVar
+
+import httpx
+import pytest
+
+from fleetwatch.adapters.client import Eviction, SchedulerApiError, SchedulerClient
+from fleetwatch.adapters.sync import Hold, HoldKind, SyncEngine
+
+
+class MemoryBackend:
+    name: ClassVar[str] = "memory"
+
+    def __init__(self, holds: dict[str, Hold]) -> None:
+        self.holds = holds
+        self.actions: list[tuple[str, str]] = []
+
+    def inspect(self, node: str) -> Hold:
+        return self.holds.get(node, Hold(HoldKind.MISSING))
+
+    def snapshot(self) -> dict[str, Hold]:
+        return dict(self.holds)
+
+    def hold(self, eviction: Eviction) -> None:
+        self.actions.append(("hold", eviction.node))
+        self.holds[eviction.node] = Hold(HoldKind.OURS)
+
+    def release(self, node: str) -> None:
+        self.actions.append(("release", node))
+        self.holds[node] = Hold(HoldKind.FREE)
+
+
+def eviction(id: int, node: str, state: str) -> dict[str, object]:
+    return {"id": id, "node": node, "state": state, "reason_kind": "risk", "reason": "p=0.4",
+            "evidence": None, "dry_run": False}  # fmt: skip
+
+
+def test_client_sends_the_contract_and_raises_one_line_errors() -> None:
+    seen: list[httpx.Request] = []
+
+    def server(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        if request.url.path == "/v1/evictions/7/reject":
+            return httpx.Response(409, json={"error_code": "conflict", "message": "is completed"})
+        return httpx.Response(200, json={"count": 1, "data": [eviction(7, "n1", "pending")]})
+
+    http = httpx.Client(base_url="http://fw", transport=httpx.MockTransport(server))
+    client = SchedulerClient(http)
+    [listed] = client.list_evictions("pending", limit=3)
+    assert listed.node == "n1" and listed.evidence is None
+    assert str(seen[0].url) == "http://fw/v1/evictions?state=pending&limit=3"
+    with pytest.raises(SchedulerApiError) as caught:
+        client.reject(7, "no")
+    assert json.loads(seen[1].content) == {"reason": "no"}
+    assert str(caught.value) == "POST /v1/evictions/7/reject: HTTP 409: is completed"
+    assert caught.value.status_code == 409 and caught.value.exit_code == 4
+
+
+def test_engine_loop_survives_an_unreachable_server(caplog: pytest.LogCaptureFixture) -> None:
+    stop = threading.Event()
+    calls = 0
+
+    def server(request: httpx.Request) -> httpx.Response:
+        nonlocal calls
+        calls += 1
+        if calls >= 3:
+            stop.set()
+        raise httpx.ConnectError("connection refused", request=request)
+
+    http = httpx.Client(base_url="http://fw", transport=httpx.MockTransport(server))
+    engine = SyncEngine(SchedulerClient(http), MemoryBackend({}))
+    with caplog.at_level(logging.ERROR):
+        engine.run_forever(stop, interval_s=0.01)
+    assert calls == 3
+    assert caplog.messages[0] == (
+        "memory sync pass failed: GET /v1/evictions: ConnectError: connection refused"
+    )
+
+
+def test_engine_releases_only_for_the_newest_eviction_of_a_node() -> None:
+    listed = {
+        "pending": [],
+        "completed": [eviction(5, "n1", "completed")],
+        "returned": [eviction(3, "n1", "returned"), eviction(4, "n2", "returned")],
+    }
+
+    def server(request: httpx.Request) -> httpx.Response:
+        data = listed[request.url.params["state"]]
+        return httpx.Response(200, json={"count": len(data), "data": data})
+
+    backend = MemoryBackend({"n1": Hold(HoldKind.OURS), "n2": Hold(HoldKind.OURS)})
+    http = httpx.Client(base_url="http://fw", transport=httpx.MockTransport(server))
+    report = SyncEngine(SchedulerClient(http), backend).run_pass()
+    assert backend.actions == [("release", "n2")]
+    assert report.released == ["n2"] and report.errors == []
