@@ -292,3 +292,64 @@ eviction_audit = Table(
     Column("actor", String(128), nullable=False, comment="planner, or the token name"),
     Column("detail", Json),
 )
+
+# --- Tell: alerts and their delivery to on-call ----------------------------------------------
+
+# Where alerts go: a generic signed JSON webhook, Slack, PagerDuty Events v2 or Alertmanager.
+webhook_subscriptions = Table(
+    "webhook_subscriptions",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("name", String(128), nullable=False, unique=True),
+    Column("kind", String(16), nullable=False, comment="generic|slack|pagerduty|alertmanager"),
+    Column("url", Text, nullable=False),
+    # The HMAC key must be readable to sign with; it is never returned by the API.
+    Column("secret", String(256), comment="HMAC-SHA256 key (generic) or routing key (pagerduty)"),
+    Column("filters", Json, nullable=False, comment="min_severity, clusters, kinds, weekly_report"),
+    Column("enabled", Boolean, nullable=False),
+    Column("created_at", UtcDateTime, nullable=False),
+)
+
+# One alert per condition (dedup key), firing until its verdict clears, then resolved.
+alerts = Table(
+    "alerts",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("dedup_key", String(256), nullable=False),
+    Column("state", String(16), nullable=False, comment="firing | resolved"),
+    Column("kind", String(32), nullable=False, comment="verdict | unreachable | straggler | ..."),
+    Column("severity", String(16), nullable=False),
+    Column("node", String(253)),
+    Column("gpu_uuid", String(128)),
+    Column("serial", String(64)),
+    Column("slot", String(64)),
+    Column("cluster", String(128)),
+    Column("summary", Text, nullable=False),
+    Column("action", String(32)),
+    Column("evidence", Json),
+    Column("occurrences", Integer, nullable=False, comment="times seen while firing (floods)"),
+    Column("started_at", UtcDateTime, nullable=False),
+    Column("updated_at", UtcDateTime, nullable=False),
+    Column("resolved_at", UtcDateTime),
+    Index("ix_alerts_dedup_key_state", "dedup_key", "state"),
+    Index("ix_alerts_state", "state"),
+)
+
+# The durable outbox: a delivery survives restarts and is retried with backoff until it lands.
+webhook_outbox = Table(
+    "webhook_outbox",
+    metadata,
+    Column("id", BigId, primary_key=True, autoincrement=True),
+    Column("subscription_id", Integer, ForeignKey("webhook_subscriptions.id"), nullable=False),
+    Column("alert_id", Integer, ForeignKey("alerts.id")),
+    Column("event", String(16), nullable=False, comment="trigger | resolve | report"),
+    Column("idempotency_key", String(256), nullable=False, unique=True),
+    Column("payload", Json, nullable=False),
+    Column("state", String(16), nullable=False, comment="pending | delivered | dead"),
+    Column("attempts", Integer, nullable=False),
+    Column("next_attempt_at", UtcDateTime, nullable=False),
+    Column("last_error", Text),
+    Column("created_at", UtcDateTime, nullable=False),
+    Column("delivered_at", UtcDateTime),
+    Index("ix_webhook_outbox_state_next_attempt_at", "state", "next_attempt_at"),
+)
