@@ -6,6 +6,9 @@ VENV   ?= .venv
 BIN     = $(VENV)/bin
 STAMP   = $(VENV)/.fleetwatch-installed
 PYTEST_ARGS ?=
+# Real parts the tests drive: promtool, Alertmanager, headless Chromium, pdftoppm, WeasyPrint's
+# native libraries.
+TEST_DEBS = prometheus prometheus-alertmanager chromium poppler-utils weasyprint fonts-dejavu-core
 
 .PHONY: demo test lint typecheck check bench install clean
 
@@ -24,12 +27,15 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/fleetwatch demo $(DEMO_ARGS)
 
-# PostgreSQL and Slurm tests are not optional here: FLEETWATCH_REQUIRE_POSTGRES and
-# FLEETWATCH_REQUIRE_SLURM turn "not available" into a failure instead of a skip.
+# PostgreSQL, Slurm and the Debian tools are not optional here: FLEETWATCH_REQUIRE_POSTGRES,
+# FLEETWATCH_REQUIRE_SLURM and FLEETWATCH_REQUIRE_TOOLS turn "not available" into a failure
+# instead of a skip.
 test: $(STAMP)
 	scripts/ensure-postgres.sh
 	scripts/ensure-slurm.sh
-	FLEETWATCH_REQUIRE_POSTGRES=1 FLEETWATCH_REQUIRE_SLURM=1 $(BIN)/python -m pytest $(PYTEST_ARGS)
+	scripts/ensure-debs.sh $(TEST_DEBS)
+	FLEETWATCH_REQUIRE_POSTGRES=1 FLEETWATCH_REQUIRE_SLURM=1 FLEETWATCH_REQUIRE_TOOLS=1 \
+		$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks scripts

@@ -123,3 +123,20 @@ def tokens(db: Database) -> dict[str, str]:
 
 def bearer(token: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
+
+
+def require_tool(name: str) -> str:
+    """The path of a command-line tool the test drives (promtool, amtool, chromium, pdftoppm).
+
+    Missing: a failure under ``make test`` (FLEETWATCH_REQUIRE_TOOLS=1, which installs them with
+    scripts/ensure-debs.sh), a skip naming the Debian package elsewhere.
+    """
+    import shutil
+
+    path = shutil.which(name)
+    if path is None:
+        message = f"{name} not found: run scripts/ensure-debs.sh (make test does)"
+        if os.environ.get("FLEETWATCH_REQUIRE_TOOLS") == "1":
+            pytest.fail(message)
+        pytest.skip(message)
+    return path
