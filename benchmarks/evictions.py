@@ -19,6 +19,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import statistics
 import sys
@@ -176,6 +177,54 @@ def end_to_end(url: str, tmp: Path, trials: int) -> None:
           f"max {ordered[-1] * 1000:.0f} ms, min {ordered[0] * 1000:.0f} ms")  # fmt: skip
 
 
+def killed_agent(url: str, tmp: Path, trials: int, interval: float = 2.0) -> None:
+    """A real agent pushing every ``interval`` s is killed (SIGKILL): time until the node shows
+    unreachable at ``GET /v1/nodes`` and until its eviction is pending, in push intervals."""
+    upgrade(make_engine(ServerSettings(database_url=url)))
+    agent_token = create_token(url, "agent", "bench-agent-kill")
+    sched_token = create_token(url, "scheduler", "bench-sched-kill")
+    for name in ("ASSESS_INTERVAL_S", "PLANNER_INTERVAL_S"):  # default timers
+        os.environ.pop(f"FLEETWATCH_SERVER_{name}", None)
+    unreachable: list[float] = []
+    evicted: list[float] = []
+    with live_server(url, tmp) as server, server.client(sched_token) as api:
+        for i in range(trials):
+            agent = run_agent(server.url, agent_token, interval, tmp / f"kill-{i}", 50.0)
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:  # up, with a fresh report
+                node = api.get("/v1/nodes/bench-node")
+                if node.status_code == 200 and node.json()["state"] == "up":
+                    pending = api.get("/v1/evictions", params={"state": "pending"}).json()
+                    if not pending["count"]:
+                        break
+                time.sleep(0.2)
+            time.sleep(interval * 1.5)
+            last = datetime.fromisoformat(api.get("/v1/nodes/bench-node").json()["last_seen"])
+            agent.kill()
+            agent.wait()
+            killed = time.perf_counter()
+            seen_unreachable = seen_evicted = None
+            while time.perf_counter() - killed < 30 * interval and seen_evicted is None:
+                now = time.perf_counter()
+                if seen_unreachable is None:
+                    if api.get("/v1/nodes/bench-node").json()["state"] == "unreachable":
+                        seen_unreachable = now
+                data = api.get("/v1/evictions", params={"state": "pending"}).json()["data"]
+                if any(e["reason"].startswith("node_unreachable") for e in data):
+                    seen_evicted = now
+                time.sleep(0.05)
+            # Measured from the last report the server had, in push intervals.
+            since_last = (datetime.now(UTC) - last).total_seconds() - (time.perf_counter() - killed)
+            for seen, out in ((seen_unreachable, unreachable), (seen_evicted, evicted)):
+                out.append(math.inf if seen is None else (seen - killed + since_last) / interval)
+    for name, values in (("node unreachable", unreachable), ("eviction pending", evicted)):
+        ordered = sorted(values)
+        p99 = ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
+        print(f"killed agent -> {name:17s} ({len(values)} trials, push interval {interval:g} s): "
+              f"p50 {statistics.median(ordered):.2f}, p99 {p99:.2f}, "
+              f"max {ordered[-1]:.2f} intervals after its last report")  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawTextHelpFormatter
@@ -183,6 +232,7 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, default=10_000)
     parser.add_argument("--requests", type=int, default=300)
     parser.add_argument("--trials", type=int, default=50)
+    parser.add_argument("--kill-trials", type=int, default=10)
     parser.add_argument("--database-url", help="an empty PostgreSQL database (default: SQLite)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp_dir:
@@ -196,6 +246,8 @@ def main() -> None:
         list_latency(url, tmp, args.nodes, args.requests)
         if args.trials:
             end_to_end(f"sqlite:///{tmp / 'e2e.db'}", tmp, args.trials)
+        if args.kill_trials:
+            killed_agent(f"sqlite:///{tmp / 'kill.db'}", tmp, args.kill_trials)
 
 
 if __name__ == "__main__":
