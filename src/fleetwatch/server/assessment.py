@@ -69,6 +69,9 @@ class FleetAssessment:
     bundle: RiskBundle | None
     model_version: int | None
     _scores: dict[float, list[GpuRisk]] = field(default_factory=dict, repr=False)
+    _nodes: dict[float, dict[str, tuple[float | None, list[GpuRisk]]]] = field(
+        default_factory=dict, repr=False
+    )
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def risks(self, horizon_days: float) -> list[GpuRisk]:
@@ -101,7 +104,19 @@ class FleetAssessment:
         return out
 
     def node_risks(self, horizon_days: float) -> dict[str, tuple[float | None, list[GpuRisk]]]:
-        """Node name to (1 − Π(1 − p), its GPUs' risks); None when no GPU has a probability."""
+        """Node name to (1 − Π(1 − p), its GPUs' risks); None when no GPU has a probability.
+        Cached per horizon, like :meth:`risks`."""
+        key = round(float(horizon_days), 9)
+        cached = self._nodes.get(key)
+        if cached is None:
+            cached = self._node_risks(key)
+            with self._lock:
+                if len(self._nodes) >= 16:
+                    self._nodes.clear()
+                self._nodes[key] = cached
+        return cached
+
+    def _node_risks(self, horizon_days: float) -> dict[str, tuple[float | None, list[GpuRisk]]]:
         grouped: dict[str, list[GpuRisk]] = {}
         for risk in self.risks(horizon_days):
             grouped.setdefault(risk.gpu.node, []).append(risk)
