@@ -1,11 +1,12 @@
-# The central service. GPU nodes install the agent with `pip install 'fleetwatch[agent]'` instead.
+# The central service (with the simulator and risk models, so compose's simulated agents run from
+# this image too). GPU nodes install the agent with `pip install 'fleetwatch[agent]'` instead.
 FROM python:3.12-slim
 
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1
 WORKDIR /app
 COPY pyproject.toml README.md ./
 COPY src ./src
-RUN pip install '.[server]' && useradd --system --uid 10001 fleetwatch
+RUN pip install '.[server,sim,models]' && useradd --system --uid 10001 fleetwatch
 USER fleetwatch
 EXPOSE 8400
 HEALTHCHECK --interval=10s --timeout=3s \

@@ -181,6 +181,48 @@ class ServerSettings(BaseSettings):
         description="Most nodes draining at once, in percent of known nodes (at least one)",
     )
 
+    # -- alerts and webhooks (issue 6) --
+    alert_interval_s: float = Field(
+        default=10.0, gt=0, description="How often active conditions are turned into alerts"
+    )
+    alert_group_threshold: int = Field(
+        default=10,
+        ge=1,
+        description="More new (or resolved) alerts than this for one subscription in one pass "
+        "go out as one grouped delivery listing them",
+    )
+    alert_wear_out_hold_s: float = Field(
+        default=7 * 86400.0, gt=0, description="A wear-out onset alert stays firing this long"
+    )
+    webhook_delivery_interval_s: float = Field(
+        default=1.0, gt=0, description="How often the webhook outbox is checked for due deliveries"
+    )
+    webhook_timeout_s: float = Field(default=10.0, gt=0, description="Timeout of one delivery")
+    webhook_max_attempts: int = Field(
+        default=12, ge=1, description="A delivery is dead after this many failed attempts"
+    )
+    webhook_concurrency: int = Field(
+        default=8, ge=1, le=64, description="Deliveries in flight at once per worker"
+    )
+    alertmanager_repeat_s: float = Field(
+        default=60.0,
+        gt=0,
+        description="Firing alerts are re-posted to Alertmanager this often (endsAt = 3x ahead)",
+    )
+
+    # -- weekly report (issue 6) --
+    sla_availability: float = Field(
+        default=0.99, gt=0, le=1, description="Availability target of the weekly report's SLA"
+    )
+    sla_mttr_h: float = Field(
+        default=24.0, gt=0, description="Mean time to repair target (hours) of the weekly report"
+    )
+    report_delay_h: float = Field(
+        default=6.0,
+        ge=0,
+        description="Hours after Monday 00:00 UTC before last week's report is built and sent",
+    )
+
     @field_validator("database_url")
     @classmethod
     def _use_psycopg3(cls, url: str) -> str:

@@ -125,6 +125,7 @@ pushing to the real server on the embedded SQLite database. Simulated time runs 
 (from {options.horizon_days:g} days ago, catching up with now), so GPUs age, show precursors and
 fail while you watch; the ground truth is in {data_dir / "sim" / "ground_truth.json"}.
 
+  Fleet page    {url}/?token={tokens["read"]}
   API docs      {url}/docs
   Nodes         {url}/v1/nodes
   Risk          {url}/v1/risk?horizon=7d   (GPUs ranked: rule verdicts first, then the model)

@@ -90,12 +90,15 @@ def _register() -> None:
         adapters_cmd,
         agent_cmd,
         config_cmd,
+        dashboards_cmd,
         demo_cmd,
         inventory_cmd,
         model_cmd,
         parse_cmd,
+        report_cmd,
         server_cmds,
         sim_cmd,
+        webhooks_cmd,
     )
 
     main.add_command(server_cmds.server)
@@ -110,6 +113,9 @@ def _register() -> None:
     main.add_command(inventory_cmd.inventory)
     main.add_command(adapters_cmd.slurm_sync)
     main.add_command(adapters_cmd.k8s_sync)
+    main.add_command(dashboards_cmd.dashboards)
+    main.add_command(webhooks_cmd.webhook)
+    main.add_command(report_cmd.report)
 
 
 _register()

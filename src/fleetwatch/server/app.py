@@ -25,6 +25,8 @@ import fleetwatch
 from fleetwatch.config import ServerSettings, load_server_settings
 from fleetwatch.errors import SchemaOutOfDate
 from fleetwatch.metrics import ServerMetrics
+from fleetwatch.reports.schedule import WeeklyReportJob
+from fleetwatch.server.alerting import Alerter
 from fleetwatch.server.auth import Permission
 from fleetwatch.server.background import (
     Assessor,
@@ -38,7 +40,10 @@ from fleetwatch.server.db.migrate import current_revision, head_revision, upgrad
 from fleetwatch.server.db.session import Database, make_engine
 from fleetwatch.server.deps import require
 from fleetwatch.server.errors import install_error_handlers
+from fleetwatch.server.eviction_exposition import render_evictions
 from fleetwatch.server.exposition import FleetExposition
+from fleetwatch.server.outbox import OutboxWorker
+from fleetwatch.server.page import router as page_router
 from fleetwatch.server.planner import EvictionPlanner
 from fleetwatch.server.refit import Refitter
 from fleetwatch.server.risk_exposition import render_risk
@@ -112,6 +117,12 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
         app.state.stragglers = StragglerDetector(db, settings)
         app.state.waker = waker = Waker()
         waker.bind()
+        app.state.outbox_waker = outbox_waker = Waker()
+        outbox_waker.bind()
+        app.state.alerter = Alerter(
+            db, settings, lambda: app.state.assessor.latest, on_queued=outbox_waker.poke
+        )
+        app.state.outbox = OutboxWorker(db, settings)
         tasks: list[asyncio.Task[None]] = []
         if settings.background_jobs:
             jobs = [
@@ -120,8 +131,13 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
                  lambda: run_lifecycle(db, settings, catalog)),
                 ("planner", settings.planner_interval_s, app.state.planner.run_once),
                 ("stragglers", settings.straggler_interval_s, app.state.stragglers.run_once),
+                ("alerts", settings.alert_interval_s, app.state.alerter.run_once),
+                ("weekly_report", 600.0, WeeklyReportJob(db, settings, catalog)),
             ]  # fmt: skip
             tasks = [asyncio.create_task(periodic(*job), name=job[0]) for job in jobs]
+            deliver = ("webhooks", settings.webhook_delivery_interval_s, app.state.outbox.run_once,
+                       outbox_waker)  # fmt: skip
+            tasks.append(asyncio.create_task(periodic(*deliver), name="webhooks"))
             # Each assessment is followed by a plan; a fatal Xid or a lost GPU arriving wakes
             # both at once instead of waiting for the next tick.
             judge = ("assessment", settings.assess_interval_s, _judge_and_plan(app), waker)
@@ -140,6 +156,7 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             await asyncio.to_thread(refitter.wait, 60.0)  # a refit in flight ends before the engine
+            await asyncio.to_thread(app.state.outbox.close)
             db.dispose()
 
     app = FastAPI(
@@ -151,6 +168,7 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
     app.state.settings = settings
     install_error_handlers(app)
     app.include_router(api_router)
+    app.include_router(page_router)  # the fleet page at /, outside /v1
     _add_operational_routes(app, settings)
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     return app
@@ -160,6 +178,7 @@ def _judge_and_plan(app: FastAPI) -> Callable[[], Any]:
     def run() -> None:
         app.state.assessor.run_once()
         app.state.planner.run_once()  # its own loop follows the planner's timing hints
+        app.state.alerter.run_once()  # a fatal Xid pages without waiting for the alert tick
 
     return run
 
@@ -202,6 +221,9 @@ def _add_operational_routes(app: FastAPI, settings: ServerSettings) -> None:
         )
         body += await run_in_threadpool(
             render_stragglers, request.app.state.stragglers, request.app.state.db
+        )
+        body += await run_in_threadpool(
+            render_evictions, request.app.state.db, settings.drain_budget_pct
         )
         payload = (generate_latest(request.app.state.registry).decode() + body).encode()
         headers = {"Content-Type": "text/plain; version=0.0.4; charset=utf-8"}

@@ -28,6 +28,8 @@ from fleetwatch.server.db.session import Database
 from fleetwatch.server.db.tables import api_tokens, evictions
 from fleetwatch.server.repo.evictions import create_eviction
 from fleetwatch.server.repo.models import store_model
+from fleetwatch.server.repo.webhooks import create_webhook
+from fleetwatch.server.schemas.webhooks import WebhookCreate
 
 SCOPES = ("agent", "read", "scheduler", "admin")
 ALLOWED = {
@@ -87,6 +89,17 @@ ENDPOINTS: dict[tuple[str, str], tuple[str, str, int]] = {
         200,
     ),
     ("POST", "/v1/nodes/{name}/return"): ("schedule", "/v1/nodes/node-a/return", 200),
+    ("GET", "/v1/reports/weekly"): ("read", "/v1/reports/weekly?week=2026-W48", 200),
+    ("POST", "/v1/webhooks"): ("admin", "/v1/webhooks", 201),
+    ("GET", "/v1/webhooks"): ("admin", "/v1/webhooks", 200),
+    ("DELETE", "/v1/webhooks/{webhook_id}"): ("admin", "/v1/webhooks/{hook}", 200),
+    ("POST", "/v1/webhooks/{webhook_id}/test"): ("admin", "/v1/webhooks/{hook}/test", 202),
+    ("GET", "/v1/webhooks/{webhook_id}/deliveries"): (
+        "admin",
+        "/v1/webhooks/{hook}/deliveries",
+        200,
+    ),
+    ("GET", "/v1/alerts"): ("read", "/v1/alerts?state=firing", 200),
 }
 
 OPEN = {
@@ -96,6 +109,14 @@ OPEN = {
     ("GET", "/redoc"),
     ("GET", "/openapi.json"),
     ("GET", "/docs/oauth2-redirect"),
+}
+
+# The fleet page and its sign-in form answer in HTML (a 401 or 403 sign-in form, not a JSON
+# error) and also read the token from a cookie: tests/unit/server/test_fleet_page.py covers them
+# in full; test_auth_page_routes_take_read_scopes_only runs them through every scope here.
+PAGES = {
+    ("GET", "/"),
+    ("POST", "/signin"),
 }
 
 
@@ -144,12 +165,17 @@ def _call(
         with db.write() as conn:
             version = store_model(conn, None, trigger="manual", trained_at=utcnow(), error="x")
         path = path.format(stored_version=version)
+    if "{hook}" in path:
+        path = path.format(hook=_seed_webhook(db))
     if "{pending}" in path or "{acked}" in path or key[1] == "/v1/nodes/{name}/return":
         path = _seed_eviction(db, path, headers)
     if key == ("POST", "/v1/ingest"):
         kwargs["json"] = make_batch("node-a", gpus=1)
     elif key == ("POST", "/v1/jobs/{job_id}/steps"):
         kwargs["json"] = _STEPS
+    elif key == ("POST", "/v1/webhooks"):
+        kwargs["json"] = {"name": f"hook-{secrets.token_hex(3)}", "kind": "generic",
+                          "url": "http://127.0.0.1:9/hook", "secret": "s3cret"}  # fmt: skip
     elif key == ("POST", "/v1/tokens"):
         kwargs["json"] = {"name": "made-by-test", "scope": "read"}
     elif key == ("POST", "/v1/inventory/import"):
@@ -160,6 +186,14 @@ def _call(
     elif key == ("POST", "/v1/lifetimes/{serial}/events"):
         kwargs["json"] = {"kind": "failure", "installed_at": "2020-01-01T00:00:00Z"}
     return client.request(method, path, **kwargs)
+
+
+def _seed_webhook(db: Database) -> int:
+    """A generic webhook subscription to act on."""
+    with db.write() as conn:
+        body = WebhookCreate(name=f"seeded-{secrets.token_hex(3)}", kind="generic",
+                             url="http://127.0.0.1:9/hook")  # fmt: skip
+        return create_webhook(conn, body, now=utcnow()).id
 
 
 def _seed_eviction(db: Database, path: str, headers: dict[str, str]) -> str:
@@ -187,10 +221,27 @@ def _seed_eviction(db: Database, path: str, headers: dict[str, str]) -> str:
 
 def test_auth_matrix_covers_every_route(client: TestClient) -> None:
     routes = _app_routes(client)
-    assert routes == set(ENDPOINTS) | OPEN, (
-        f"routes without an expected entry: {sorted(routes - set(ENDPOINTS) - OPEN)}; "
-        f"entries without a route: {sorted(set(ENDPOINTS) | OPEN - routes)}"
+    expected = set(ENDPOINTS) | OPEN | PAGES
+    assert routes == expected, (
+        f"routes without an expected entry: {sorted(routes - expected)}; "
+        f"entries without a route: {sorted(expected - routes)}"
     )
+
+
+@pytest.mark.parametrize("scope", SCOPES)
+def test_auth_page_routes_take_read_scopes_only(
+    client: TestClient, db: Database, tokens: dict[str, str], scope: str
+) -> None:
+    allowed = scope in ALLOWED["read"]
+    page = client.get("/", headers=bearer(tokens[scope]))
+    assert page.status_code == (200 if allowed else 403), page.text
+    signin = client.post("/signin", data={"token": tokens[scope]}, follow_redirects=False)
+    assert signin.status_code == (303 if allowed else 403), signin.text
+    assert ("set-cookie" in signin.headers) is allowed
+    client.cookies.clear()
+    for credential, headers in BAD_CREDENTIALS.items():
+        refused = client.get("/", headers=headers(db))
+        assert refused.status_code == 401, (credential, refused.text)
 
 
 @pytest.mark.parametrize(("method", "path"), sorted(OPEN))

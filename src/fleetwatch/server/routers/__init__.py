@@ -14,13 +14,29 @@ from fleetwatch.server.routers import (
     lifetimes,
     models,
     nodes,
+    reports,
     risk,
     tokens,
+    webhooks,
 )
 
 __all__ = ["api_router"]
 
 api_router = APIRouter(prefix="/v1")
-_ROUTERS = (ingest, nodes, gpus, events, tokens, lifetimes, risk, models, jobs, advice, evictions)
+_ROUTERS = (
+    ingest,
+    nodes,
+    gpus,
+    events,
+    tokens,
+    lifetimes,
+    risk,
+    models,
+    jobs,
+    advice,
+    evictions,
+    webhooks,
+    reports,
+)
 for _module in _ROUTERS:
     api_router.include_router(_module.router)

@@ -1,0 +1,71 @@
+"""Predicted vs actual failures: the risk model in effect at the week's start, scored on the GPUs
+in service then, against the failures that followed within the week."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, Row, select
+
+from fleetwatch.server.db.tables import risk_models
+
+__all__ = ["calibration"]
+
+HORIZON_DAYS = 7.0
+MIN_FOR_DECILES = 100
+
+
+def calibration(
+    conn: Connection, lifetimes: list[Row[Any]], start: datetime, end: datetime
+) -> dict[str, Any]:
+    """Expected = sum of P(fail within 7 d) over GPUs in service at ``start``; actual = those
+    GPUs' failures in ``[start, end)``; by decile of predicted risk when there are enough."""
+    model = conn.execute(
+        select(risk_models.c.version, risk_models.c.params)
+        .where(risk_models.c.status == "ok", risk_models.c.trained_at <= start)
+        .order_by(risk_models.c.trained_at.desc(), risk_models.c.version.desc())
+        .limit(1)
+    ).first()
+    in_service = [
+        lt
+        for lt in lifetimes
+        if lt.installed_at <= start and (lt.removed_at is None or lt.removed_at > start)
+    ]
+    if model is None or model.params is None or not in_service:
+        return {"model_version": None, "gpus": len(in_service), "expected": None,
+                "actual": None, "deciles": []}  # fmt: skip
+    import numpy as np
+    import pandas as pd
+
+    from fleetwatch.models.registry import RiskBundle
+
+    units = pd.DataFrame(
+        {
+            "age_days": [(start - lt.installed_at).total_seconds() / 86400.0 for lt in in_service],
+            "group": [lt.sku for lt in in_service],
+        }
+    )
+    bundle = RiskBundle.from_params(model.params)
+    probability = bundle.score(units, HORIZON_DAYS).probability
+    failed = np.array(
+        [lt.end_kind == "failure" and lt.removed_at is not None and lt.removed_at < end
+         for lt in in_service]
+    )  # fmt: skip
+    deciles = []
+    if len(in_service) >= MIN_FOR_DECILES:
+        order = np.argsort(probability, kind="stable")
+        for i, part in enumerate(np.array_split(order, 10)):
+            deciles.append({
+                "decile": i + 1, "gpus": int(len(part)),
+                "mean_p": float(probability[part].mean()),
+                "expected": float(probability[part].sum()), "actual": int(failed[part].sum()),
+            })  # fmt: skip
+    return {
+        "model_version": int(model.version),
+        "horizon_days": HORIZON_DAYS,
+        "gpus": len(in_service),
+        "expected": float(probability.sum()),
+        "actual": int(failed.sum()),
+        "deciles": deciles,
+    }

@@ -1,0 +1,77 @@
+"""Weekly delivery: once per week, after Monday 00:00 UTC + ``report_delay_h``, last week's JSON
+summary goes to the webhook outbox under the key ``weekly:<week>`` (the outbox dedupes on it).
+
+Delivery goes through ``fleetwatch.server.outbox.enqueue_report`` (to subscriptions whose
+filters say ``weekly_report: true``); tests pass their own ``enqueue``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from fleetwatch.config import ServerSettings
+from fleetwatch.reports.weekly import compute_weekly
+from fleetwatch.reports.weeks import IsoWeek
+from fleetwatch.rules.xid_catalog import XidCatalog
+from fleetwatch.server.db.session import Database
+from fleetwatch.server.outbox import enqueue_report
+
+__all__ = ["WeeklyReportJob", "summary"]
+
+logger = logging.getLogger(__name__)
+
+Enqueue = Callable[..., int]
+
+
+def summary(report: dict[str, Any]) -> dict[str, Any]:
+    """The webhook payload: everything but the survival curves' points."""
+    survival = {
+        sku: {k: v for k, v in part.items() if k != "curve"}
+        for sku, part in report["survival"].items()
+    }
+    return {"kind": "weekly_report", **report, "survival": survival}
+
+
+class WeeklyReportJob:
+    """Call it periodically; it sends each completed week once (per process, and per outbox key)."""
+
+    def __init__(
+        self,
+        db: Database,
+        settings: ServerSettings,
+        catalog: XidCatalog,
+        enqueue: Enqueue | None = None,
+    ) -> None:
+        self.db = db
+        self.settings = settings
+        self.catalog = catalog
+        self.enqueue: Enqueue = enqueue or enqueue_report
+        self.sent: IsoWeek | None = None
+
+    def due(self, now: datetime) -> IsoWeek:
+        return IsoWeek.last_complete(now, timedelta(hours=self.settings.report_delay_h))
+
+    def __call__(self, now: datetime | None = None) -> str | None:
+        now = now or datetime.now(UTC)
+        week = self.due(now)
+        if self.sent is not None and week <= self.sent:
+            return None
+        self.deliver(week, now)
+        self.sent = week
+        return str(week)
+
+    def deliver(self, week: IsoWeek, now: datetime) -> int:
+        """Build ``week``'s report and hand its summary to the outbox (idempotent by key)."""
+        with self.db.read() as conn:
+            report = compute_weekly(
+                conn, week, settings=self.settings, catalog=self.catalog, now=now
+            )
+        with self.db.write() as conn:
+            queued = self.enqueue(
+                conn, key=f"weekly:{week}", payload=summary(report.to_dict()), now=now
+            )
+        logger.info("weekly report %s queued for %d subscriptions", week, queued)
+        return queued

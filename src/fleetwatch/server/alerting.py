@@ -1,0 +1,476 @@
+"""Alerts: the fleet's active conditions, deduplicated, turned into webhook deliveries.
+
+Each pass derives the set of active conditions, each with a dedup key:
+
+====================================  =========================================================
+``gpu:<uuid>:<rule>``                 a GPU verdict of severity >= warning counted against it
+``node:<name>:unreachable``           nothing from the node for its unreachable deadline
+``node:<name>:straggler``             an open hardware straggler on the node
+``fleet:drain_budget``                an eviction is ``paged``: the drain budget is exhausted
+``fleet:wear_out:<group>``            a wear-out onset within ``alert_wear_out_hold_s``
+====================================  =========================================================
+
+and compares it with the firing alerts. A new condition opens an alert (``firing``) and queues a
+``trigger`` for each matching subscription; one still active only counts ``occurrences`` (a
+flood of Xids is one page); one gone resolves its alert and queues a ``resolve``. When more than
+``alert_group_threshold`` new alerts match one subscription in one pass, they go as one grouped
+delivery listing them (an Xid storm over 100 nodes is one page, not 100); their resolves are
+grouped the same way, and for generic, Slack and PagerDuty the group resolves once all its
+members have. Alertmanager gets every firing alert again every ``alertmanager_repeat_s``.
+
+Filters of a subscription: ``min_severity`` (info < warning < critical < fatal), ``clusters``
+(the node label ``cluster``), ``kinds`` (alert kinds: xid, health, unreachable, straggler,
+drain_budget, wear_out). Fleet-wide alerts have no cluster and pass a cluster filter.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Connection, and_, insert, select, text, update
+
+from fleetwatch.config import ServerSettings
+from fleetwatch.rules.xid_catalog import SEVERITY_RANK
+from fleetwatch.server.assessment import FleetAssessment
+from fleetwatch.server.db.session import Database
+from fleetwatch.server.db.tables import (
+    alerts,
+    events,
+    evictions,
+    gpus,
+    nodes,
+    stragglers,
+    webhook_outbox,
+    webhook_subscriptions,
+)
+from fleetwatch.server.liveness import node_state
+from fleetwatch.server.outbox import enqueue
+from fleetwatch.server.webhooks import alert_document
+
+__all__ = ["AlertPass", "Alerter", "Condition", "derive_conditions", "matches"]
+
+logger = logging.getLogger(__name__)
+
+_ALERT_LOCK = 0x46575F414C52  # "FW_ALR"
+_GROUPABLE = ("generic", "slack", "pagerduty")
+
+
+@dataclass(frozen=True)
+class Condition:
+    dedup_key: str
+    kind: str
+    severity: str
+    summary: str
+    action: str | None
+    evidence: dict[str, Any]
+    node: str | None = None
+    gpu_uuid: str | None = None
+    serial: str | None = None
+    slot: str | None = None
+    cluster: str | None = None
+
+
+@dataclass
+class AlertPass:
+    fired: int = 0
+    still: int = 0
+    resolved: int = 0
+    queued: int = 0
+    ids: list[int] = field(default_factory=list)
+
+
+def _cluster(labels: Any) -> str | None:
+    value = (labels or {}).get("cluster") if isinstance(labels, dict) else None
+    return str(value) if value is not None else None
+
+
+def derive_conditions(
+    conn: Connection,
+    assessment: FleetAssessment | None,
+    *,
+    now: datetime,
+    settings: ServerSettings,
+) -> dict[str, Condition]:
+    """Every condition active at ``now``, by dedup key."""
+    found: dict[str, Condition] = {}
+    node_rows = list(
+        conn.execute(select(nodes.c.name, nodes.c.labels, nodes.c.last_seen, nodes.c.interval_s))
+    )
+    clusters = {row.name: _cluster(row.labels) for row in node_rows}
+    if assessment is not None:
+        slots = {
+            row.uuid: row.pci_bus_id for row in conn.execute(select(gpus.c.uuid, gpus.c.pci_bus_id))
+        }
+        for gpu in assessment.gpus:
+            for v in gpu.verdicts:
+                if not v.counts_against_gpu or SEVERITY_RANK[v.severity] < SEVERITY_RANK["warning"]:
+                    continue
+                key = f"gpu:{gpu.uuid}:{v.rule}"
+                what = v.note or (f"Xid {', '.join(map(str, v.xids))}" if v.xids else v.rule)
+                found[key] = Condition(
+                    key,
+                    v.kind,
+                    v.severity,
+                    f"{v.rule} on {gpu.node} GPU {gpu.index} (serial {gpu.serial or '?'}): {what}",
+                    v.action,
+                    {
+                        "rule": v.rule,
+                        "gpu_index": gpu.index,
+                        "sku": gpu.sku,
+                        "xids": list(v.xids),
+                        "source": v.source,
+                        "first_seen": _iso(v.first_seen),
+                        "last_seen": _iso(v.last_seen),
+                        "takes_gpu_out": v.takes_gpu_out,
+                        **dict(v.evidence),
+                    },
+                    gpu.node,
+                    gpu.uuid,
+                    gpu.serial,
+                    slots.get(gpu.uuid),
+                    clusters.get(gpu.node),
+                )
+    factor = settings.unreachable_after_intervals
+    for row in node_rows:
+        if node_state(row.last_seen, row.interval_s, factor, now) == "unreachable":
+            silent = (now - row.last_seen).total_seconds()
+            key = f"node:{row.name}:unreachable"
+            found[key] = Condition(
+                key,
+                "unreachable",
+                "critical",
+                f"node {row.name} unreachable: nothing received for {silent:.0f} s",
+                "investigate",
+                {
+                    "rule": "node_unreachable",
+                    "last_seen": _iso(row.last_seen),
+                    "interval_s": row.interval_s,
+                    "silent_s": round(silent, 1),
+                },
+                row.name,
+                cluster=clusters.get(row.name),
+            )
+    open_stragglers = conn.execute(
+        select(stragglers).where(stragglers.c.ended_at.is_(None), stragglers.c.kind == "hardware")
+    )
+    for row in open_stragglers:
+        key = f"node:{row.node}:straggler"
+        if key in found:
+            continue
+        found[key] = Condition(
+            key,
+            "straggler",
+            "warning",
+            f"node {row.node} is a hardware straggler in job {row.job_id}: steps "
+            f"{row.ratio:.2f}x the job median",
+            "drain_inspect",
+            {
+                "rule": "straggler",
+                "job_id": row.job_id,
+                "ratio": row.ratio,
+                "windows": row.windows,
+                "since": _iso(row.started_at),
+                **(row.evidence or {}),
+            },
+            row.node,
+            cluster=clusters.get(row.node),
+        )
+    paged = list(
+        conn.execute(select(evictions.c.node).where(evictions.c.state == "paged")).scalars()
+    )
+    if paged:
+        latest = conn.execute(
+            select(events.c.message, events.c.details)
+            .where(events.c.kind == "drain_budget_exhausted", events.c.node_id.is_(None))
+            .order_by(events.c.ts.desc())
+            .limit(1)
+        ).first()
+        found["fleet:drain_budget"] = Condition(
+            "fleet:drain_budget",
+            "drain_budget",
+            "critical",
+            latest.message
+            if latest and latest.message
+            else f"fleet drain budget exhausted: {len(paged)} evictions wait for a person",
+            "investigate",
+            {
+                "rule": "drain_budget_exhausted",
+                "paged_nodes": sorted(paged)[:100],
+                **((latest.details or {}) if latest else {}),
+            },
+        )
+    onsets = conn.execute(
+        select(events.c.ts, events.c.message, events.c.details)
+        .where(
+            events.c.kind == "wear_out_onset",
+            events.c.node_id.is_(None),
+            events.c.ts >= now - timedelta(seconds=settings.alert_wear_out_hold_s),
+        )
+        .order_by(events.c.ts)
+    )
+    for onset in onsets:
+        group = str((onset.details or {}).get("group", "fleet"))
+        key = f"fleet:wear_out:{group}"
+        found[key] = Condition(
+            key,
+            "wear_out",
+            "warning",
+            onset.message or f"wear-out onset in {group}",
+            "investigate",
+            {"rule": "wear_out_onset", "at": _iso(onset.ts), **(onset.details or {})},
+        )
+    return found
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value is not None else None
+
+
+def matches(filters: Mapping[str, Any] | None, alert: Mapping[str, Any]) -> bool:
+    """Whether an alert document passes a subscription's filters."""
+    filters = filters or {}
+    minimum = filters.get("min_severity") or "warning"
+    if SEVERITY_RANK.get(alert["severity"], 0) < SEVERITY_RANK.get(minimum, 1):
+        return False
+    wanted = filters.get("clusters")
+    if wanted and alert.get("cluster") is not None and alert["cluster"] not in wanted:
+        return False
+    kinds = filters.get("kinds")
+    return not (kinds and alert["kind"] not in kinds)
+
+
+class Alerter:
+    """Keeps ``alerts`` in step with the active conditions and queues deliveries."""
+
+    def __init__(
+        self,
+        db: Database,
+        settings: ServerSettings,
+        assessment: Callable[[], FleetAssessment | None],
+        on_queued: Callable[[], None] = lambda: None,
+    ) -> None:
+        self.db = db
+        self.settings = settings
+        self.assessment = assessment
+        self.on_queued = on_queued
+
+    def run_once(self, now: datetime | None = None) -> AlertPass:
+        now = now or datetime.now(UTC)
+        snapshot = self.assessment()
+        with self.db.write() as conn:
+            if (
+                conn.dialect.name == "postgresql"
+                and not conn.execute(
+                    text("SELECT pg_try_advisory_xact_lock(:k)"), {"k": _ALERT_LOCK}
+                ).scalar()
+            ):
+                return AlertPass()
+            result = self._pass(
+                conn, derive_conditions(conn, snapshot, now=now, settings=self.settings), now
+            )
+        if result.queued:
+            self.on_queued()
+        logger.debug(
+            "alerts: %d fired, %d still, %d resolved, %d deliveries queued",
+            result.fired,
+            result.still,
+            result.resolved,
+            result.queued,
+        )
+        return result
+
+    def _pass(self, conn: Connection, active: dict[str, Condition], now: datetime) -> AlertPass:
+        result = AlertPass()
+        firing = {
+            row.dedup_key: row
+            for row in conn.execute(select(alerts).where(alerts.c.state == "firing"))
+        }
+        new_docs, gone_docs = [], []
+        for key, cond in active.items():
+            row = firing.get(key)
+            values = {
+                "severity": cond.severity,
+                "summary": cond.summary,
+                "action": cond.action,
+                "evidence": cond.evidence,
+                "updated_at": now,
+            }
+            if row is None:
+                alert_id = conn.execute(
+                    insert(alerts)
+                    .values(
+                        dedup_key=key,
+                        state="firing",
+                        kind=cond.kind,
+                        node=cond.node,
+                        gpu_uuid=cond.gpu_uuid,
+                        serial=cond.serial,
+                        slot=cond.slot,
+                        cluster=cond.cluster,
+                        occurrences=1,
+                        started_at=now,
+                        **values,
+                    )
+                    .returning(alerts.c.id)
+                ).scalar_one()
+                result.fired += 1
+                result.ids.append(alert_id)
+                new_docs.append(self._doc(conn, alert_id))
+            else:
+                conn.execute(
+                    update(alerts)
+                    .where(alerts.c.id == row.id)
+                    .values(occurrences=alerts.c.occurrences + 1, **values)
+                )
+                result.still += 1
+        for key, row in firing.items():
+            if key not in active:
+                conn.execute(
+                    update(alerts)
+                    .where(alerts.c.id == row.id)
+                    .values(state="resolved", resolved_at=now, updated_at=now)
+                )
+                result.resolved += 1
+                gone_docs.append(self._doc(conn, row.id))
+        subs = list(
+            conn.execute(
+                select(webhook_subscriptions).where(webhook_subscriptions.c.enabled.is_(True))
+            )
+        )
+        for sub in subs:
+            result.queued += self._deliver(conn, sub, new_docs, gone_docs, now)
+        return result
+
+    @staticmethod
+    def _doc(conn: Connection, alert_id: int) -> dict[str, Any]:
+        row = conn.execute(select(alerts).where(alerts.c.id == alert_id)).one()
+        return alert_document(row._mapping)
+
+    def _deliver(
+        self,
+        conn: Connection,
+        sub: Any,
+        new: list[dict[str, Any]],
+        gone: list[dict[str, Any]],
+        now: datetime,
+    ) -> int:
+        queued = 0
+        grouped = self._open_groups(conn, sub) if sub.kind in _GROUPABLE else {}
+        in_group = {alert_id for ids in grouped.values() for alert_id in ids}
+        triggers = [a for a in new if matches(sub.filters, a)]
+        resolves = [a for a in gone if a["id"] not in in_group and matches(sub.filters, a)]
+        for event, docs in (("trigger", triggers), ("resolve", resolves)):
+            queued += self._queue(conn, sub, event, docs, now)
+        # A group resolves, as one delivery, once every alert in it has.
+        gone_ids = {a["id"] for a in gone}
+        for group_key, ids in grouped.items():
+            if not ids & gone_ids:
+                continue
+            states = conn.execute(select(alerts).where(alerts.c.id.in_(ids))).all()
+            if all(row.state == "resolved" for row in states):
+                docs = [alert_document(row._mapping) for row in states]
+                queued += (
+                    enqueue(
+                        conn,
+                        subscription_id=sub.id,
+                        alert_id=None,
+                        event="resolve",
+                        key=f"resolve:{group_key}",
+                        payload={"alerts": docs, "group_key": group_key},
+                        now=now,
+                    )
+                    is not None
+                )
+        if sub.kind == "alertmanager":
+            queued += self._refresh_alertmanager(conn, sub, now)
+        return queued
+
+    def _queue(
+        self, conn: Connection, sub: Any, event: str, docs: list[dict[str, Any]], now: datetime
+    ) -> int:
+        if not docs:
+            return 0
+        extra = {"ends_in_s": 3 * self.settings.alertmanager_repeat_s}
+        if len(docs) > self.settings.alert_group_threshold:
+            group_key = f"s{sub.id}:g{docs[0]['id']}-{docs[-1]['id']}:{len(docs)}"
+            made = enqueue(
+                conn,
+                subscription_id=sub.id,
+                alert_id=None,
+                event=event,
+                key=f"{event}:{group_key}",
+                payload={"alerts": docs, "group_key": group_key, **extra},
+                now=now,
+            )
+            return int(made is not None)
+        queued = 0
+        for doc in docs:
+            made = enqueue(
+                conn,
+                subscription_id=sub.id,
+                alert_id=doc["id"],
+                event=event,
+                key=f"{event}:s{sub.id}:a{doc['id']}",
+                payload={"alerts": [doc], **extra},
+                now=now,
+            )
+            queued += made is not None
+        return queued
+
+    @staticmethod
+    def _open_groups(conn: Connection, sub: Any) -> dict[str, set[int]]:
+        """Grouped triggers to this subscription whose group resolve is not queued yet."""
+        rows = conn.execute(
+            select(webhook_outbox.c.idempotency_key, webhook_outbox.c.payload).where(
+                and_(
+                    webhook_outbox.c.subscription_id == sub.id,
+                    webhook_outbox.c.event == "trigger",
+                    webhook_outbox.c.alert_id.is_(None),
+                    webhook_outbox.c.idempotency_key.like("trigger:s%:g%"),
+                )
+            )
+        ).all()
+        if not rows:
+            return {}
+        keys = [f"resolve:{row.payload['group_key']}" for row in rows]
+        done = set(
+            conn.execute(
+                select(webhook_outbox.c.idempotency_key).where(
+                    webhook_outbox.c.idempotency_key.in_(keys)
+                )
+            ).scalars()
+        )
+        return {
+            row.payload["group_key"]: {a["id"] for a in row.payload["alerts"]}
+            for row in rows
+            if f"resolve:{row.payload['group_key']}" not in done
+        }
+
+    def _refresh_alertmanager(self, conn: Connection, sub: Any, now: datetime) -> int:
+        """Re-post every firing alert once per ``alertmanager_repeat_s`` (one list per period)."""
+        repeat = self.settings.alertmanager_repeat_s
+        bucket = int(now.timestamp() // repeat)
+        key = f"refresh:s{sub.id}:{bucket}"
+        docs = [
+            alert_document(row._mapping)
+            for row in conn.execute(
+                select(alerts).where(alerts.c.state == "firing").where(alerts.c.started_at < now)
+            )
+        ]
+        docs = [d for d in docs if matches(sub.filters, d)]
+        if not docs:
+            return 0
+        made = enqueue(
+            conn,
+            subscription_id=sub.id,
+            alert_id=None,
+            event="trigger",
+            key=key,
+            payload={"alerts": docs, "group_key": key, "ends_in_s": 3 * repeat},
+            now=now,
+        )
+        return int(made is not None)

@@ -1,0 +1,374 @@
+"""The built-in fleet page at ``/``: one server-rendered HTML page, no JavaScript.
+
+It shows what an on-call engineer looks at first: nodes up and unreachable by rack, the riskiest
+GPUs (ranked as ``GET /v1/risk`` ranks them), fatal Xids of the last day, evictions waiting for a
+scheduler or a person, and active stragglers.
+
+Browsers cannot send a bearer header on a plain page load, so the page also reads the token from
+the ``fleetwatch_token`` cookie (HttpOnly, SameSite=Strict). ``/?token=<read token>`` checks the
+token, sets the cookie and redirects to ``/``, so the token leaves the address bar; the sign-in
+form posts to ``/signin`` and does the same. The token check is the API's own
+(:func:`fleetwatch.server.deps.require`), so scopes, revocation and ``--insecure-no-auth`` behave
+exactly as they do for ``/v1``. Every value reaches the HTML through Jinja2's autoescaping.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Annotated, Any, Literal
+from urllib.parse import parse_qs, urlencode
+
+import jinja2
+from fastapi import APIRouter, Query, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from fastapi.security import HTTPAuthorizationCredentials
+from sqlalchemy import Connection, func, select
+
+from fleetwatch.config import ServerSettings
+from fleetwatch.errors import AuthError, Forbidden
+from fleetwatch.rules.xid_catalog import XidCatalog
+from fleetwatch.server.assessment import FleetAssessment, GpuRisk
+from fleetwatch.server.auth import Permission, TokenInfo
+from fleetwatch.server.background import Assessor
+from fleetwatch.server.db.base import utcnow
+from fleetwatch.server.db.session import Database
+from fleetwatch.server.db.tables import events, evictions, gpus, nodes, stragglers
+from fleetwatch.server.deps import require
+from fleetwatch.server.liveness import node_state
+
+__all__ = ["COOKIE", "authenticate_page", "router"]
+
+COOKIE = "fleetwatch_token"
+_COOKIE_MAX_AGE_S = 7 * 86400
+_MAX_FORM_BYTES = 4096
+_REFRESH_S = 60
+_HORIZON_DAYS = {"24h": 1.0, "7d": 7.0, "30d": 30.0}
+_FATAL = ("critical", "fatal")
+_LIST_LIMIT = 100
+_WEEKLY_REPORT = "/v1/reports/weekly"
+# No script may run, nothing may frame the page, forms post only here; the one style block is
+# inline.
+_HEADERS = {
+    "Content-Security-Policy": (
+        "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; "
+        "frame-ancestors 'none'; base-uri 'none'"
+    ),
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-store",
+    "X-Content-Type-Options": "nosniff",
+}
+
+router = APIRouter(include_in_schema=False)
+_read = require(Permission.READ)
+
+
+def _utc(when: datetime | None) -> str:
+    return when.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S") if when else ""
+
+
+def _ago(when: datetime | None, now: datetime) -> str:
+    if when is None:
+        return ""
+    seconds = max(0.0, (now - when).total_seconds())
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.0f} {unit} ago"
+    return f"{seconds:.0f} s ago"
+
+
+@functools.cache
+def _templates() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("fleetwatch.server", "templates"),
+        autoescape=True,  # every template here is HTML
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters["utc"] = _utc
+    env.filters["ago"] = _ago
+    return env
+
+
+def _presented_token(request: Request) -> str | None:
+    """The bearer header's token (curl, scripts), else the page cookie's (browsers)."""
+    scheme, _, value = request.headers.get("authorization", "").partition(" ")
+    if scheme.lower() == "bearer" and value.strip():
+        return value.strip()
+    return request.cookies.get(COOKIE) or None
+
+
+def authenticate_page(request: Request, token: str | None) -> TokenInfo:
+    """The token's info if it may read the fleet; raises :class:`AuthError` otherwise.
+
+    The same check as the API's ``ReadAuth`` (which also honours ``--insecure-no-auth``), fed from
+    the cookie instead of the Authorization header.
+    """
+    credentials = (
+        HTTPAuthorizationCredentials(scheme="Bearer", credentials=token) if token else None
+    )
+    db: Database = request.app.state.db
+    settings: ServerSettings = request.app.state.settings
+    return _read(db, settings, credentials)
+
+
+def _html(body: str, status_code: int = 200) -> HTMLResponse:
+    return HTMLResponse(body, status_code=status_code, headers=_HEADERS)
+
+
+def _sign_in(request: Request, error: AuthError, *, presented: str | None) -> HTMLResponse:
+    """The sign-in form: 403 for a token that may not read, 401 for none or a bad one."""
+    status, message = 401, None
+    if isinstance(error, Forbidden):
+        status, message = 403, f"A {error.scope!r} token cannot read the fleet; use a read token."
+    elif presented is not None:
+        message = "That token was not accepted (unknown, malformed or revoked)."
+    body = _templates().get_template("fleet.html").render(signin=True, message=message, view=None)
+    response = _html(body, status)
+    if presented is not None and presented == request.cookies.get(COOKIE):
+        response.delete_cookie(COOKIE, path="/", httponly=True, samesite="strict")
+    return response
+
+
+def _signed_in(request: Request, token: str) -> RedirectResponse:
+    """303 to the page without the token in its address; the token goes to the cookie."""
+    kept = [(k, v) for k, v in request.query_params.multi_items() if k != "token"]
+    url = f"/?{urlencode(kept)}" if kept else "/"
+    response = RedirectResponse(url, status_code=303, headers=_HEADERS)
+    if request.app.state.settings.insecure_no_auth:
+        return response  # any token passes: there is nothing worth keeping
+    response.set_cookie(
+        COOKIE,
+        token,
+        max_age=_COOKIE_MAX_AGE_S,
+        path="/",
+        httponly=True,
+        samesite="strict",
+        secure=request.url.scheme == "https",
+    )
+    return response
+
+
+@router.get("/", response_class=HTMLResponse, summary="The fleet page")
+async def fleet_page(
+    request: Request,
+    token: Annotated[str | None, Query(description="a read token, moved to a cookie")] = None,
+    horizon: Literal["24h", "7d", "30d"] = "24h",
+    top: Annotated[int, Query(ge=1, le=500)] = 20,
+) -> Response:
+    presented = token if token is not None else _presented_token(request)
+    try:
+        await run_in_threadpool(authenticate_page, request, presented)
+    except AuthError as exc:
+        return _sign_in(request, exc, presented=presented)
+    if token is not None:
+        return _signed_in(request, token)
+    view = await run_in_threadpool(_build_view, request, horizon, top)
+    body = (
+        _templates()
+        .get_template("fleet.html")
+        .render(signin=False, message=None, view=view, refresh_s=_REFRESH_S)
+    )
+    return _html(body)
+
+
+@router.post("/signin", response_class=HTMLResponse, summary="Sign in to the fleet page")
+async def sign_in(request: Request) -> Response:
+    """Form post (``token=...``): a valid read token becomes the page cookie."""
+    raw = b""
+    async for chunk in request.stream():
+        raw += chunk
+        if len(raw) > _MAX_FORM_BYTES:
+            break  # a token is under 100 bytes; whatever this is, it is not one
+    token = _form_token(raw[:_MAX_FORM_BYTES])
+    try:
+        await run_in_threadpool(authenticate_page, request, token)
+    except AuthError as exc:
+        return _sign_in(request, exc, presented=token)
+    if token is None:  # --insecure-no-auth: nothing to keep
+        return RedirectResponse("/", status_code=303, headers=_HEADERS)
+    return _signed_in(request, token)
+
+
+def _form_token(raw: bytes) -> str | None:
+    """The ``token`` field of an urlencoded form; None when absent or unreadable."""
+    try:
+        fields = parse_qs(raw.decode("utf-8", "replace"), max_num_fields=4)
+    except ValueError:
+        return None
+    return (fields.get("token") or [""])[0].strip() or None
+
+
+# -- what the page shows ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RackRow:
+    rack: str
+    up: list[str]
+    unreachable: list[str]
+
+
+@dataclass(frozen=True)
+class RiskRow:
+    probability: float | None
+    basis: str
+    node: str
+    index: int
+    uuid: str
+    sku: str | None
+    reason: str
+
+
+@dataclass(frozen=True)
+class FleetView:
+    now: datetime
+    assessed_at: datetime
+    model_version: int | None
+    horizon: str
+    racks: list[RackRow]
+    nodes_up: int
+    nodes_unreachable: int
+    gpu_count: int
+    gpus_out: int
+    risks: list[RiskRow]
+    risk_total: int
+    fatal_events: list[dict[str, Any]]
+    evictions: list[dict[str, Any]]
+    stragglers: list[dict[str, Any]]
+    weekly_report: str | None
+
+
+def _build_view(request: Request, horizon: str, top: int) -> FleetView:
+    db: Database = request.app.state.db
+    settings: ServerSettings = request.app.state.settings
+    assessor: Assessor = request.app.state.assessor
+    snap = assessor.current()
+    now = utcnow()
+    with db.read() as conn:
+        racks = _racks(conn, now, settings.unreachable_after_intervals)
+        gpu_count = conn.execute(select(func.count()).select_from(gpus)).scalar_one()
+        fatal = _fatal_events(conn, assessor.judge.catalog, now - timedelta(hours=24))
+        waiting = _waiting_evictions(conn)
+        slow = _active_stragglers(conn)
+    risks = _ranked(snap, _HORIZON_DAYS[horizon])
+    return FleetView(
+        now=now,
+        assessed_at=snap.at,
+        model_version=snap.model_version,
+        horizon=horizon,
+        racks=racks,
+        nodes_up=sum(len(r.up) for r in racks),
+        nodes_unreachable=sum(len(r.unreachable) for r in racks),
+        gpu_count=gpu_count,
+        gpus_out=sum(1 for g in snap.gpus if g.out_of_service),
+        risks=[_risk_row(r) for r in risks[:top]],
+        risk_total=len(risks),
+        fatal_events=fatal,
+        evictions=waiting,
+        stragglers=slow,
+        weekly_report=_weekly_report_link(request),
+    )
+
+
+def _racks(conn: Connection, now: datetime, factor: float) -> list[RackRow]:
+    grouped: dict[str, RackRow] = {}
+    query = select(nodes.c.name, nodes.c.labels, nodes.c.last_seen, nodes.c.interval_s)
+    for row in conn.execute(query.order_by(nodes.c.name)):
+        labels: Mapping[str, Any] = row.labels or {}
+        rack = str(labels.get("rack") or "(no rack label)")
+        entry = grouped.setdefault(rack, RackRow(rack=rack, up=[], unreachable=[]))
+        state = node_state(row.last_seen, row.interval_s, factor, now)
+        (entry.up if state == "up" else entry.unreachable).append(row.name)
+    # Racks with unreachable nodes first: that is where to look.
+    return sorted(grouped.values(), key=lambda r: (-len(r.unreachable), r.rack))
+
+
+def _rank_key(risk: GpuRisk) -> tuple[float, str, int]:
+    # The order of GET /v1/risk: rule verdicts (probability 1) first, unknown probabilities last.
+    p = -1.0 if risk.probability is None else risk.probability
+    return (-p, risk.gpu.node, risk.gpu.index)
+
+
+def _ranked(snap: FleetAssessment, horizon_days: float) -> list[GpuRisk]:
+    return sorted(snap.risks(horizon_days), key=_rank_key)
+
+
+def _risk_row(risk: GpuRisk) -> RiskRow:
+    return RiskRow(
+        probability=risk.probability,
+        basis=risk.basis,
+        node=risk.gpu.node,
+        index=risk.gpu.index,
+        uuid=risk.gpu.uuid,
+        sku=risk.gpu.sku,
+        reason=_reason(risk),
+    )
+
+
+def _reason(risk: GpuRisk) -> str:
+    if risk.basis == "rule":
+        parts = []
+        for v in risk.gpu.verdicts:
+            if not v.takes_gpu_out:
+                continue
+            xids = f" Xid {', '.join(str(x) for x in v.xids)}" if v.xids else ""
+            note = f": {v.note}" if v.note else ""
+            parts.append(f"{v.rule} ({v.severity}, {v.action}){xids}{note}")
+        return "; ".join(parts)
+    if risk.basis == "model":
+        top = sorted(risk.factors, key=lambda f: -abs(f.hazard_ratio - 1.0))[:3]
+        drivers = ", ".join(f"{f.name} ×{f.hazard_ratio:.2f}" for f in top)
+        return f"model {risk.model or ''}: {drivers}".strip(": ") if drivers else "model"
+    return "no fitted model yet"
+
+
+def _fatal_events(conn: Connection, catalog: XidCatalog, since: datetime) -> list[dict[str, Any]]:
+    codes = {entry.xid: entry for entry in catalog if entry.severity in _FATAL}
+    if not codes:
+        return []
+    query = (
+        select(events.c.ts, events.c.xid, events.c.gpu_uuid, events.c.pci_bus_id,
+               events.c.message, nodes.c.name.label("node"))
+        .select_from(events.outerjoin(nodes, events.c.node_id == nodes.c.id))
+        .where(events.c.kind == "xid", events.c.ts >= since, events.c.xid.in_(sorted(codes)))
+        .order_by(events.c.ts.desc(), events.c.id.desc())
+        .limit(_LIST_LIMIT)
+    )  # fmt: skip
+    out = []
+    for row in conn.execute(query):
+        entry = codes[row.xid]
+        out.append({**row._asdict(), "mnemonic": entry.mnemonic, "severity": entry.severity})
+    return out
+
+
+def _waiting_evictions(conn: Connection) -> list[dict[str, Any]]:
+    query = (
+        select(evictions.c.id, evictions.c.node, evictions.c.state, evictions.c.reason_kind,
+               evictions.c.reason, evictions.c.dry_run, evictions.c.created_at)
+        .where(evictions.c.state.in_(("pending", "paged")))
+        .order_by(evictions.c.created_at.desc(), evictions.c.id.desc())
+        .limit(_LIST_LIMIT)
+    )  # fmt: skip
+    return [row._asdict() for row in conn.execute(query)]
+
+
+def _active_stragglers(conn: Connection) -> list[dict[str, Any]]:
+    query = (
+        select(stragglers.c.job_id, stragglers.c.node, stragglers.c.kind, stragglers.c.ratio,
+               stragglers.c.started_at)
+        .where(stragglers.c.ended_at.is_(None))
+        .order_by(stragglers.c.ratio.desc(), stragglers.c.id)
+        .limit(_LIST_LIMIT)
+    )  # fmt: skip
+    return [row._asdict() for row in conn.execute(query)]
+
+
+def _weekly_report_link(request: Request) -> str | None:
+    """The weekly report's HTML address when this server has that route."""
+    paths: Sequence[str] = [getattr(route, "path", "") for route in request.app.routes]
+    return f"{_WEEKLY_REPORT}?format=html" if _WEEKLY_REPORT in paths else None

@@ -1,0 +1,159 @@
+"""Webhook subscriptions, their deliveries, and alerts: reads and writes."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from urllib.parse import urlsplit
+
+from sqlalchemy import Connection, delete, insert, select
+
+from fleetwatch.errors import Conflict, InvalidInput, NotFound
+from fleetwatch.server.db.tables import alerts, webhook_outbox, webhook_subscriptions
+from fleetwatch.server.outbox import enqueue
+from fleetwatch.server.schemas.webhooks import (
+    AlertPublic,
+    DeliveryPublic,
+    TestQueued,
+    WebhookCreate,
+    WebhookPublic,
+)
+from fleetwatch.server.webhooks import alert_document
+
+__all__ = [
+    "create_webhook",
+    "delete_webhook",
+    "list_alerts",
+    "list_deliveries",
+    "list_webhooks",
+    "queue_test",
+]
+
+
+def _public(row: object) -> WebhookPublic:
+    m = row._mapping  # type: ignore[attr-defined]
+    return WebhookPublic(
+        id=m["id"],
+        name=m["name"],
+        kind=m["kind"],
+        url=m["url"],
+        has_secret=bool(m["secret"]),
+        filters=m["filters"] or {},
+        enabled=m["enabled"],
+        created_at=m["created_at"],
+    )
+
+
+def create_webhook(conn: Connection, body: WebhookCreate, *, now: datetime) -> WebhookPublic:
+    parts = urlsplit(body.url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise InvalidInput(
+            "url must be an http:// or https:// URL with a host",
+            [{"loc": ["body", "url"], "msg": "needs scheme http or https and a host"}],
+        )
+    if body.kind == "pagerduty" and not body.secret:
+        raise InvalidInput(
+            "a pagerduty webhook needs secret: the integration's routing key",
+            [{"loc": ["body", "secret"], "msg": "required for kind pagerduty (routing key)"}],
+        )
+    taken = conn.execute(
+        select(webhook_subscriptions.c.id).where(webhook_subscriptions.c.name == body.name)
+    ).first()
+    if taken is not None:
+        raise Conflict(f"a webhook named {body.name!r} exists (id {taken.id})")
+    new_id = conn.execute(
+        insert(webhook_subscriptions)
+        .values(
+            name=body.name,
+            kind=body.kind,
+            url=body.url,
+            secret=body.secret,
+            filters=body.filters.model_dump(exclude_none=True),
+            enabled=True,
+            created_at=now,
+        )
+        .returning(webhook_subscriptions.c.id)
+    ).scalar_one()
+    return get_webhook(conn, new_id)
+
+
+def get_webhook(conn: Connection, webhook_id: int) -> WebhookPublic:
+    row = conn.execute(
+        select(webhook_subscriptions).where(webhook_subscriptions.c.id == webhook_id)
+    ).first()
+    if row is None:
+        raise NotFound("webhook", str(webhook_id))
+    return _public(row)
+
+
+def list_webhooks(conn: Connection) -> list[WebhookPublic]:
+    rows = conn.execute(select(webhook_subscriptions).order_by(webhook_subscriptions.c.id))
+    return [_public(row) for row in rows]
+
+
+def delete_webhook(conn: Connection, webhook_id: int) -> WebhookPublic:
+    """Remove the subscription and its deliveries, pending ones included."""
+    found = get_webhook(conn, webhook_id)
+    conn.execute(delete(webhook_outbox).where(webhook_outbox.c.subscription_id == webhook_id))
+    conn.execute(delete(webhook_subscriptions).where(webhook_subscriptions.c.id == webhook_id))
+    return found
+
+
+def queue_test(conn: Connection, webhook_id: int, *, now: datetime) -> TestQueued:
+    """Queue a test alert (kind ``test``, severity info) to this subscription, whatever its
+    filters."""
+    get_webhook(conn, webhook_id)
+    key = f"test:s{webhook_id}:{uuid.uuid4().hex}"
+    doc = alert_document(
+        {
+            "id": 0,
+            "dedup_key": f"test:{webhook_id}",
+            "state": "firing",
+            "kind": "test",
+            "severity": "info",
+            "node": None,
+            "gpu_uuid": None,
+            "serial": None,
+            "slot": None,
+            "cluster": None,
+            "summary": "FleetWatch test delivery: this webhook works",
+            "action": "none",
+            "evidence": {"rule": "test"},
+            "occurrences": 1,
+            "started_at": now,
+            "updated_at": now,
+            "resolved_at": None,
+        }
+    )
+    made = enqueue(
+        conn,
+        subscription_id=webhook_id,
+        alert_id=None,
+        event="trigger",
+        key=key,
+        payload={"alerts": [doc], "ends_in_s": 300.0},
+        now=now,
+    )
+    assert made is not None  # a fresh uuid
+    return TestQueued(delivery_id=made, idempotency_key=key)
+
+
+def list_deliveries(
+    conn: Connection, webhook_id: int, *, state: str | None, limit: int
+) -> list[DeliveryPublic]:
+    """Newest first."""
+    get_webhook(conn, webhook_id)
+    query = select(webhook_outbox).where(webhook_outbox.c.subscription_id == webhook_id)
+    if state is not None:
+        query = query.where(webhook_outbox.c.state == state)
+    rows = conn.execute(query.order_by(webhook_outbox.c.id.desc()).limit(limit))
+    return [DeliveryPublic.model_validate(dict(row._mapping)) for row in rows]
+
+
+def list_alerts(conn: Connection, *, state: str | None, limit: int) -> list[AlertPublic]:
+    """Newest first."""
+    query = select(alerts)
+    if state is not None:
+        query = query.where(alerts.c.state == state)
+    rows = conn.execute(query.order_by(alerts.c.id.desc()).limit(limit))
+    return [AlertPublic.model_validate(alert_document(row._mapping)) for row in rows]

@@ -1,0 +1,161 @@
+"""The HTML page in headless Chromium, the PDF through pdftoppm, the CLI, the API and the job."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+from fastapi.testclient import TestClient
+from tests.conftest import bearer, require_tool
+from tests.unit.reports.conftest import NOW, START, WEEK
+
+from fleetwatch.cli import main
+from fleetwatch.config import ServerSettings
+from fleetwatch.reports.render import render_html, render_pdf
+from fleetwatch.reports.schedule import WeeklyReportJob
+from fleetwatch.reports.weekly import WeeklyReport, compute_weekly
+from fleetwatch.reports.weeks import parse_week
+from fleetwatch.rules.xid_catalog import XidCatalog
+from fleetwatch.server.db.session import Database
+
+
+@pytest.fixture
+def built(db: Database, settings: ServerSettings, fleet_rows: Any) -> WeeklyReport:
+    with db.read() as conn:
+        return compute_weekly(conn, parse_week(WEEK), settings=settings, now=NOW)
+
+
+def _not_blank(png: Path) -> None:
+    assert png.exists() and png.stat().st_size > 5_000, png
+    from PIL import Image, ImageStat
+
+    with Image.open(png) as image:
+        stddev = ImageStat.Stat(image.convert("L")).stddev[0]
+    assert stddev > 5.0, f"{png} looks blank (grey-level stddev {stddev:.2f})"
+
+
+@pytest.mark.slow
+def test_report_html_renders_in_chromium(built: WeeklyReport, tmp_path: Path) -> None:
+    chromium = require_tool("chromium")
+    html = render_html(built)
+    assert "data:image/png;base64," in html and WEEK in html
+    page = tmp_path / "report.html"
+    page.write_text(html, "utf-8")
+    shot = tmp_path / "shot.png"
+    subprocess.run(
+        [chromium, "--headless", "--no-sandbox", "--disable-gpu", f"--screenshot={shot}",
+         "--window-size=1280,2000", "--hide-scrollbars", f"file://{page}"],
+        check=True, capture_output=True, timeout=120,
+    )  # fmt: skip
+    _not_blank(shot)
+
+
+@pytest.mark.slow
+def test_report_pdf_converts_to_pages(built: WeeklyReport, tmp_path: Path) -> None:
+    pdftoppm = require_tool("pdftoppm")
+    pdf = render_pdf(built)
+    assert pdf.startswith(b"%PDF")
+    path = tmp_path / "report.pdf"
+    path.write_bytes(pdf)
+    subprocess.run([pdftoppm, "-png", "-r", "50", str(path), str(tmp_path / "page")],
+                   check=True, capture_output=True, timeout=120)  # fmt: skip
+    pages = sorted(tmp_path.glob("page*.png"))
+    assert len(pages) >= 1
+    _not_blank(pages[0])
+
+
+def test_report_api_json_and_html(
+    client: TestClient, tokens: dict[str, str], fleet_rows: Any
+) -> None:
+    response = client.get(f"/v1/reports/weekly?week={WEEK}", headers=bearer(tokens["read"]))
+    assert response.status_code == 200, response.text
+    assert response.headers["content-type"].startswith("application/json")
+    assert response.json()["headline"]["gpu_failures"] == 2
+    response = client.get(
+        f"/v1/reports/weekly?week={WEEK}&format=html", headers=bearer(tokens["read"])
+    )
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/html")
+    assert "<html" in response.text
+
+
+def test_report_api_pdf(client: TestClient, tokens: dict[str, str]) -> None:
+    response = client.get(
+        f"/v1/reports/weekly?week={WEEK}&format=pdf", headers=bearer(tokens["read"])
+    )
+    assert response.status_code == 200
+    assert response.headers["content-type"] == "application/pdf"
+    assert response.content.startswith(b"%PDF")
+
+
+@pytest.mark.parametrize("week", ["2026-48", "2026-W60"])
+def test_report_api_bad_week_is_422(client: TestClient, tokens: dict[str, str], week: str) -> None:
+    response = client.get(f"/v1/reports/weekly?week={week}", headers=bearer(tokens["read"]))
+    assert response.status_code == 422
+    assert "week" in response.text
+    response = client.get("/v1/reports/weekly?format=doc", headers=bearer(tokens["read"]))
+    assert response.status_code == 422
+
+
+def test_report_cli_json(settings: ServerSettings, fleet_rows: Any, tmp_path: Path) -> None:
+    out = tmp_path / "r.json"
+    result = CliRunner().invoke(
+        main, ["report", "weekly", "--week", WEEK, "--out", str(out),
+               "--database-url", settings.database_url],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert json.loads(out.read_text())["headline"]["drains"] == 3
+
+
+def test_report_cli_bad_week(settings: ServerSettings) -> None:
+    result = CliRunner().invoke(
+        main, ["report", "weekly", "--week", "W48", "--database-url", settings.database_url]
+    )
+    assert result.exit_code != 0 and "2026-W48" in result.output
+
+
+def test_weekly_job_sends_each_week_once(
+    db: Database, settings: ServerSettings, fleet_rows: Any
+) -> None:
+    sent: list[tuple[str, dict[str, Any]]] = []
+
+    def enqueue(conn: Any, *, key: str, payload: dict[str, Any], now: Any) -> int:
+        sent.append((key, payload))
+        return 1
+
+    job = WeeklyReportJob(db, settings, XidCatalog.load(), enqueue=enqueue)
+    monday = START + timedelta(days=7)  # the Monday after 2026-W48
+    assert job(monday + timedelta(hours=5)) == "2026-W47"  # before the delay: the week before
+    sent.clear()
+    assert job(monday + timedelta(hours=settings.report_delay_h, minutes=1)) == WEEK
+    assert job(monday + timedelta(hours=9)) is None  # already sent
+    assert [key for key, _ in sent] == [f"weekly:{WEEK}"]
+    payload = sent[0][1]
+    assert payload["kind"] == "weekly_report" and payload["headline"]["gpu_failures"] == 2
+    assert "curve" not in payload["survival"]["H100"]
+    json.dumps(payload, allow_nan=False)
+
+
+def test_weekly_job_through_the_outbox(
+    db: Database, settings: ServerSettings, fleet_rows: Any
+) -> None:
+    from sqlalchemy import insert, select
+
+    from fleetwatch.server.db.tables import webhook_outbox, webhook_subscriptions
+
+    with db.write() as conn:
+        conn.execute(insert(webhook_subscriptions).values(
+            name="ops", kind="generic", url="http://example.invalid/hook", secret=None,
+            filters={"weekly_report": True}, enabled=True, created_at=NOW))  # fmt: skip
+    job = WeeklyReportJob(db, settings, XidCatalog.load())
+    when = START + timedelta(days=7, hours=settings.report_delay_h + 1)
+    assert job(when) == WEEK
+    WeeklyReportJob(db, settings, XidCatalog.load())(when)  # a restarted worker: no duplicate
+    with db.read() as conn:
+        rows = conn.execute(select(webhook_outbox.c.idempotency_key)).scalars().all()
+    assert len(rows) == 1 and WEEK in rows[0]
