@@ -176,6 +176,24 @@ async def fleet_page(
     return _html(body)
 
 
+@router.get("/report", response_class=HTMLResponse, summary="The weekly report, for browsers")
+async def weekly_report_page(
+    request: Request,
+    week: Annotated[str | None, Query(description="ISO week, e.g. 2026-W48")] = None,
+) -> Response:
+    """The weekly report in HTML behind the page's cookie (a browser cannot send the bearer
+    header that ``GET /v1/reports/weekly`` wants)."""
+    from fleetwatch.server.routers.reports import weekly_report_response
+
+    presented = _presented_token(request)
+    try:
+        await run_in_threadpool(authenticate_page, request, presented)
+    except AuthError as exc:
+        return _sign_in(request, exc, presented=presented)
+    return await weekly_report_response(request.app.state.db, request.app.state.settings,
+                                        week, "html")  # fmt: skip
+
+
 @router.post("/signin", response_class=HTMLResponse, summary="Sign in to the fleet page")
 async def sign_in(request: Request) -> Response:
     """Form post (``token=...``): a valid read token becomes the page cookie."""
@@ -369,6 +387,6 @@ def _active_stragglers(conn: Connection) -> list[dict[str, Any]]:
 
 
 def _weekly_report_link(request: Request) -> str | None:
-    """The weekly report's HTML address when this server has that route."""
+    """The weekly report page (cookie-authenticated) when this server has the report route."""
     paths: Sequence[str] = [getattr(route, "path", "") for route in request.app.routes]
-    return f"{_WEEKLY_REPORT}?format=html" if _WEEKLY_REPORT in paths else None
+    return "/report" if _WEEKLY_REPORT in paths else None

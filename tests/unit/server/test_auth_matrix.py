@@ -116,6 +116,7 @@ OPEN = {
 # in full; test_auth_page_routes_take_read_scopes_only runs them through every scope here.
 PAGES = {
     ("GET", "/"),
+    ("GET", "/report"),
     ("POST", "/signin"),
 }
 
@@ -235,6 +236,8 @@ def test_auth_page_routes_take_read_scopes_only(
     allowed = scope in ALLOWED["read"]
     page = client.get("/", headers=bearer(tokens[scope]))
     assert page.status_code == (200 if allowed else 403), page.text
+    report = client.get("/report", headers=bearer(tokens[scope]))
+    assert report.status_code == (200 if allowed else 403), report.text
     signin = client.post("/signin", data={"token": tokens[scope]}, follow_redirects=False)
     assert signin.status_code == (303 if allowed else 403), signin.text
     assert ("set-cookie" in signin.headers) is allowed

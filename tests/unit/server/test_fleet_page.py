@@ -228,4 +228,9 @@ def test_weekly_report_link_only_when_the_route_exists(
         getattr(r, "path", "") == "/v1/reports/weekly"
         for r in client.app.routes  # type: ignore[attr-defined]
     )
-    assert ('href="/v1/reports/weekly?format=html"' in html) is has_route
+    assert ('href="/report"' in html) is has_route
+    if has_route:  # the link works with the cookie alone, as a browser follows it
+        report = client.get("/report")
+        assert report.status_code == 200 and "text/html" in report.headers["content-type"]
+    client.cookies.clear()
+    assert client.get("/report").status_code == 401

@@ -59,5 +59,12 @@ async def get_weekly_report(
     format: Annotated[Format, Query(description="json, html or pdf")] = "json",
 ) -> Response:
     """Monday 00:00 to Monday 00:00 UTC; figures are defined in the README."""
+    return await weekly_report_response(db, settings, week, format)
+
+
+async def weekly_report_response(
+    db: Database, settings: ServerSettings, week: str | None, fmt: Format
+) -> Response:
+    """The report for ``week`` (default: the last complete one) in ``fmt``; 422 on a bad week."""
     iso = parse_week(week) if week else IsoWeek.last_complete(datetime.now(UTC), timedelta(0))
-    return await run_in_threadpool(_build, db, settings, iso, format)
+    return await run_in_threadpool(_build, db, settings, iso, fmt)
