@@ -89,6 +89,11 @@ ENDPOINTS: dict[tuple[str, str], tuple[str, str, int]] = {
         200,
     ),
     ("POST", "/v1/nodes/{name}/return"): ("schedule", "/v1/nodes/node-a/return", 200),
+    ("POST", "/v1/evictions/{eviction_id}/approve"): (
+        "admin",
+        "/v1/evictions/{paged}/approve",
+        200,
+    ),
     ("GET", "/v1/reports/weekly"): ("read", "/v1/reports/weekly?week=2026-W48", 200),
     ("POST", "/v1/webhooks"): ("admin", "/v1/webhooks", 201),
     ("GET", "/v1/webhooks"): ("admin", "/v1/webhooks", 200),
@@ -168,7 +173,9 @@ def _call(
         path = path.format(stored_version=version)
     if "{hook}" in path:
         path = path.format(hook=_seed_webhook(db))
-    if "{pending}" in path or "{acked}" in path or key[1] == "/v1/nodes/{name}/return":
+    if any(f"{{{s}}}" in path for s in ("pending", "acked", "paged")) or key[1] == (
+        "/v1/nodes/{name}/return"
+    ):
         path = _seed_eviction(db, path, headers)
     if key == ("POST", "/v1/ingest"):
         kwargs["json"] = make_batch("node-a", gpus=1)
@@ -184,6 +191,8 @@ def _call(
         kwargs["headers"] = {**headers, "Content-Type": "text/csv"}
     elif key == ("POST", "/v1/evictions/{eviction_id}/reject"):
         kwargs["json"] = {"reason": "maintenance window"}
+    elif key == ("POST", "/v1/evictions/{eviction_id}/approve"):
+        kwargs["json"] = {"note": "the Xid is real on this node"}
     elif key == ("POST", "/v1/lifetimes/{serial}/events"):
         kwargs["json"] = {"kind": "failure", "installed_at": "2020-01-01T00:00:00Z"}
     return client.request(method, path, **kwargs)
@@ -207,7 +216,7 @@ def _seed_eviction(db: Database, path: str, headers: dict[str, str]) -> str:
         except AuthError:
             claimer = "nobody"
         now = utcnow()
-        state = "acked" if "{acked}" in path else "pending" if "{pending}" in path else "completed"
+        state = next((s for s in ("acked", "pending", "paged") if f"{{{s}}}" in path), "completed")
         eviction_id = create_eviction(
             conn, node="node-a", state="pending", reason_kind="rule", reason="test",
             evidence={}, expected_saving_usd=None, dry_run=False, now=now,
@@ -217,7 +226,7 @@ def _seed_eviction(db: Database, path: str, headers: dict[str, str]) -> str:
             .where(evictions.c.id == eviction_id)
             .values(state=state, claimed_by=claimer, lease_expires_at=now + timedelta(minutes=5))
         )
-    return path.format(pending=eviction_id, acked=eviction_id)
+    return path.format(pending=eviction_id, acked=eviction_id, paged=eviction_id)
 
 
 def test_auth_matrix_covers_every_route(client: TestClient) -> None:

@@ -241,3 +241,27 @@ def test_read_token_may_list_but_not_ack(
     reader = bearer(tokens["read"])
     assert client.get(f"/v1/evictions/{eviction}", headers=reader).status_code == 200
     assert client.post(f"/v1/evictions/{eviction}/ack", headers=reader).status_code == 403
+
+
+def test_on_call_approves_a_paged_eviction_over_the_budget(
+    client: TestClient, db: Database, tokens: dict[str, str]
+) -> None:
+    """Past the drain budget an eviction is paged; on-call approving it makes it pending for
+    the schedulers, with who and why in the audit log; a pending one cannot be approved."""
+    with db.write() as conn:
+        paged = create_eviction(conn, node="node-p", state="paged", reason_kind="rule",
+                                reason="xid 79", evidence={}, expected_saving_usd=None,
+                                dry_run=False, now=utcnow())  # fmt: skip
+    admin = bearer(tokens["admin"])
+    body = {"note": "confirmed with the vendor"}
+    answer = client.post(f"/v1/evictions/{paged}/approve", json=body, headers=admin)
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["state"] == "pending"
+    again = client.post(f"/v1/evictions/{paged}/approve", json=body, headers=admin)
+    assert again.status_code == 409 and "pending" in again.text
+    detail = client.get(f"/v1/evictions/{paged}", headers=bearer(tokens["read"])).json()
+    last = detail["audit"][-1]
+    assert (last["from_state"], last["to_state"]) == ("paged", "pending")
+    assert last["detail"]["approved"] == "confirmed with the vendor"
+    empty = client.post(f"/v1/evictions/{paged}/approve", json={"note": ""}, headers=admin)
+    assert empty.status_code == 422 and "note" in empty.text

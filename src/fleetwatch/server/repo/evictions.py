@@ -27,6 +27,7 @@ __all__ = [
     "DRAINING_STATES",
     "OPEN_STATES",
     "ack_eviction",
+    "approve_eviction",
     "cancel_eviction",
     "complete_eviction",
     "create_eviction",
@@ -244,6 +245,26 @@ def reject_eviction(
                   lease_expires_at=None)  # fmt: skip
     if not won:
         raise _refuse(_row(conn, eviction_id), "rejected", now)
+    return eviction_from_row(_row(conn, eviction_id))
+
+
+def approve_eviction(
+    conn: Connection, eviction_id: int, *, actor: str, note: str, now: datetime
+) -> EvictionPublic:
+    """A person lets a paged eviction (past the drain budget) or a dry-run recommendation drain:
+    it becomes pending, over the budget, with who decided and why in the audit log."""
+    seen = _row(conn, eviction_id)
+    if seen.state not in ("paged", "recommended"):
+        raise Conflict(
+            f"eviction {eviction_id} is {seen.state}; only a paged or recommended eviction can "
+            "be approved",
+            seen.state,
+        )
+    won = _change(conn, seen, to_state="pending", actor=actor, now=now,
+                  audit={"approved": note, "over_budget": seen.state == "paged"},
+                  dry_run=False)  # fmt: skip
+    if not won:
+        raise _refuse(_row(conn, eviction_id), "approved", now)
     return eviction_from_row(_row(conn, eviction_id))
 
 

@@ -11,9 +11,10 @@ from typing import Annotated
 from fastapi import APIRouter, Body, Query
 
 from fleetwatch.server.db.base import utcnow
-from fleetwatch.server.deps import DatabaseDep, ReadAuth, SchedulerAuth
+from fleetwatch.server.deps import AdminAuth, DatabaseDep, ReadAuth, SchedulerAuth
 from fleetwatch.server.repo.evictions import (
     ack_eviction,
+    approve_eviction,
     complete_eviction,
     get_eviction,
     list_evictions,
@@ -22,6 +23,7 @@ from fleetwatch.server.repo.evictions import (
 )
 from fleetwatch.server.schemas.evictions import (
     AckBody,
+    ApproveBody,
     EvictionDetail,
     EvictionPublic,
     EvictionsPublic,
@@ -84,6 +86,18 @@ def reject(
     with db.write() as conn:
         return reject_eviction(conn, eviction_id, actor=token.name, reason=body.reason,
                                now=utcnow())  # fmt: skip
+
+
+@router.post("/evictions/{eviction_id}/approve", response_model=EvictionPublic,
+             summary="Let a paged (over-budget) or dry-run eviction drain (admin)")  # fmt: skip
+def approve(
+    eviction_id: int, body: ApproveBody, db: DatabaseDep, token: AdminAuth
+) -> EvictionPublic:
+    """On-call, paged because the fleet drain budget was exhausted, decides this node must drain
+    anyway: the eviction becomes pending for the schedulers, and the audit log says who and why."""
+    with db.write() as conn:
+        return approve_eviction(conn, eviction_id, actor=token.name, note=body.note,
+                                now=utcnow())  # fmt: skip
 
 
 @router.post("/nodes/{name}/return", response_model=EvictionPublic,

@@ -14,6 +14,7 @@ from pydantic import BaseModel, Field
 __all__ = [
     "STATES",
     "AckBody",
+    "ApproveBody",
     "AuditPublic",
     "EvictionDetail",
     "EvictionPublic",
@@ -82,6 +83,10 @@ class AckBody(BaseModel):
 
 class RejectBody(BaseModel):
     reason: str = Field(min_length=1, max_length=2000, description="why the drain is refused")
+
+
+class ApproveBody(BaseModel):
+    note: str = Field(min_length=1, max_length=2000, description="why it must drain anyway")
 
 
 class ReturnBody(BaseModel):
