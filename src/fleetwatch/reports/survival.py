@@ -1,4 +1,4 @@
-"""Kaplan–Meier survival of GPU lifetimes by SKU (lifelines), over every lifetime on record."""
+"""Kaplan–Meier survival of GPU lifetimes by SKU, over every lifetime on record."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Row
+
+from fleetwatch.models.kaplan_meier import kaplan_meier
 
 __all__ = ["km_by_sku"]
 
@@ -19,8 +21,6 @@ def km_by_sku(lifetimes: list[Row[Any]], now: datetime) -> dict[str, Any]:
 
     Duration = (removed_at, else ``now``) - installed_at in days; event = ended in a failure.
     """
-    from lifelines import KaplanMeierFitter
-
     groups: dict[str, tuple[list[float], list[bool]]] = defaultdict(lambda: ([], []))
     for lt in lifetimes:
         end = lt.removed_at if lt.removed_at is not None else now
@@ -31,21 +31,15 @@ def km_by_sku(lifetimes: list[Row[Any]], now: datetime) -> dict[str, Any]:
     result: dict[str, Any] = {}
     for sku in sorted(groups):
         durations, observed = groups[sku]
-        fitter = KaplanMeierFitter().fit(durations, observed, label=sku)
-        curve = fitter.survival_function_[sku]
-        step = max(len(curve) // _CURVE_POINTS, 1)
-        sampled = curve.iloc[::step]
-        median = float(fitter.median_survival_time_)
+        km = kaplan_meier(durations, observed, at_days=_AT_DAYS, points=_CURVE_POINTS)
         result[sku] = {
-            "n": len(durations),
-            "failures": int(sum(observed)),
-            "median_days": median if median != float("inf") else None,
-            "survival_at_days": {
-                str(t): round(float(fitter.predict(float(t))), 4) for t in _AT_DAYS
-            },
+            "n": km.n,
+            "failures": km.failures,
+            "median_days": km.median_days,
+            "survival_at_days": {str(t): round(km.survival_at[float(t)], 4) for t in _AT_DAYS},
             "curve": {
-                "days": [round(float(t), 3) for t in sampled.index],
-                "survival": [round(float(s), 5) for s in sampled.to_numpy()],
+                "days": [round(t, 3) for t in km.days],
+                "survival": [round(v, 5) for v in km.survival],
             },
         }
     return result
