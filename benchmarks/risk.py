@@ -8,7 +8,8 @@ risk model fitted on synthetic lifetimes with telemetry covariates, then measure
   and warm, and scoring every GPU for a new horizon;
 * over loopback HTTP against the real server: ``GET /v1/risk`` p50/p99 for a horizon already
   scored (the common case), for a new horizon on every request (scores computed in the
-  request), for ``scope=node``, and ``GET /healthz`` as the HTTP floor, side by side.
+  request), for ``scope=node``, and ``GET /healthz`` as the HTTP floor, side by side; then
+  ``GET /metrics`` with the risk and verdict series, first and repeated.
 
     .venv/bin/python benchmarks/risk.py [--gpus 10000] [--requests 200]
 """
@@ -149,6 +150,16 @@ def main() -> None:
             }
             for name, samples in rows.items():
                 print(f"{name:40s} {_pcts(samples)}  ({len(samples)} requests)")
+            # /metrics with the risk and verdict series of this snapshot: the first scrape
+            # renders them, later ones reuse the text until the next assessment.
+            for label in ("first", "repeat", "repeat"):
+                started = time.perf_counter()
+                page = client.get("/metrics")
+                page.raise_for_status()
+                elapsed = time.perf_counter() - started
+                lines = page.text.count("fleetwatch_gpu_failure_probability{")
+                print(f"GET /metrics ({label}): {elapsed:.2f} s, {len(page.content) / 1e6:.1f} MB, "
+                      f"{lines} GPU probability series")  # fmt: skip
         finally:
             server.terminate()
             server.wait(10)

@@ -15,10 +15,10 @@ Node risk is :math:`1 - \\prod_i (1 - p_i)` over its GPUs.
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import numpy as np
 import pandas as pd
@@ -33,6 +33,7 @@ from fleetwatch.server.rollups import fleet_window_features
 __all__ = ["FleetAssessment", "GpuAssessment", "GpuRisk", "assess_fleet"]
 
 _DAY_S = 86400.0
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -69,10 +70,19 @@ class FleetAssessment:
     bundle: RiskBundle | None
     model_version: int | None
     _scores: dict[float, list[GpuRisk]] = field(default_factory=dict, repr=False)
+    _memo: dict[str, object] = field(default_factory=dict, repr=False)
     _nodes: dict[float, dict[str, tuple[float | None, list[GpuRisk]]]] = field(
         default_factory=dict, repr=False
     )
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    # Re-entrant: a memo (the /metrics text) computes risks, which take the lock too.
+    _lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
+
+    def memo(self, key: str, compute: Callable[[], T]) -> T:
+        """``compute()`` once per snapshot (the /metrics text of its risks, say)."""
+        with self._lock:
+            if key not in self._memo:
+                self._memo[key] = compute()
+            return cast(T, self._memo[key])
 
     def risks(self, horizon_days: float) -> list[GpuRisk]:
         """Every GPU's risk within ``horizon_days``, in the order of :attr:`gpus` (cached)."""

@@ -27,8 +27,15 @@ def _horizon_label(hours: float) -> str:
 
 
 def render_risk(snapshot: FleetAssessment | None, horizons_h: Sequence[float]) -> str:
+    """The risk series of ``snapshot``, rendered once per snapshot and horizons (a scrape every
+    15 s would otherwise rebuild tens of thousands of lines from an unchanged snapshot)."""
     if snapshot is None:
         return ""
+    key = "metrics:" + ",".join(f"{h:g}" for h in horizons_h)
+    return snapshot.memo(key, lambda: _render(snapshot, horizons_h))
+
+
+def _render(snapshot: FleetAssessment, horizons_h: Sequence[float]) -> str:
     out = [
         "# HELP fleetwatch_assessment_timestamp_seconds When the fleet was last judged.\n"
         "# TYPE fleetwatch_assessment_timestamp_seconds gauge\n"
