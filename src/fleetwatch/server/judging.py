@@ -76,7 +76,18 @@ class Verdict:
     @classmethod
     def from_health(cls, v: HealthVerdict) -> Verdict:
         return cls("health", v.rule, v.severity, v.action, v.counts_against_gpu, v.source,
-                   v.first_seen, v.last_seen, (), dict(v.evidence), v.note)  # fmt: skip
+                   v.first_seen, v.last_seen, (), _jsonable(v.evidence), v.note)  # fmt: skip
+
+
+def _jsonable(value: Any) -> Any:
+    """Evidence as JSON can hold it: times as ISO 8601 (evictions and alerts store it as JSON)."""
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, Mapping):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
+        return [_jsonable(v) for v in value]
+    return value
 
 
 @dataclass

@@ -290,3 +290,23 @@ def test_planner_drains_an_unreachable_node(client: TestClient, push: Push, db: 
     assert row["evidence"]["interval_s"] == 10.0
     assert push(make_batch("node-quiet", gpus=2, ticks=1, interval_s=10.0)).status_code == 200
     assert _pass(client).cancelled == 1
+
+
+def test_a_gpu_gone_from_its_node_drains_and_alerts_with_json_evidence(
+    client: TestClient, push: Push, db: Database, tokens: dict[str, str]
+) -> None:
+    """A health verdict's evidence holds times (gpu_missing: when the GPU was last seen): the
+    eviction and the alert store it as JSON. A demo run once failed every pass on this."""
+    assert push(make_batch("node-m", gpus=2, ticks=1, interval_s=0.1)).status_code == 200
+    time.sleep(0.5)  # longer than 3 intervals: GPU 1 is missing while GPU 0 keeps reporting
+    assert push(make_batch("node-m", gpus=1, ticks=1, interval_s=0.1)).status_code == 200
+    assert _pass(client).created == {"pending": 1}
+    [row] = _rows(db)
+    verdict = row["evidence"]["gpus"][0]["verdicts"][0]
+    assert verdict["rule"] == "gpu_missing"
+    assert isinstance(verdict["evidence"]["last_seen"], str)
+    state = client.app.state  # type: ignore[attr-defined]
+    assert state.alerter.run_once() is not None
+    firing = client.get("/v1/alerts", params={"state": "firing"},
+                        headers=bearer(tokens["read"])).json()  # fmt: skip
+    assert any(a["node"] == "node-m" for a in firing["data"]), firing
