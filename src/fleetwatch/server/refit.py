@@ -24,6 +24,7 @@ import pandas as pd
 from sqlalchemy import insert, select, text
 
 from fleetwatch.config import ServerSettings
+from fleetwatch.models.base import ModelFitError
 from fleetwatch.models.registry import EVENT, RiskBundle, wear_out_onsets
 from fleetwatch.server.db.base import utcnow
 from fleetwatch.server.db.session import Database
@@ -115,7 +116,8 @@ def run_refit(
                     error=f"{type(exc).__name__}: {exc}",
                     metrics=sizes,
                 )
-            logger.error("refit (%s) failed, stored as version %d: %s", trigger, version, exc)
+            log = logger.warning if isinstance(exc, ModelFitError) else logger.error
+            log("refit (%s) failed, stored as version %d: %s", trigger, version, exc)
             raise
         with db.write() as conn:
             version = store_model(conn, bundle, trigger=trigger, trained_at=now)
@@ -183,6 +185,11 @@ class Refitter:
             return self._refit(
                 self.db, self.settings, trigger=trigger, min_interval_s=min_interval_s
             )
+        except ModelFitError as exc:
+            # Expected while the fleet has too few failures to fit: already stored as a failed
+            # version with its reason (run_refit logged it); no traceback for a known condition.
+            logger.debug("background refit (%s) did not fit: %s", trigger, exc)
+            return None
         except Exception:
             logger.exception("background refit (%s) failed", trigger)
             return None

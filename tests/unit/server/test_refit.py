@@ -175,7 +175,7 @@ class _Blocking:
         self.started.set()
         assert self.release.wait(30)
         if self.fail:
-            raise ModelFitError("boom")
+            raise RuntimeError("boom: an unexpected failure, not a known cannot-fit")
         return 1
 
 
