@@ -21,7 +21,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from sqlalchemy import Connection, func, select
 
@@ -101,10 +101,23 @@ class _Gpu:
     window: list[BootSample] = field(default_factory=list)
 
 
+class _Reading:
+    """One stored sample as the rules read it (attribute per canonical field, None when not
+    reported), in about a quarter of a ``GpuSample``'s memory: every worker keeps a window of
+    every GPU's readings, 10,000 GPUs' worth."""
+
+    __slots__ = ("uuid", "ts", *SAMPLE_FIELD_NAMES)
+
+    def __init__(self, mapping: Mapping[str, Any]) -> None:
+        self.uuid = mapping["gpu_uuid"]
+        self.ts = mapping["ts"]
+        for name in SAMPLE_FIELD_NAMES:
+            setattr(self, name, mapping.get(name))
+
+
 def _row_sample(row: Any) -> BootSample:
-    values = {k: v for k, v in row._mapping.items() if k in SAMPLE_FIELD_NAMES and v is not None}
-    sample = GpuSample.model_construct(uuid=row.gpu_uuid, ts=row.ts, **values)
-    return BootSample(row.boot_id, sample)
+    # The rules take GpuSample-shaped objects; _Reading has the same attributes.
+    return BootSample(row.boot_id, cast(GpuSample, _Reading(row._mapping)))
 
 
 class FleetJudge:
@@ -126,6 +139,11 @@ class FleetJudge:
         windows = (thresholds.sbe_window_s, thresholds.nvlink_window_s,
                    thresholds.pcie_window_s, thresholds.throttle_window_s)  # fmt: skip
         self.history = timedelta(seconds=max(windows) * 1.5)
+        dense_windows = (thresholds.nvlink_window_s, thresholds.pcie_window_s)
+        self.dense = timedelta(seconds=max(dense_windows) * 1.5)
+        # At least throttle_min_samples per throttle window, and never coarser than 30 s.
+        step = min(30.0, thresholds.throttle_window_s / (thresholds.throttle_min_samples * 3))
+        self.sparse_step = timedelta(seconds=step)
         self.max_lag = max_lag
         self._gpus: dict[str, _Gpu] = {}
         self._last_id: int | None = None
@@ -170,6 +188,24 @@ class FleetJudge:
                 horizon = gpu.window[-1].sample.ts - self.history
                 if gpu.window[0].sample.ts < horizon:
                     gpu.window = [s for s in gpu.window if s.sample.ts >= horizon]
+                gpu.window = self._thinned(gpu.window)
+
+    def _thinned(self, window: list[BootSample]) -> list[BootSample]:
+        """Every sample of the last ``dense`` seconds (the 60 s NVLink and PCIe windows), one per
+        ``sparse_step`` before that. Counter rules read a window's first and last sample, and the
+        throttle share is estimated from the thinned samples; at a 10 s interval a GPU keeps
+        about 29 samples instead of 90, and 10,000 GPUs fit in about a third of the memory."""
+        if len(window) < 2:
+            return window
+        dense_from = window[-1].sample.ts - self.dense
+        kept: list[BootSample] = []
+        last: datetime | None = None
+        for s in window:
+            ts = s.sample.ts
+            if ts >= dense_from or last is None or ts - last >= self.sparse_step:
+                kept.append(s)
+                last = ts
+        return kept if len(kept) < len(window) else window
 
     def _as_of(self, members: Sequence[_Gpu], now: datetime) -> datetime:
         """A node is judged as of its newest reading (its agent's clock), never after ``now``
