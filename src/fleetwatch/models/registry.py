@@ -48,6 +48,7 @@ from numpy.typing import NDArray
 from scipy.stats import norm
 
 from fleetwatch.models.base import DURATION_COL, EVENT_COL, ModelFitError
+from fleetwatch.models.bundle_params import AftParams, WeibullParams, conditional_risk
 from fleetwatch.models.telemetry_features import FEATURE_NAMES
 
 __all__ = [
@@ -59,7 +60,6 @@ __all__ = [
     "Factor",
     "RiskBundle",
     "RiskScores",
-    "wear_out_onsets",
 ]
 
 DURATION_DAYS = "duration_days"
@@ -102,85 +102,6 @@ class RiskScores:
     """Per unit, up to three strongest drivers, strongest first (empty for Weibull units)."""
 
 
-@dataclass(frozen=True)
-class _Weibull:
-    lam: float
-    rho: float
-    rho_ci: tuple[float, float]
-
-    def to_params(self) -> dict[str, Any]:
-        return {"lambda": self.lam, "rho": self.rho, "rho_ci": list(self.rho_ci)}
-
-    @classmethod
-    def from_params(cls, p: dict[str, Any]) -> _Weibull:
-        lo, hi = p["rho_ci"]
-        return cls(lam=float(p["lambda"]), rho=float(p["rho"]), rho_ci=(float(lo), float(hi)))
-
-
-@dataclass(frozen=True)
-class _Aft:
-    intercept: float
-    rho: float
-    features: tuple[str, ...]
-    coef: NDArray[np.float64]
-    median: NDArray[np.float64]
-    """Imputation values, raw scale."""
-    mean: NDArray[np.float64]
-    """Training means, model scale (for hazard ratios)."""
-    log1p: NDArray[np.bool_]
-    low: NDArray[np.float64]
-    """Training range, model scale; -inf/inf (no clipping) for format-1 params."""
-    high: NDArray[np.float64]
-
-    def design(self, raw: NDArray[np.float64]) -> NDArray[np.float64]:
-        """Raw covariates (NaN = not reported), one column per feature, as the AFT sees them:
-        imputed, log1p where the feature is a count or rate, clipped to the training range."""
-        x = np.where(np.isfinite(raw), raw, self.median)
-        if self.log1p.any():
-            x[:, self.log1p] = np.log1p(np.maximum(x[:, self.log1p], 0.0))
-        return np.asarray(np.clip(x, self.low, self.high), dtype=np.float64)
-
-    def to_params(self) -> dict[str, Any]:
-        def bounds(a: NDArray[np.float64]) -> list[float | None]:
-            return [float(v) if math.isfinite(v) else None for v in a]
-
-        return {
-            "intercept": self.intercept,
-            "rho": self.rho,
-            "features": list(self.features),
-            "coef": self.coef.tolist(),
-            "median": self.median.tolist(),
-            "mean": self.mean.tolist(),
-            "log1p": [f for f, on in zip(self.features, self.log1p, strict=True) if on],
-            "low": bounds(self.low),
-            "high": bounds(self.high),
-        }
-
-    @classmethod
-    def from_params(cls, p: dict[str, Any]) -> _Aft:
-        def arr(key: str) -> NDArray[np.float64]:
-            return np.asarray(p[key], dtype=np.float64)
-
-        features = tuple(str(f) for f in p["features"])
-
-        def bounds(key: str, missing: float) -> NDArray[np.float64]:
-            got = p.get(key) or [None] * len(features)  # absent in format 1: no clipping
-            return np.array([missing if v is None else float(v) for v in got], dtype=np.float64)
-
-        logged = set(p.get("log1p", ()))  # absent in format 1: no transform
-        return cls(
-            intercept=float(p["intercept"]),
-            rho=float(p["rho"]),
-            features=features,
-            coef=arr("coef"),
-            median=arr("median"),
-            mean=arr("mean"),
-            log1p=np.array([f in logged for f in features], dtype=np.bool_),
-            low=bounds("low", -math.inf),
-            high=bounds("high", math.inf),
-        )
-
-
 @contextmanager
 def _gc_paused() -> Iterator[None]:
     """Pause the cyclic garbage collector while building many small objects.
@@ -198,21 +119,7 @@ def _gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _conditional_risk(
-    ages: NDArray[np.float64], horizon: float, log_lam: NDArray[np.float64], rho: Any
-) -> NDArray[np.float64]:
-    """:math:`1 - S(a+H)/S(a)` from :math:`\\log\\lambda`, in log space: covariates far outside
-    the training range give scales that under- or overflow, and age 0 has log 0 = -inf."""
-    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
-        h_now = np.exp(rho * (np.log(ages) - log_lam))
-        h_then = np.exp(rho * (np.log(ages + horizon) - log_lam))
-        risk = -np.expm1(h_now - h_then)
-    # inf - inf: both cumulative hazards beyond float range, the unit is as good as failed.
-    risk = np.where(np.isnan(risk), 1.0, risk)
-    return np.asarray(np.clip(risk, 0.0, 1.0), dtype=np.float64)
-
-
-def _fit_weibull(part: pd.DataFrame, label: str) -> tuple[_Weibull, dict[str, Any]]:
+def _fit_weibull(part: pd.DataFrame, label: str) -> tuple[WeibullParams, dict[str, Any]]:
     """Fit one Weibull on ``part``; return it and its metrics (n, events, rho, CI, MTBF)."""
     from fleetwatch.models.weibull import WeibullRisk  # lifelines: only when fitting
 
@@ -235,7 +142,7 @@ def _fit_weibull(part: pd.DataFrame, label: str) -> tuple[_Weibull, dict[str, An
         "lambda": lam,
         "mtbf_days": [float(v) for v in mtbf],
     }
-    return _Weibull(lam=lam, rho=rho, rho_ci=rho_ci), metrics
+    return WeibullParams(lam=lam, rho=rho, rho_ci=rho_ci), metrics
 
 
 def _check_frame(frame: pd.DataFrame) -> list[str]:
@@ -278,9 +185,9 @@ class RiskBundle:
 
     def __init__(
         self,
-        fleet: _Weibull,
-        groups: dict[str, _Weibull],
-        aft: _Aft | None,
+        fleet: WeibullParams,
+        groups: dict[str, WeibullParams],
+        aft: AftParams | None,
         metrics: dict[str, Any] | None = None,
     ) -> None:
         self._fleet = fleet
@@ -293,7 +200,7 @@ class RiskBundle:
         return self._aft is not None
 
     @property
-    def weibulls(self) -> dict[str, _Weibull]:
+    def weibulls(self) -> dict[str, WeibullParams]:
         """The Weibull fits by name: ``"fleet"`` and each group's."""
         return {FLEET: self._fleet, **self._groups}
 
@@ -330,7 +237,7 @@ class RiskBundle:
         covariates = _check_frame(frame)
         frame = frame.reset_index(drop=True)
         fleet, fleet_metrics = _fit_weibull(frame, "fleet Weibull")
-        groups: dict[str, _Weibull] = {}
+        groups: dict[str, WeibullParams] = {}
         group_metrics: dict[str, Any] = {}
         if GROUP in frame.columns:
             keys = frame[GROUP].astype(object).where(frame[GROUP].notna(), None)
@@ -369,9 +276,9 @@ class RiskBundle:
             )
         aft = params.get("aft")
         return cls(
-            _Weibull.from_params(params["fleet"]),
-            {str(k): _Weibull.from_params(v) for k, v in params["groups"].items()},
-            None if aft is None else _Aft.from_params(aft),
+            WeibullParams.from_params(params["fleet"]),
+            {str(k): WeibullParams.from_params(v) for k, v in params["groups"].items()},
+            None if aft is None else AftParams.from_params(aft),
         )
 
     def score(self, units: pd.DataFrame, horizon_days: float) -> RiskScores:
@@ -417,18 +324,18 @@ class RiskBundle:
                 mask = keys == key
                 lam[mask], rho[mask], labels[mask] = fit.lam, fit.rho, f"weibull:{key}"
         empty: list[list[Factor]] = [[] for _ in range(n)]
-        probability = _conditional_risk(ages, horizon, np.log(lam), rho)
+        probability = conditional_risk(ages, horizon, np.log(lam), rho)
         return RiskScores(probability, labels.tolist(), empty)
 
     @staticmethod
     def _score_aft(
-        aft: _Aft, units: pd.DataFrame, ages: NDArray[np.float64], horizon: float
+        aft: AftParams, units: pd.DataFrame, ages: NDArray[np.float64], horizon: float
     ) -> RiskScores:
         n, p = len(units), len(aft.features)
         raw = _raw_covariates(units, aft.features)
         reported = np.isfinite(raw)
         x = aft.design(raw)
-        probability = _conditional_risk(ages, horizon, aft.intercept + x @ aft.coef, aft.rho)
+        probability = conditional_risk(ages, horizon, aft.intercept + x @ aft.coef, aft.rho)
 
         # Clipped: far outside the training range exp() overflows; e^±50 says enough.
         log_hr = np.clip(-aft.rho * aft.coef * (x - aft.mean), -50.0, 50.0)
@@ -460,7 +367,7 @@ def _raw_covariates(units: pd.DataFrame, features: tuple[str, ...]) -> NDArray[n
 
 def _fit_aft(
     frame: pd.DataFrame, covariates: list[str], min_events: int, penalizer: float
-) -> tuple[_Aft | None, dict[str, Any] | None]:
+) -> tuple[AftParams | None, dict[str, Any] | None]:
     """The AFT on rows with any covariate reported, or None when too few failures have one."""
     if not covariates:
         return None, None
@@ -505,7 +412,7 @@ def _fit_aft(
     ci = model.fitter_.confidence_intervals_.loc[("rho_", "Intercept")].to_numpy(dtype=float)
     features = tuple(str(c) for c in x.columns)
     beta = model.coefficients()
-    aft = _Aft(
+    aft = AftParams(
         intercept=float(params.loc[("lambda_", "Intercept")]),
         rho=math.exp(log_rho),
         features=features,
@@ -528,37 +435,3 @@ def _fit_aft(
         "log1p": [f for f in features if f in LOG1P_COVARIATES],
     }
     return aft, metrics
-
-
-def wear_out_onsets(previous: RiskBundle | None, current: RiskBundle) -> list[dict[str, Any]]:
-    """Groups (or the fleet) that entered wear-out between two versions.
-
-    An onset is a shape that was :math:`\\rho \\le 1` in ``previous`` and is :math:`\\rho > 1`
-    now with the lower 95% bound above 1, so noise around 1 does not raise one. Each comes with
-    its numbers as evidence. No previous version, or a group new in ``current``, gives none.
-    """
-    if previous is None:
-        return []
-    before = previous.weibulls
-    onsets = []
-    for name, fit in current.weibulls.items():
-        old = before.get(name)
-        if old is None or old.rho > 1.0 or fit.rho <= 1.0 or fit.rho_ci[0] <= 1.0:
-            continue
-        stats = current.metrics.get("groups", {}).get(name) if name != FLEET else None
-        if name == FLEET:
-            stats = current.metrics.get("fleet")
-        onsets.append(
-            {
-                "group": name,
-                "previous_rho": old.rho,
-                "previous_rho_ci": list(old.rho_ci),
-                "rho": fit.rho,
-                "rho_ci": list(fit.rho_ci),
-                "lambda": fit.lam,
-                "n": None if stats is None else stats.get("n"),
-                "events": None if stats is None else stats.get("events"),
-                "mtbf_days": None if stats is None else stats.get("mtbf_days"),
-            }
-        )
-    return onsets

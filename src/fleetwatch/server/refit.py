@@ -25,7 +25,8 @@ from sqlalchemy import insert, select, text
 
 from fleetwatch.config import ServerSettings
 from fleetwatch.models.base import ModelFitError
-from fleetwatch.models.registry import EVENT, RiskBundle, wear_out_onsets
+from fleetwatch.models.registry import EVENT, RiskBundle
+from fleetwatch.models.wear_out import wear_out_onsets
 from fleetwatch.server.db.base import utcnow
 from fleetwatch.server.db.session import Database
 from fleetwatch.server.db.tables import events, risk_models

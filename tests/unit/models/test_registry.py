@@ -11,7 +11,8 @@ import pytest
 from tests.unit.models.synth import SEED
 
 from fleetwatch.models.base import ModelFitError
-from fleetwatch.models.registry import Factor, RiskBundle, wear_out_onsets
+from fleetwatch.models.registry import Factor, RiskBundle
+from fleetwatch.models.wear_out import wear_out_onsets
 
 RHO, LAM = 1.5, 1000.0
 # Effects on log lifetime, per unit of the model's scale: log1p(sbe_per_day), a count rate.
