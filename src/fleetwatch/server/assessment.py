@@ -30,7 +30,7 @@ from fleetwatch.server.db.tables import gpu_lifetimes, gpus, nodes
 from fleetwatch.server.judging import FleetJudge, Verdict
 from fleetwatch.server.rollups import fleet_window_features
 
-__all__ = ["FleetAssessment", "GpuAssessment", "GpuRisk", "assess_fleet"]
+__all__ = ["FleetAssessment", "GpuAssessment", "GpuRisk", "assess_fleet", "risk_order"]
 
 _DAY_S = 86400.0
 T = TypeVar("T")
@@ -136,6 +136,13 @@ class FleetAssessment:
             p = 1.0 - float(np.prod([1.0 - q for q in known])) if known else None
             out[node] = (p, members)
         return out
+
+
+def risk_order(risk: GpuRisk) -> tuple[float, str, int]:
+    """The ranking everyone shows (the API, the page): riskiest first, so rule verdicts
+    (probability 1) lead; unknown probabilities last; ties by node and index, for a stable page."""
+    p = -1.0 if risk.probability is None else risk.probability
+    return (-p, risk.gpu.node, risk.gpu.index)
 
 
 def _units(assessed: Sequence[GpuAssessment]) -> pd.DataFrame:

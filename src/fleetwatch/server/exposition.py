@@ -23,13 +23,14 @@ from fleetwatch.server.db.session import Database
 from fleetwatch.server.db.tables import events, gpus, nodes
 from fleetwatch.server.liveness import node_state
 
-__all__ = ["FleetExposition"]
+__all__ = ["FleetExposition", "escape_label"]
 
 _OVERLAP = timedelta(seconds=30)
 _GPU_FAMILIES = len(GPU_METRICS) + 3  # + info, last sample timestamp, per-reason throttle
 
 
-def _escape(value: str) -> str:
+def escape_label(value: str) -> str:
+    """A Prometheus label value as the text format wants it (backslash, newline, quote)."""
     return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
 
@@ -231,8 +232,8 @@ class FleetExposition:
 
     def _gpu_lines(self, gpu: _Gpu, node_name: str) -> list[list[str]]:
         labels = (
-            f'node="{_escape(node_name)}",gpu="{gpu.index}",uuid="{_escape(gpu.uuid)}",'
-            f'model="{_escape(gpu.model)}"'
+            f'node="{escape_label(node_name)}",gpu="{gpu.index}",uuid="{escape_label(gpu.uuid)}",'
+            f'model="{escape_label(gpu.model)}"'
         )
         values = gpu.latest or {}
         lines: list[list[str]] = []
@@ -244,9 +245,9 @@ class FleetExposition:
                 else [f"{metric.name}{{{labels}}} {_number(value, metric.scale)}"]
             )
         info = (
-            f'{labels},serial="{_escape(gpu.serial or "")}",'
-            f'driver_version="{_escape(gpu.driver_version or "")}",'
-            f'pci_bus_id="{_escape(gpu.pci_bus_id or "")}"'
+            f'{labels},serial="{escape_label(gpu.serial or "")}",'
+            f'driver_version="{escape_label(gpu.driver_version or "")}",'
+            f'pci_bus_id="{escape_label(gpu.pci_bus_id or "")}"'
         )
         lines.append([f"fleetwatch_gpu_info{{{info}}} 1"])
         lines.append(
@@ -273,7 +274,7 @@ class FleetExposition:
         up, seen, info = [], [], []
         states = {"up": 0, "unreachable": 0}
         for node in sorted(self._nodes.values(), key=lambda n: n.name):
-            name = _escape(node.name)
+            name = escape_label(node.name)
             state = node_state(node.last_seen, node.interval_s, self._factor, now)
             states[state] += 1
             up.append(f'fleetwatch_node_up{{node="{name}"}} {1 if state == "up" else 0}')
@@ -282,7 +283,7 @@ class FleetExposition:
                 f"{node.last_seen.timestamp()}"
             )
             extra = "".join(
-                f',{k}="{_escape(v)}"' for k, v in sorted(node.labels.items()) if k != "node"
+                f',{k}="{escape_label(v)}"' for k, v in sorted(node.labels.items()) if k != "node"
             )
             info.append(f'fleetwatch_node_info{{node="{name}"{extra}}} 1')
         parts = [
@@ -312,8 +313,8 @@ class FleetExposition:
                 continue
             gpu = gpu_index.get(uuid, "")
             parts.append(
-                f'fleetwatch_xid_events_total{{node="{_escape(node.name)}",gpu="{gpu}",'
-                f'uuid="{_escape(uuid)}",xid="{xid}"}} {n}\n'
+                f'fleetwatch_xid_events_total{{node="{escape_label(node.name)}",gpu="{gpu}",'
+                f'uuid="{escape_label(uuid)}",xid="{xid}"}} {n}\n'
             )
         parts.append(
             "# HELP fleetwatch_events_total Events reported, by kind.\n"
@@ -322,7 +323,6 @@ class FleetExposition:
         for (node_id, kind), n in sorted(self._kinds.items()):
             node = self._nodes.get(node_id)
             if node is not None:
-                parts.append(
-                    f'fleetwatch_events_total{{node="{_escape(node.name)}",kind="{kind}"}} {n}\n'
-                )
+                name = escape_label(node.name)
+                parts.append(f'fleetwatch_events_total{{node="{name}",kind="{kind}"}} {n}\n')
         return "".join(parts)

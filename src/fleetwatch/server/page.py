@@ -31,7 +31,7 @@ from sqlalchemy import Connection, func, select
 from fleetwatch.config import ServerSettings
 from fleetwatch.errors import AuthError, Forbidden
 from fleetwatch.rules.xid_catalog import XidCatalog
-from fleetwatch.server.assessment import FleetAssessment, GpuRisk
+from fleetwatch.server.assessment import FleetAssessment, GpuRisk, risk_order
 from fleetwatch.server.auth import Permission, TokenInfo
 from fleetwatch.server.background import Assessor
 from fleetwatch.server.db.base import utcnow
@@ -306,14 +306,8 @@ def _racks(conn: Connection, now: datetime, factor: float) -> list[RackRow]:
     return sorted(grouped.values(), key=lambda r: (-len(r.unreachable), r.rack))
 
 
-def _rank_key(risk: GpuRisk) -> tuple[float, str, int]:
-    # The order of GET /v1/risk: rule verdicts (probability 1) first, unknown probabilities last.
-    p = -1.0 if risk.probability is None else risk.probability
-    return (-p, risk.gpu.node, risk.gpu.index)
-
-
 def _ranked(snap: FleetAssessment, horizon_days: float) -> list[GpuRisk]:
-    return sorted(snap.risks(horizon_days), key=_rank_key)
+    return sorted(snap.risks(horizon_days), key=risk_order)  # as GET /v1/risk ranks
 
 
 def _risk_row(risk: GpuRisk) -> RiskRow:

@@ -12,12 +12,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from fleetwatch.server.assessment import FleetAssessment
+from fleetwatch.server.exposition import escape_label
 
 __all__ = ["render_risk"]
-
-
-def _esc(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
 def _horizon_label(hours: float) -> str:
@@ -56,13 +53,13 @@ def _render(snapshot: FleetAssessment, horizons_h: Sequence[float]) -> str:
                 continue
             g = risk.gpu
             gpu_lines.append(
-                f'fleetwatch_gpu_failure_probability{{node="{_esc(g.node)}",gpu="{g.index}",'
+                f'fleetwatch_gpu_failure_probability{{node="{escape_label(g.node)}",gpu="{g.index}",'
                 f'uuid="{g.uuid}",horizon="{label}"}} {risk.probability:.6g}\n'
             )
         for node, (p, _members) in sorted(snapshot.node_risks(hours / 24.0).items()):
             if p is not None:
                 node_lines.append(
-                    f'fleetwatch_node_failure_probability{{node="{_esc(node)}",'
+                    f'fleetwatch_node_failure_probability{{node="{escape_label(node)}",'
                     f'horizon="{label}"}} {p:.6g}\n'
                 )
     if gpu_lines:
@@ -78,8 +75,9 @@ def _render(snapshot: FleetAssessment, horizons_h: Sequence[float]) -> str:
         )
         out.extend(node_lines)
     verdicts = [
-        f'fleetwatch_gpu_verdict{{node="{_esc(g.node)}",gpu="{g.index}",uuid="{g.uuid}",'
-        f'kind="{v.kind}",rule="{_esc(v.rule)}",severity="{v.severity}",action="{v.action}"}} 1\n'
+        f'fleetwatch_gpu_verdict{{node="{escape_label(g.node)}",gpu="{g.index}",uuid="{g.uuid}",'
+        f'kind="{v.kind}",rule="{escape_label(v.rule)}",severity="{v.severity}",'
+        f'action="{v.action}"}} 1\n'
         for g in snapshot.gpus
         for v in g.verdicts
     ]

@@ -24,6 +24,7 @@ from sqlalchemy import Connection, text
 
 from fleetwatch.config import ServerSettings
 from fleetwatch.server.db.session import Database
+from fleetwatch.server.exposition import escape_label
 from fleetwatch.server.repo.jobs import (
     JobRow,
     apply_transitions,
@@ -159,10 +160,6 @@ class StragglerDetector:
                     self.trackers.finished[job_id] = tracked.last_seen
 
 
-def _esc(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-
-
 def render_stragglers(detector: StragglerDetector | None, db: Database) -> str:
     """``fleetwatch_node_step_slowdown_ratio{node,job}`` for jobs judged in the last 10 minutes
     (this worker's detectors) and ``fleetwatch_node_slowness_score{node}`` for every node."""
@@ -172,7 +169,8 @@ def render_stragglers(detector: StragglerDetector | None, db: Database) -> str:
         with detector.trackers.lock:
             live = {j for j, t in detector.trackers.jobs.items() if t.touched >= fresh}
         lines = [
-            f'fleetwatch_node_step_slowdown_ratio{{node="{_esc(n)}",job="{_esc(j)}"}} {r:.4f}\n'
+            f"fleetwatch_node_step_slowdown_ratio"
+            f'{{node="{escape_label(n)}",job="{escape_label(j)}"}} {r:.4f}\n'
             for j, n, r in detector.trackers.ratios()
             if j in live
         ]
@@ -192,7 +190,7 @@ def render_stragglers(detector: StragglerDetector | None, db: Database) -> str:
             "# TYPE fleetwatch_node_slowness_score gauge\n"
         )
         out.extend(
-            f'fleetwatch_node_slowness_score{{node="{_esc(n)}"}} {s:.4f}\n'
+            f'fleetwatch_node_slowness_score{{node="{escape_label(n)}"}} {s:.4f}\n'
             for n, s in sorted(scores.items())
         )
     return "".join(out)

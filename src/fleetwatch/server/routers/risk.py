@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Query, Request
 
 from fleetwatch.errors import InvalidInput, NotFound
-from fleetwatch.server.assessment import FleetAssessment, GpuRisk
+from fleetwatch.server.assessment import FleetAssessment, GpuRisk, risk_order
 from fleetwatch.server.background import Assessor
 from fleetwatch.server.deps import ReadAuth
 from fleetwatch.server.schemas.risk import (
@@ -67,12 +67,6 @@ def gpu_risk_public(risk: GpuRisk, model_version: int | None) -> GpuRiskPublic:
     )  # fmt: skip
 
 
-def _rank_key(risk: GpuRisk) -> tuple[float, str, int]:
-    # Unknown probabilities sort last; ties by node and index for a stable page.
-    p = -1.0 if risk.probability is None else risk.probability
-    return (-p, risk.gpu.node, risk.gpu.index)
-
-
 @router.get("/risk", response_model=RiskPage,
             summary="GPUs or nodes ranked by failure probability")  # fmt: skip
 def read_risk(
@@ -93,7 +87,7 @@ def read_risk(
                     model_version=version, total=0)  # fmt: skip
     if scope == "gpu":
         risks = [r for r in snap.risks(days) if node is None or r.gpu.node == node]
-        risks.sort(key=_rank_key)
+        risks.sort(key=risk_order)
         page.total = len(risks)
         page.gpus = [gpu_risk_public(r, version) for r in risks[:limit]]
         return page
@@ -103,7 +97,7 @@ def read_risk(
     page.total = len(nodes)
     page.nodes = [
         NodeRiskPublic(node=name, probability=p,
-                       gpus=[gpu_risk_public(r, version) for r in sorted(members, key=_rank_key)])
+                       gpus=[gpu_risk_public(r, version) for r in sorted(members, key=risk_order)])
         for name, p, members in nodes[:limit]
     ]  # fmt: skip
     return page
