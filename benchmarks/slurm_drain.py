@@ -39,7 +39,8 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 from agent import run_agent  # noqa: E402
-from tests.integration.live import FLEETWATCH, create_token, free_port, live_server  # noqa: E402
+from tests.integration.live import FLEETWATCH, create_token, live_server  # noqa: E402
+from tests.integration.slurm import SlurmctldFailed, running_slurmctld  # noqa: E402
 
 from fleetwatch.adapters.settings import AdapterSettings  # noqa: E402
 from fleetwatch.config import ServerSettings  # noqa: E402
@@ -48,31 +49,6 @@ from fleetwatch.server.db.session import make_engine  # noqa: E402
 
 NODE = "bench-node"
 POLL_S = 0.05
-
-SLURM_CONF = """\
-ClusterName=fwbench
-SlurmctldHost=localhost
-SlurmctldPort={ctld_port}
-SlurmdPort={slurmd_port}
-SlurmUser=root
-AuthType=auth/munge
-CryptoType=crypto/munge
-MpiDefault=none
-MailProg=/bin/true
-ProctrackType=proctrack/linuxproc
-ReturnToService=2
-SlurmdTimeout=0
-SelectType=select/cons_tres
-SchedulerType=sched/backfill
-StateSaveLocation={root}/state
-SlurmctldPidFile={root}/slurmctld.pid
-SlurmdPidFile={root}/slurmd.pid
-SlurmdSpoolDir={root}/spool
-SlurmctldLogFile={root}/slurmctld.log
-SlurmctldDebug=info
-NodeName={node} NodeAddr=127.0.0.1 CPUs=1 RealMemory=1000 State=IDLE
-PartitionName=gpu Nodes={node} Default=YES MaxTime=INFINITE State=UP
-"""
 
 
 @contextmanager
@@ -84,34 +60,12 @@ def slurmctld(root: Path) -> Iterator[Path]:
     )
     if ensure.returncode != 0:
         sys.exit(f"scripts/ensure-slurm.sh failed (missing: {missing}): {ensure.stderr.strip()}")
-    (root / "state").mkdir(parents=True)
-    conf = root / "slurm.conf"
-    conf.write_text(
-        SLURM_CONF.format(ctld_port=free_port(), slurmd_port=free_port(), root=root, node=NODE)
-    )
-    env = {**os.environ, "SLURM_CONF": str(conf)}
-    with (root / "slurmctld.out").open("wb") as sink:
-        process = subprocess.Popen(
-            ["slurmctld", "-D", "-f", str(conf)], stdout=sink, stderr=subprocess.STDOUT, env=env
-        )
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            ping = subprocess.run(["scontrol", "ping"], capture_output=True, text=True, env=env)
-            if ping.returncode == 0 and "UP" in ping.stdout:
-                break
-            if process.poll() is not None or time.monotonic() > deadline:
-                log = root / "slurmctld.log"
-                sys.exit(f"slurmctld did not start:\n{log.read_text() if log.exists() else ''}")
-            time.sleep(0.2)
-        yield conf
-    finally:
-        process.terminate()
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        with running_slurmctld(root, cluster="fwbench", node_groups=(NODE,),
+                               partition=NODE) as conf:  # fmt: skip
+            yield conf
+    except SlurmctldFailed as exc:
+        sys.exit(str(exc))
 
 
 def slurm_state() -> str:

@@ -19,7 +19,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -31,52 +30,19 @@ import pytest
 from fleetwatch.config import ServerSettings
 from fleetwatch.server.db.session import Database, make_engine
 from fleetwatch.server.repo.evictions import create_eviction
-from tests.integration.live import LiveServer, create_token, fleetwatch, free_port, live_server
+from tests.integration.live import LiveServer, create_token, fleetwatch, live_server
+from tests.integration.slurm import SlurmctldFailed, running_slurmctld
 
 pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[2]
 NODES = ("gpu01", "gpu02", "gpu03", "gpu04")
 
-SLURM_CONF = """\
-ClusterName=fwtest
-SlurmctldHost=localhost
-SlurmctldPort={ctld_port}
-SlurmdPort={slurmd_port}
-SlurmUser=root
-AuthType=auth/munge
-CryptoType=crypto/munge
-MpiDefault=none
-MailProg=/bin/true
-ProctrackType=proctrack/linuxproc
-ReturnToService=2
-SlurmdTimeout=0
-SelectType=select/cons_tres
-SchedulerType=sched/backfill
-StateSaveLocation={root}/state
-SlurmctldPidFile={root}/slurmctld.pid
-SlurmdPidFile={root}/slurmd.pid
-SlurmdSpoolDir={root}/spool
-SlurmctldLogFile={root}/slurmctld.log
-SlurmctldDebug=info
-NodeName=gpu[01-02] NodeAddr=127.0.0.1 CPUs=1 RealMemory=1000 State=IDLE
-NodeName=gpu[03-04] NodeAddr=127.0.0.1 CPUs=1 RealMemory=1000 State=IDLE
-PartitionName=gpu Nodes=gpu[01-04] Default=YES MaxTime=INFINITE State=UP
-"""
-
 
 def _unavailable(reason: str) -> None:
     if os.environ.get("FLEETWATCH_REQUIRE_SLURM") == "1":
         pytest.fail(f"Slurm is required for this run: {reason}")
     pytest.skip(f"{reason}; run scripts/ensure-slurm.sh (Debian, root)")
-
-
-def _log_tail(root: Path, out: Path) -> str:
-    text = out.read_text(errors="replace") if out.exists() else ""
-    log = root / "slurmctld.log"
-    if log.exists():
-        text += "\n--- slurmctld.log ---\n" + log.read_text(errors="replace")
-    return "\n".join(text.splitlines()[-40:])
 
 
 @pytest.fixture(scope="module")
@@ -91,34 +57,12 @@ def slurm_conf(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     if ensure.returncode != 0:
         pytest.fail(f"scripts/ensure-slurm.sh failed: {ensure.stderr.strip()}")
     root = tmp_path_factory.mktemp("slurm")
-    (root / "state").mkdir()
-    conf = root / "slurm.conf"
-    conf.write_text(SLURM_CONF.format(ctld_port=free_port(), slurmd_port=free_port(), root=root))
-    out = root / "slurmctld.out"
-    env = {**os.environ, "SLURM_CONF": str(conf)}
-    with out.open("wb") as sink:
-        process = subprocess.Popen(
-            ["slurmctld", "-D", "-f", str(conf)], stdout=sink, stderr=subprocess.STDOUT, env=env
-        )
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            ping = subprocess.run(["scontrol", "ping"], capture_output=True, text=True, env=env)
-            if ping.returncode == 0 and "UP" in ping.stdout:
-                break
-            if process.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(
-                    f"slurmctld did not start (exit {process.poll()}):\n{_log_tail(root, out)}"
-                )
-            time.sleep(0.2)
-        yield conf
-    finally:
-        process.terminate()
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        with running_slurmctld(root, cluster="fwtest", node_groups=("gpu[01-02]", "gpu[03-04]"),
+                               partition="gpu[01-04]") as conf:  # fmt: skip
+            yield conf
+    except SlurmctldFailed as exc:
+        pytest.fail(str(exc))
 
 
 @pytest.fixture
