@@ -2,7 +2,9 @@
 summary goes to the webhook outbox under the key ``weekly:<week>`` (the outbox dedupes on it).
 
 Delivery goes through ``fleetwatch.server.outbox.enqueue_report`` (to subscriptions whose
-filters say ``weekly_report: true``); tests pass their own ``enqueue``.
+filters say ``weekly_report: true``); tests pass their own ``enqueue``. The report is built only
+when a subscriber is still waiting for that week (a restart does not rebuild a sent report, and
+a fleet without report subscribers never builds one).
 """
 
 from __future__ import annotations
@@ -17,13 +19,14 @@ from fleetwatch.reports.weekly import compute_weekly
 from fleetwatch.reports.weeks import IsoWeek
 from fleetwatch.rules.xid_catalog import XidCatalog
 from fleetwatch.server.db.session import Database
-from fleetwatch.server.outbox import enqueue_report
+from fleetwatch.server.outbox import enqueue_report, report_recipients_waiting
 
 __all__ = ["WeeklyReportJob", "summary"]
 
 logger = logging.getLogger(__name__)
 
 Enqueue = Callable[..., int]
+Waiting = Callable[..., int]
 
 
 def summary(report: dict[str, Any]) -> dict[str, Any]:
@@ -44,11 +47,13 @@ class WeeklyReportJob:
         settings: ServerSettings,
         catalog: XidCatalog,
         enqueue: Enqueue | None = None,
+        waiting: Waiting | None = None,
     ) -> None:
         self.db = db
         self.settings = settings
         self.catalog = catalog
         self.enqueue: Enqueue = enqueue or enqueue_report
+        self.waiting: Waiting = waiting or report_recipients_waiting
         self.sent: IsoWeek | None = None
 
     def due(self, now: datetime) -> IsoWeek:
@@ -59,7 +64,10 @@ class WeeklyReportJob:
         week = self.due(now)
         if self.sent is not None and week <= self.sent:
             return None
-        self.deliver(week, now)
+        with self.db.read() as conn:
+            waiting = self.waiting(conn, key=f"weekly:{week}")
+        if waiting:
+            self.deliver(week, now)
         self.sent = week
         return str(week)
 

@@ -25,14 +25,21 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
-from sqlalchemy import Connection, and_, insert, select, update
+from sqlalchemy import Connection, and_, func, insert, select, update
 
 from fleetwatch.config import ServerSettings
 from fleetwatch.server.db.session import Database
 from fleetwatch.server.db.tables import webhook_outbox, webhook_subscriptions
 from fleetwatch.server.webhooks import render
 
-__all__ = ["DeliveryPass", "OutboxWorker", "backoff_s", "enqueue", "enqueue_report"]
+__all__ = [
+    "DeliveryPass",
+    "OutboxWorker",
+    "backoff_s",
+    "enqueue",
+    "enqueue_report",
+    "report_recipients_waiting",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -82,26 +89,47 @@ def enqueue(
     )
 
 
-def enqueue_report(conn: Connection, *, key: str, payload: dict[str, Any], now: datetime) -> int:
-    """Queue the weekly report ``payload`` for every enabled generic or Slack subscription whose
-    filters say ``weekly_report: true``; ``key`` (e.g. the report week) makes it idempotent.
-    Returns the number of deliveries queued."""
+def _report_subscriptions(conn: Connection) -> list[int]:
+    """Enabled generic or Slack subscriptions whose filters say ``weekly_report: true``."""
     subs = conn.execute(
         select(webhook_subscriptions.c.id, webhook_subscriptions.c.filters).where(
             webhook_subscriptions.c.enabled.is_(True),
             webhook_subscriptions.c.kind.in_(("generic", "slack")),
         )
     )
+    return [sub.id for sub in subs if (sub.filters or {}).get("weekly_report")]
+
+
+def _report_key(key: str, subscription_id: int) -> str:
+    return f"report:{key}:{subscription_id}"
+
+
+def report_recipients_waiting(conn: Connection, *, key: str) -> int:
+    """How many report subscriptions have not had report ``key`` queued yet: a restarted worker
+    need not build a report that every subscriber already has."""
+    ids = _report_subscriptions(conn)
+    if not ids:
+        return 0
+    queued = conn.execute(
+        select(func.count())
+        .select_from(webhook_outbox)
+        .where(webhook_outbox.c.idempotency_key.in_([_report_key(key, i) for i in ids]))
+    ).scalar_one()
+    return len(ids) - int(queued)
+
+
+def enqueue_report(conn: Connection, *, key: str, payload: dict[str, Any], now: datetime) -> int:
+    """Queue the weekly report ``payload`` for every enabled generic or Slack subscription whose
+    filters say ``weekly_report: true``; ``key`` (e.g. the report week) makes it idempotent.
+    Returns the number of deliveries queued."""
     queued = 0
-    for sub in subs:
-        if not (sub.filters or {}).get("weekly_report"):
-            continue
+    for subscription_id in _report_subscriptions(conn):
         made = enqueue(
             conn,
-            subscription_id=sub.id,
+            subscription_id=subscription_id,
             alert_id=None,
             event="report",
-            key=f"report:{key}:{sub.id}",
+            key=_report_key(key, subscription_id),
             payload={"report": payload},
             now=now,
         )

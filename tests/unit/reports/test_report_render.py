@@ -128,7 +128,10 @@ def test_weekly_job_sends_each_week_once(
         sent.append((key, payload))
         return 1
 
-    job = WeeklyReportJob(db, settings, XidCatalog.load(), enqueue=enqueue)
+    # A stand-in outbox: someone is always waiting for the report.
+    job = WeeklyReportJob(
+        db, settings, XidCatalog.load(), enqueue=enqueue, waiting=lambda conn, key: 1
+    )
     monday = START + timedelta(days=7)  # the Monday after 2026-W48
     assert job(monday + timedelta(hours=5)) == "2026-W47"  # before the delay: the week before
     sent.clear()
@@ -159,3 +162,31 @@ def test_weekly_job_through_the_outbox(
     with db.read() as conn:
         rows = conn.execute(select(webhook_outbox.c.idempotency_key)).scalars().all()
     assert len(rows) == 1 and WEEK in rows[0]
+
+
+def test_a_restarted_worker_does_not_rebuild_a_report_every_subscriber_has(
+    db: Database, settings: ServerSettings, fleet_rows: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sqlalchemy import insert
+
+    from fleetwatch.reports import schedule
+    from fleetwatch.server.db.tables import webhook_subscriptions
+
+    when = START + timedelta(days=7, hours=settings.report_delay_h + 1)
+    builds: list[str] = []
+    real = schedule.compute_weekly
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        builds.append("built")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(schedule, "compute_weekly", counting)
+    WeeklyReportJob(db, settings, XidCatalog.load())(when)  # nobody subscribed: nothing built
+    assert builds == []
+    with db.write() as conn:
+        conn.execute(insert(webhook_subscriptions).values(
+            name="ops", kind="generic", url="http://example.invalid/hook", secret=None,
+            filters={"weekly_report": True}, enabled=True, created_at=NOW))  # fmt: skip
+    WeeklyReportJob(db, settings, XidCatalog.load())(when)
+    WeeklyReportJob(db, settings, XidCatalog.load())(when)  # restarted: the week is queued
+    assert builds == ["built"]
