@@ -21,19 +21,25 @@ import logging
 import sqlite3
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from fleetwatch.agent.spool_disk import (
     DEFAULT_RESERVE_BYTES,
     WAL_CHECKPOINT_PAGES,
     fit_to_disk,
+    give_back_emergency_room,
     is_disk_full,
+    keep_emergency_room,
 )
 
 __all__ = ["DropReport", "SetAside", "Spool", "SpooledBatch"]
 
 logger = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS batches (
@@ -130,6 +136,7 @@ class Spool:
             "UPDATE set_aside SET carrier = NULL WHERE carrier IS NOT NULL"
             " AND carrier NOT IN (SELECT batch_id FROM batches)"
         )
+        keep_emergency_room(directory, reserve_bytes)
         fit_to_disk(self._db, directory, reserve_bytes)
 
     def close(self) -> None:
@@ -164,6 +171,7 @@ class Spool:
             carried.events,
         )
         with self._lock:
+            keep_emergency_room(self.directory, self.reserve_bytes)
             while True:
                 fit_to_disk(self._db, self.directory, self.reserve_bytes)
                 try:
@@ -180,12 +188,23 @@ class Spool:
                     if not is_disk_full(exc, self.directory, self.reserve_bytes):
                         raise
                     logger.debug("spool disk full while spooling %s: %s", batch_id, exc)
-                if not self._make_room(critical):
-                    self._drop_new(batch_id, samples, events, carried)
+                if not self._on_full_disk(lambda: self._make_room(critical)):
+                    self._on_full_disk(lambda: self._drop_new(batch_id, samples, events, carried))
                     return False
 
     def _transaction(self) -> _Transaction:
         return _Transaction(self._db)
+
+    def _on_full_disk(self, write: Callable[[], _T]) -> _T:
+        """Run a write that must succeed even on a disk full to the last block: if the disk
+        refuses it, give back the emergency room and try once more."""
+        try:
+            return write()
+        except sqlite3.Error as exc:
+            if not is_disk_full(exc, self.directory, self.reserve_bytes):
+                raise
+        give_back_emergency_room(self._db, self.directory)
+        return write()
 
     def _holds(self, batch_id: str) -> bool:
         found = self._db.execute("SELECT 1 FROM batches WHERE batch_id = ?", (batch_id,))
@@ -294,7 +313,11 @@ class Spool:
 
     def ack(self, seq: int) -> None:
         """The server has the batch: it leaves, and so do the reports it carried."""
-        with self._lock, self._transaction():
+        with self._lock:
+            self._on_full_disk(lambda: self._ack(seq))
+
+    def _ack(self, seq: int) -> None:
+        with self._transaction():
             self._db.execute(
                 "DELETE FROM set_aside"
                 " WHERE carrier = (SELECT batch_id FROM batches WHERE seq = ?)",

@@ -10,6 +10,11 @@ pages are reused by the next INSERT, and the spool drops its oldest batches inst
 
 The cap follows the disk at each write: space freed elsewhere raises it, space taken by another
 program lowers it (never below the pages already in use, which SQLite keeps reusing).
+
+When another program takes even the reserve, a delete can still fail; for that the spool keeps a
+preallocated file (``spool.reserve``, 256 KiB) that it gives back to the disk, together with the
+log's own space (a truncating checkpoint), before it tries again; the file is made again once the
+disk has room.
 """
 
 from __future__ import annotations
@@ -19,12 +24,21 @@ import os
 import sqlite3
 from pathlib import Path
 
-__all__ = ["DEFAULT_RESERVE_BYTES", "WAL_CHECKPOINT_PAGES", "fit_to_disk", "is_disk_full"]
+__all__ = [
+    "DEFAULT_RESERVE_BYTES",
+    "WAL_CHECKPOINT_PAGES",
+    "fit_to_disk",
+    "give_back_emergency_room",
+    "is_disk_full",
+    "keep_emergency_room",
+]
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_RESERVE_BYTES = 1024 * 1024
 WAL_CHECKPOINT_PAGES = 64
+EMERGENCY_BYTES = 256 * 1024
+EMERGENCY_FILE = "spool.reserve"
 
 
 def free_bytes(directory: Path) -> int:
@@ -57,3 +71,30 @@ def is_disk_full(exc: sqlite3.Error, directory: Path, reserve_bytes: int) -> boo
         except OSError:
             return False
     return False
+
+
+def keep_emergency_room(directory: Path, reserve_bytes: int) -> None:
+    """Make the emergency file if it is missing and the disk has room beyond the reserve."""
+    path = directory / EMERGENCY_FILE
+    if path.exists():
+        return
+    try:
+        if free_bytes(directory) < reserve_bytes + EMERGENCY_BYTES:
+            return
+        with path.open("wb") as sink:
+            sink.write(bytes(EMERGENCY_BYTES))  # written, not sparse: the blocks are taken now
+    except OSError as exc:
+        logger.warning("cannot keep emergency room for the spool in %s: %s", path, exc)
+        path.unlink(missing_ok=True)
+
+
+def give_back_emergency_room(db: sqlite3.Connection, directory: Path) -> None:
+    """The disk is full to the last block: free the log's space and the emergency file."""
+    try:
+        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    except sqlite3.Error as exc:
+        logger.warning("spool checkpoint on a full disk failed: %s", exc)
+    path = directory / EMERGENCY_FILE
+    if path.exists():
+        path.unlink()
+        logger.warning("spool disk %s is full: gave back the emergency room", directory)
