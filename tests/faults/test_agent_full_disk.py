@@ -68,6 +68,7 @@ def test_spool_deletes_and_keeps_spooling_on_a_full_tmpfs(small_disk: Path) -> N
     while spool.counter("dropped_batches") < 20:
         assert spool.put(f"b{puts}", os.urandom(1500), samples=8, events=0)
         puts += 1
+    assert (small_disk / "spool.reserve").exists()  # the emergency room is kept
     filler = small_disk / "filler"
     with filler.open("wb", buffering=0) as sink:
         try:
@@ -84,6 +85,7 @@ def test_spool_deletes_and_keeps_spooling_on_a_full_tmpfs(small_disk: Path) -> N
     newest = spool.next(kept - 1)
     assert newest is not None and newest.batch_id == "full49"
     assert spool.counter("dropped_batches") - dropped_before >= 45
+    assert not (small_disk / "spool.reserve").exists()  # given back to let the deletes commit
     while (batch := spool.next()) is not None:
         spool.ack(batch.seq)
     print(

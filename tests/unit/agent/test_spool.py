@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -215,3 +216,19 @@ def test_spool_reject_keeps_the_drop_report_the_batch_carried(tmp_path: Path) ->
     assert spool.depth() == (0, 0)
     assert spool.take_drop_report() == DropReport(3, 24, 0)
     assert spool.counter("set_aside_batches") == 0
+
+
+def test_spool_reads_an_io_error_as_a_full_disk_only_when_the_disk_has_no_room(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    io_error = sqlite3.OperationalError("disk I/O error")
+    io_error.sqlite_errorcode = sqlite3.SQLITE_IOERR_WRITE  # type: ignore[attr-defined]
+    full = sqlite3.OperationalError("database or disk is full")
+    full.sqlite_errorcode = sqlite3.SQLITE_FULL  # type: ignore[attr-defined]
+    assert spool_disk.is_disk_full(full, tmp_path, 1024)
+    assert not spool_disk.is_disk_full(io_error, tmp_path, 1024)  # the disk has room: real I/O
+    _disk_is_full(monkeypatch)
+    assert spool_disk.is_disk_full(io_error, tmp_path, 1024)  # ENOSPC surfacing as an I/O error
+    locked = sqlite3.OperationalError("database is locked")
+    locked.sqlite_errorcode = sqlite3.SQLITE_BUSY  # type: ignore[attr-defined]
+    assert not spool_disk.is_disk_full(locked, tmp_path, 1024)
