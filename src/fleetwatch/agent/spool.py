@@ -34,6 +34,18 @@ from fleetwatch.agent.spool_disk import (
     is_disk_full,
     keep_emergency_room,
 )
+from fleetwatch.agent.spool_reports import (
+    SET_ASIDE_SCHEMA,
+    DropReport,
+    SetAside,
+    bump,
+    claim_set_aside,
+    forget_carried,
+    record_set_aside,
+    release_set_aside,
+    restore_drops,
+    take_drops,
+)
 
 __all__ = ["DropReport", "SetAside", "Spool", "SpooledBatch"]
 
@@ -57,18 +69,6 @@ CREATE TABLE IF NOT EXISTS batches (
     carried_events INTEGER NOT NULL DEFAULT 0
 );
 CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
--- batches set aside, until a batch carrying their report (carrier) is acknowledged
-CREATE TABLE IF NOT EXISTS set_aside (
-    batch_id TEXT PRIMARY KEY,
-    at REAL NOT NULL,
-    status INTEGER NOT NULL,
-    attempts INTEGER NOT NULL,
-    failing_s REAL NOT NULL,
-    samples INTEGER NOT NULL,
-    events INTEGER NOT NULL,
-    answer TEXT NOT NULL,
-    carrier TEXT
-);
 """
 
 _BATCH_ROW = (
@@ -84,30 +84,6 @@ class SpooledBatch:
     critical: bool
     samples: int
     events: int
-
-
-@dataclass(frozen=True)
-class DropReport:
-    batches: int
-    samples: int
-    events: int
-
-    def __bool__(self) -> bool:
-        return self.batches > 0
-
-
-@dataclass(frozen=True)
-class SetAside:
-    """A batch the server kept failing on, and what it last answered."""
-
-    batch_id: str
-    at: float  # Unix time it was set aside
-    status: int
-    attempts: int
-    failing_s: float  # from its first failure to when it was set aside
-    samples: int
-    events: int
-    answer: str
 
 
 class Spool:
@@ -130,7 +106,7 @@ class Spool:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")
         self._db.execute(f"PRAGMA wal_autocheckpoint={WAL_CHECKPOINT_PAGES}")
-        self._db.executescript(_SCHEMA)
+        self._db.executescript(_SCHEMA + SET_ASIDE_SCHEMA)
         # Reports claimed by a batch that a crash kept from being written are due again.
         self._db.execute(
             "UPDATE set_aside SET carrier = NULL WHERE carrier IS NOT NULL"
@@ -283,18 +259,8 @@ class Spool:
             ("unreported_samples", samples + c_samples),
             ("unreported_events", events + c_events),
         ):
-            self._bump(name, amount)
-        self._release_reports(batch_id)
-
-    def _bump(self, name: str, amount: int) -> None:
-        self._db.execute(
-            "INSERT INTO counters (name, value) VALUES (?, ?) "
-            "ON CONFLICT(name) DO UPDATE SET value = value + excluded.value",
-            (name, amount),
-        )
-
-    def _release_reports(self, carrier: str) -> None:
-        self._db.execute("UPDATE set_aside SET carrier = NULL WHERE carrier = ?", (carrier,))
+            bump(self._db, name, amount)
+        release_set_aside(self._db, batch_id)
 
     # -- reading and leaving ----------------------------------------------------------------
 
@@ -318,11 +284,7 @@ class Spool:
 
     def _ack(self, seq: int) -> None:
         with self._transaction():
-            self._db.execute(
-                "DELETE FROM set_aside"
-                " WHERE carrier = (SELECT batch_id FROM batches WHERE seq = ?)",
-                (seq,),
-            )
+            forget_carried(self._db, seq)
             self._db.execute("DELETE FROM batches WHERE seq = ?", (seq,))
 
     def reject(self, seq: int) -> None:
@@ -334,23 +296,7 @@ class Spool:
         """Like :meth:`reject`, and the set-aside batch is counted and due to be reported."""
         with self._lock, self._transaction():
             self._leave(seq)
-            self._db.execute(
-                "INSERT OR REPLACE INTO set_aside (batch_id, at, status, attempts, failing_s,"
-                " samples, events, answer, carrier) VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULL)",
-                (
-                    report.batch_id,
-                    report.at,
-                    report.status,
-                    report.attempts,
-                    report.failing_s,
-                    report.samples,
-                    report.events,
-                    report.answer,
-                ),
-            )
-            self._bump("set_aside_batches", 1)
-            self._bump("set_aside_samples", report.samples)
-            self._bump("set_aside_events", report.events)
+            record_set_aside(self._db, report)
 
     def _leave(self, seq: int) -> None:
         row = self._db.execute(
@@ -362,11 +308,9 @@ class Spool:
             return
         batch_id, c_batches, c_samples, c_events = row
         self._db.execute("DELETE FROM batches WHERE seq = ?", (seq,))
-        self._release_reports(batch_id)
+        release_set_aside(self._db, batch_id)
         if c_batches:
-            self._bump("unreported_batches", c_batches)
-            self._bump("unreported_samples", c_samples)
-            self._bump("unreported_events", c_events)
+            restore_drops(self._db, DropReport(c_batches, c_samples, c_events))
 
     def depth(self) -> tuple[int, int]:
         """(batches, bytes) waiting."""
@@ -386,45 +330,23 @@ class Spool:
     def take_drop_report(self) -> DropReport:
         """Drops not yet told to the server; counted as told once taken."""
         with self._lock, self._transaction():
-            rows = dict(
-                self._db.execute(
-                    "SELECT name, value FROM counters WHERE name LIKE 'unreported_%'"
-                ).fetchall()
-            )
-            self._db.execute("DELETE FROM counters WHERE name LIKE 'unreported_%'")
-        return DropReport(
-            batches=rows.get("unreported_batches", 0),
-            samples=rows.get("unreported_samples", 0),
-            events=rows.get("unreported_events", 0),
-        )
+            return take_drops(self._db)
 
     def restore_drop_report(self, report: DropReport) -> None:
         """Put a taken report back (its batch could not be spooled)."""
         with self._lock, self._transaction():
-            self._bump("unreported_batches", report.batches)
-            self._bump("unreported_samples", report.samples)
-            self._bump("unreported_events", report.events)
+            restore_drops(self._db, report)
 
     def take_set_aside_reports(self, carrier: str, limit: int = 50) -> list[SetAside]:
         """Set-aside batches not yet reported, claimed for the batch ``carrier`` (released if
         that batch is dropped or never spooled, removed once it is acknowledged)."""
         with self._lock, self._transaction():
-            self._db.execute(
-                "UPDATE set_aside SET carrier = ? WHERE batch_id IN (SELECT batch_id FROM"
-                " set_aside WHERE carrier IS NULL ORDER BY at LIMIT ?)",
-                (carrier, limit),
-            )
-            rows = self._db.execute(
-                "SELECT batch_id, at, status, attempts, failing_s, samples, events, answer"
-                " FROM set_aside WHERE carrier = ? ORDER BY at",
-                (carrier,),
-            ).fetchall()
-        return [SetAside(*row) for row in rows]
+            return claim_set_aside(self._db, carrier, limit)
 
     def release_set_aside_reports(self, carrier: str) -> None:
         """Reports claimed for a batch that was not spooled are due again."""
         with self._lock, self._transaction():
-            self._release_reports(carrier)
+            release_set_aside(self._db, carrier)
 
 
 class _Transaction:
