@@ -39,6 +39,7 @@ DEFAULT_RESERVE_BYTES = 1024 * 1024
 WAL_CHECKPOINT_PAGES = 64
 EMERGENCY_BYTES = 256 * 1024
 EMERGENCY_FILE = "spool.reserve"
+_NEARLY_FULL_BYTES = 64 * 1024
 
 
 def free_bytes(directory: Path) -> int:
@@ -66,8 +67,9 @@ def is_disk_full(exc: sqlite3.Error, directory: Path, reserve_bytes: int) -> boo
     if primary == sqlite3.SQLITE_FULL:
         return True
     if primary == sqlite3.SQLITE_IOERR:
+        # At the cap the disk still has about the reserve free; ENOSPC means (nearly) nothing.
         try:
-            return free_bytes(directory) < reserve_bytes
+            return free_bytes(directory) < min(reserve_bytes, _NEARLY_FULL_BYTES)
         except OSError:
             return False
     return False
