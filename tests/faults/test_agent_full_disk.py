@@ -15,7 +15,7 @@ import os
 import sqlite3
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -50,10 +50,10 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
         subprocess.run(["umount", "--lazy", str(mount)], check=False)
 
 
-def _wait_for(what: str, check: object, timeout: float) -> None:
+def _wait_for(what: str, check: Callable[[], object], timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if check():  # type: ignore[operator]
+        if check():
             return
         time.sleep(0.2)
     raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
