@@ -291,6 +291,11 @@ class AgentSettings(BaseSettings):
     spool_max_bytes: int = Field(
         default=512 * 1024 * 1024, ge=1024 * 1024, description="Spool bound; oldest dropped beyond"
     )
+    poison_after_s: float = Field(
+        default=600.0,
+        ge=0,
+        description="Set a batch aside after plain 500s this long while the server takes others",
+    )
     ca_bundle: Path | None = Field(default=None, description="CA bundle to verify the server")
     push_timeout_s: float = Field(default=15.0, gt=0, description="Timeout of one push")
     dcgm_url: str = Field(

@@ -102,7 +102,13 @@ def build_agent(
         timeout=settings.push_timeout_s,
         verify=verify,
     )
-    pusher = Pusher(client, spool, metrics, rejected_dir=settings.spool_dir / "rejected")
+    pusher = Pusher(
+        client,
+        spool,
+        metrics,
+        rejected_dir=settings.spool_dir / "rejected",
+        poison_after_s=settings.poison_after_s,
+    )
     if collectors is None:
         collectors = build_collectors(settings)
     node = node_info(settings)

@@ -14,13 +14,14 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 
 from fleetwatch import __version__
 from fleetwatch.agent.collectors.base import Collection, Collector, Watcher, merge_readings
 from fleetwatch.agent.push import Pusher
 from fleetwatch.agent.selfmetrics import AgentMetrics
-from fleetwatch.agent.spool import DropReport, Spool
+from fleetwatch.agent.spool import DropReport, SetAside, Spool
+from fleetwatch.agent.textclean import clean_batch, clean_text
 from fleetwatch.errors import CollectorError
 from fleetwatch.telemetry import Batch, Event, GpuIdentity, NodeInfo
 
@@ -37,13 +38,16 @@ def read_boot_id() -> str | None:
         return None
 
 
-def build_batch(node: NodeInfo, collection: Collection) -> Batch:
-    return Batch(
-        batch_id=str(uuid.uuid4()),
-        node=node,
-        gpus=collection.gpus,
-        samples=collection.samples,
-        events=collection.events,
+def build_batch(node: NodeInfo, collection: Collection, batch_id: str | None = None) -> Batch:
+    """The batch to send, its text cleaned of control characters (see :mod:`.textclean`)."""
+    return clean_batch(
+        Batch(
+            batch_id=batch_id or str(uuid.uuid4()),
+            node=node,
+            gpus=collection.gpus,
+            samples=collection.samples,
+            events=collection.events,
+        )
     )
 
 
@@ -61,6 +65,28 @@ def _drop_event(report: DropReport, now: datetime) -> Event:
             f"({report.samples} samples, {report.events} events)"
         ),
         details={"batches": report.batches, "samples": report.samples, "events": report.events},
+    )
+
+
+def _set_aside_event(item: SetAside) -> Event:
+    answer = clean_text(item.answer)
+    return Event(
+        kind="batch_set_aside",
+        ts=datetime.fromtimestamp(item.at, UTC),
+        message=(
+            f"agent set aside batch {item.batch_id} ({item.samples} samples, {item.events} "
+            f"events): the server answered {item.status} to it {item.attempts} times over "
+            f"{item.failing_s:.0f} s while taking other batches: {answer}"
+        )[:4096],
+        details={
+            "batch_id": item.batch_id,
+            "status": item.status,
+            "attempts": item.attempts,
+            "failing_s": item.failing_s,
+            "samples": item.samples,
+            "events": item.events,
+            "answer": answer,
+        },
     )
 
 
@@ -122,19 +148,22 @@ class Agent:
                 self._errors_seen[key] = total
 
     def spool_collection(self, collection: Collection, *, critical: bool = False) -> Batch | None:
+        """Spool what was collected, with the reports the server has not heard yet (drops,
+        set-aside batches); ``None`` if there was nothing to send or the full disk dropped it."""
+        batch_id = str(uuid.uuid4())
         report = self._spool.take_drop_report()
+        set_aside = self._spool.take_set_aside_reports(batch_id)
         if report:
             collection.events.append(_drop_event(report, self._clock()))
+        collection.events.extend(_set_aside_event(item) for item in set_aside)
         if not (collection.samples or collection.events):
-            if report:
-                self._spool.restore_drop_report(report)
             return None
         node = self.node
         if self._boot_id_source is not None:
             node = node.model_copy(update={"boot_id": self._boot_id_source(self._clock())})
-        batch = build_batch(node, collection)
         try:
-            self._spool.put(
+            batch = build_batch(node, collection, batch_id)
+            stored = self._spool.put(
                 batch.batch_id,
                 encode(batch),
                 samples=len(batch.samples),
@@ -145,13 +174,15 @@ class Agent:
         except BaseException:
             if report:
                 self._spool.restore_drop_report(report)
+            if set_aside:
+                self._spool.release_set_aside_reports(batch_id)
             raise
         dropped = self._spool.counter("dropped_batches")
         if dropped > self._dropped_seen:
             self._metrics.spool_dropped.inc(dropped - self._dropped_seen)
             self._dropped_seen = dropped
         self._pusher.wake()
-        return batch
+        return batch if stored else None
 
     def emit_critical(self, events: list[Event]) -> None:
         """Called from watcher threads: spool these events as their own batch and push now."""

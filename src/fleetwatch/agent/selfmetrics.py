@@ -31,7 +31,7 @@ class AgentMetrics:
         )
         self.spool_dropped = Counter(
             "fleetwatch_agent_spool_dropped_batches_total",
-            "Batches dropped because the spool was full.",
+            "Batches dropped because the spool (its bound or its disk) was full.",
             registry=r,
         )
         self.pushed_batches = Counter(
@@ -40,6 +40,12 @@ class AgentMetrics:
         self.rejected_batches = Counter(
             "fleetwatch_agent_rejected_batches_total",
             "Batches the server refused for good (kept in the spool's rejected/ folder).",
+            registry=r,
+        )
+        self.set_aside_batches = Counter(
+            "fleetwatch_agent_set_aside_batches_total",
+            "Batches the server kept failing on (500) while taking others, set aside into the "
+            "spool's rejected/ folder and reported to the server.",
             registry=r,
         )
         self.push_failures = Counter(

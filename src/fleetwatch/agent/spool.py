@@ -4,8 +4,15 @@ server has acknowledged it.
 A SQLite file (``synchronous=FULL``: a batch on disk survives a power cut) holding each batch's
 exact gzip body, so that a replay after a crash is byte-identical and the server recognises it by
 ``batch_id``. Critical batches (a fatal Xid) go out before routine ones; within each class, in the
-order they were made. The spool is bounded: past ``max_bytes`` the oldest routine batches are
-dropped first, and what was dropped is counted so that the server hears of it.
+order they were made. The spool is bounded, by ``max_bytes`` and by its disk: past either, the
+oldest routine batches are dropped first (a critical batch gives way only to a newer critical
+one), and what was dropped is counted so that the server hears of it. A full disk is handled the
+same way (:mod:`fleetwatch.agent.spool_disk` keeps SQLite able to delete on it); when nothing
+older can give way, the new batch itself is dropped, and counted.
+
+A batch the pusher gives up on (refused, or failing for long) leaves the spool through
+:meth:`Spool.reject` or :meth:`Spool.set_aside`; a set-aside batch leaves a report behind that a
+later batch carries to the server, and that is kept until a batch carrying it is acknowledged.
 """
 
 from __future__ import annotations
@@ -14,12 +21,37 @@ import logging
 import sqlite3
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
-__all__ = ["DropReport", "Spool", "SpooledBatch"]
+from fleetwatch.agent.spool_disk import (
+    DEFAULT_RESERVE_BYTES,
+    WAL_CHECKPOINT_PAGES,
+    fit_to_disk,
+    give_back_emergency_room,
+    is_disk_full,
+    keep_emergency_room,
+)
+from fleetwatch.agent.spool_reports import (
+    SET_ASIDE_SCHEMA,
+    DropReport,
+    SetAside,
+    bump,
+    claim_set_aside,
+    forget_carried,
+    record_set_aside,
+    release_set_aside,
+    restore_drops,
+    take_drops,
+)
+
+__all__ = ["DropReport", "SetAside", "Spool", "SpooledBatch"]
 
 logger = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS batches (
@@ -39,6 +71,10 @@ CREATE TABLE IF NOT EXISTS batches (
 CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
 """
 
+_BATCH_ROW = (
+    "seq, batch_id, size, samples, events, carried_batches, carried_samples, carried_events"
+)
+
 
 @dataclass(frozen=True)
 class SpooledBatch:
@@ -50,32 +86,40 @@ class SpooledBatch:
     events: int
 
 
-@dataclass(frozen=True)
-class DropReport:
-    batches: int
-    samples: int
-    events: int
-
-    def __bool__(self) -> bool:
-        return self.batches > 0
-
-
 class Spool:
     """Thread-safe: the collection loop puts, the pusher thread takes and acknowledges."""
 
-    def __init__(self, directory: Path, *, max_bytes: int = 512 * 1024 * 1024) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        max_bytes: int = 512 * 1024 * 1024,
+        reserve_bytes: int = DEFAULT_RESERVE_BYTES,
+    ) -> None:
         directory.mkdir(parents=True, exist_ok=True)
+        self.directory = directory
         self.path = directory / "spool.db"
         self.max_bytes = max_bytes
+        self.reserve_bytes = reserve_bytes
         self._lock = threading.Lock()
         self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")
-        self._db.executescript(_SCHEMA)
+        self._db.execute(f"PRAGMA wal_autocheckpoint={WAL_CHECKPOINT_PAGES}")
+        self._db.executescript(_SCHEMA + SET_ASIDE_SCHEMA)
+        # Reports claimed by a batch that a crash kept from being written are due again.
+        self._db.execute(
+            "UPDATE set_aside SET carrier = NULL WHERE carrier IS NOT NULL"
+            " AND carrier NOT IN (SELECT batch_id FROM batches)"
+        )
+        keep_emergency_room(directory, reserve_bytes)
+        fit_to_disk(self._db, directory, reserve_bytes)
 
     def close(self) -> None:
         with self._lock:
             self._db.close()
+
+    # -- writing ----------------------------------------------------------------------------
 
     def put(
         self,
@@ -86,85 +130,187 @@ class Spool:
         events: int,
         critical: bool = False,
         carries: DropReport | None = None,
-    ) -> None:
+    ) -> bool:
+        """Spool a batch; ``False`` if it was dropped at once (counted, and its reports kept)
+        because the disk is full and nothing older could give way."""
         carried = carries or DropReport(0, 0, 0)
+        row = (
+            batch_id,
+            time.time(),
+            int(critical),
+            samples,
+            events,
+            len(body),
+            body,
+            carried.batches,
+            carried.samples,
+            carried.events,
+        )
         with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                self._db.execute(
-                    "INSERT INTO batches (batch_id, created, critical, samples, events, size, body,"
-                    " carried_batches, carried_samples, carried_events)"
-                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (
-                        batch_id,
-                        time.time(),
-                        int(critical),
-                        samples,
-                        events,
-                        len(body),
-                        body,
-                        carried.batches,
-                        carried.samples,
-                        carried.events,
-                    ),
-                )
-                self._enforce_bound()
-                self._db.execute("COMMIT")
-            except BaseException:
-                self._db.execute("ROLLBACK")
+            keep_emergency_room(self.directory, self.reserve_bytes)
+            while True:
+                fit_to_disk(self._db, self.directory, self.reserve_bytes)
+                try:
+                    with self._transaction():
+                        self._db.execute(
+                            "INSERT INTO batches (batch_id, created, critical, samples, events,"
+                            " size, body, carried_batches, carried_samples, carried_events)"
+                            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                            row,
+                        )
+                        self._enforce_bound()
+                    return self._holds(batch_id)
+                except sqlite3.Error as exc:
+                    if not is_disk_full(exc, self.directory, self.reserve_bytes):
+                        raise
+                    logger.debug("spool disk full while spooling %s: %s", batch_id, exc)
+                if not self._on_full_disk(lambda: self._make_room(critical)):
+                    self._on_full_disk(lambda: self._drop_new(batch_id, samples, events, carried))
+                    return False
+
+    def _transaction(self) -> _Transaction:
+        return _Transaction(self._db)
+
+    def _on_full_disk(self, write: Callable[[], _T]) -> _T:
+        """Run a write that must succeed even on a disk full to the last block: if the disk
+        refuses it, give back the emergency room and try once more."""
+        try:
+            return write()
+        except sqlite3.Error as exc:
+            if not is_disk_full(exc, self.directory, self.reserve_bytes):
                 raise
+        give_back_emergency_room(self._db, self.directory)
+        return write()
+
+    def _holds(self, batch_id: str) -> bool:
+        found = self._db.execute("SELECT 1 FROM batches WHERE batch_id = ?", (batch_id,))
+        return found.fetchone() is not None
 
     def _enforce_bound(self) -> None:
         total = self._db.execute("SELECT COALESCE(SUM(size), 0) FROM batches").fetchone()[0]
         while total > self.max_bytes:
             # Routine telemetry goes first; a fatal Xid is the last thing to give up.
             oldest = self._db.execute(
-                "SELECT seq, size, samples, events, carried_batches, carried_samples,"
-                " carried_events FROM batches ORDER BY critical, seq LIMIT 1"
+                f"SELECT {_BATCH_ROW} FROM batches ORDER BY critical, seq LIMIT 1"
             ).fetchone()
             if oldest is None:
                 return
-            seq, size, samples, events, c_batches, c_samples, c_events = oldest
-            self._db.execute("DELETE FROM batches WHERE seq = ?", (seq,))
-            for name, amount in (
-                ("dropped_batches", 1),
-                ("dropped_samples", samples),
-                ("dropped_events", events),
-                ("unreported_batches", 1 + c_batches),
-                ("unreported_samples", samples + c_samples),
-                ("unreported_events", events + c_events),
-            ):
-                self._bump(name, amount)
-            total -= size
+            self._drop(oldest)
+            total -= oldest[2]
             logger.error(
                 "spool full (%d bytes > %d): dropped the oldest batch (%d samples, %d events)",
-                total + size,
+                total + oldest[2],
                 self.max_bytes,
-                samples,
-                events,
+                oldest[3],
+                oldest[4],
             )
 
-    def _bump(self, name: str, amount: int) -> None:
-        self._db.execute(
-            "INSERT INTO counters (name, value) VALUES (?, ?) "
-            "ON CONFLICT(name) DO UPDATE SET value = value + excluded.value",
-            (name, amount),
+    def _make_room(self, critical: bool) -> bool:
+        """Drop the batch that gives way to a new one on a full disk: the oldest routine one,
+        or for a critical batch the oldest of all; ``False`` if there is none."""
+        where = "" if critical else "WHERE critical = 0"
+        with self._transaction():
+            oldest = self._db.execute(
+                f"SELECT {_BATCH_ROW} FROM batches {where} ORDER BY critical, seq LIMIT 1"
+            ).fetchone()
+            if oldest is None:
+                return False
+            self._drop(oldest)
+        logger.error(
+            "spool disk full (%s): dropped the oldest batch (%d samples, %d events)",
+            self.directory,
+            oldest[3],
+            oldest[4],
+        )
+        return True
+
+    def _drop_new(self, batch_id: str, samples: int, events: int, carried: DropReport) -> None:
+        with self._transaction():
+            self._count_drop(
+                samples, events, carried.batches, carried.samples, carried.events, batch_id
+            )
+        logger.error(
+            "spool disk full (%s) and nothing older can give way: dropped the new batch "
+            "(%d samples, %d events)",
+            self.directory,
+            samples,
+            events,
         )
 
-    def next(self) -> SpooledBatch | None:
-        """The batch to push next: critical first, then oldest."""
+    def _drop(self, row: tuple[int, str, int, int, int, int, int, int]) -> None:
+        seq, batch_id, _size, samples, events, c_batches, c_samples, c_events = row
+        self._db.execute("DELETE FROM batches WHERE seq = ?", (seq,))
+        self._count_drop(samples, events, c_batches, c_samples, c_events, batch_id)
+
+    def _count_drop(
+        self,
+        samples: int,
+        events: int,
+        c_batches: int,
+        c_samples: int,
+        c_events: int,
+        batch_id: str,
+    ) -> None:
+        for name, amount in (
+            ("dropped_batches", 1),
+            ("dropped_samples", samples),
+            ("dropped_events", events),
+            ("unreported_batches", 1 + c_batches),
+            ("unreported_samples", samples + c_samples),
+            ("unreported_events", events + c_events),
+        ):
+            bump(self._db, name, amount)
+        release_set_aside(self._db, batch_id)
+
+    # -- reading and leaving ----------------------------------------------------------------
+
+    def next(self, skip: int = 0) -> SpooledBatch | None:
+        """The batch to push next (critical first, then oldest), or the one ``skip`` places
+        behind it."""
         with self._lock:
             row = self._db.execute(
                 "SELECT seq, batch_id, body, critical, samples, events FROM batches "
-                "ORDER BY critical DESC, seq LIMIT 1"
+                "ORDER BY critical DESC, seq LIMIT 1 OFFSET ?",
+                (skip,),
             ).fetchone()
         if row is None:
             return None
         return SpooledBatch(row[0], row[1], row[2], bool(row[3]), row[4], row[5])
 
     def ack(self, seq: int) -> None:
+        """The server has the batch: it leaves, and so do the reports it carried."""
         with self._lock:
+            self._on_full_disk(lambda: self._ack(seq))
+
+    def _ack(self, seq: int) -> None:
+        with self._transaction():
+            forget_carried(self._db, seq)
             self._db.execute("DELETE FROM batches WHERE seq = ?", (seq,))
+
+    def reject(self, seq: int) -> None:
+        """The batch leaves without reaching the server: what it carried is due again."""
+        with self._lock, self._transaction():
+            self._leave(seq)
+
+    def set_aside(self, seq: int, report: SetAside) -> None:
+        """Like :meth:`reject`, and the set-aside batch is counted and due to be reported."""
+        with self._lock, self._transaction():
+            self._leave(seq)
+            record_set_aside(self._db, report)
+
+    def _leave(self, seq: int) -> None:
+        row = self._db.execute(
+            "SELECT batch_id, carried_batches, carried_samples, carried_events FROM batches"
+            " WHERE seq = ?",
+            (seq,),
+        ).fetchone()
+        if row is None:
+            return
+        batch_id, c_batches, c_samples, c_events = row
+        self._db.execute("DELETE FROM batches WHERE seq = ?", (seq,))
+        release_set_aside(self._db, batch_id)
+        if c_batches:
+            restore_drops(self._db, DropReport(c_batches, c_samples, c_events))
 
     def depth(self) -> tuple[int, int]:
         """(batches, bytes) waiting."""
@@ -179,24 +325,50 @@ class Spool:
             row = self._db.execute("SELECT value FROM counters WHERE name = ?", (name,)).fetchone()
         return int(row[0]) if row else 0
 
+    # -- what the server must hear ----------------------------------------------------------
+
     def take_drop_report(self) -> DropReport:
         """Drops not yet told to the server; counted as told once taken."""
-        with self._lock:
-            rows = dict(
-                self._db.execute(
-                    "SELECT name, value FROM counters WHERE name LIKE 'unreported_%'"
-                ).fetchall()
-            )
-            self._db.execute("DELETE FROM counters WHERE name LIKE 'unreported_%'")
-        return DropReport(
-            batches=rows.get("unreported_batches", 0),
-            samples=rows.get("unreported_samples", 0),
-            events=rows.get("unreported_events", 0),
-        )
+        with self._lock, self._transaction():
+            return take_drops(self._db)
 
     def restore_drop_report(self, report: DropReport) -> None:
         """Put a taken report back (its batch could not be spooled)."""
-        with self._lock:
-            self._bump("unreported_batches", report.batches)
-            self._bump("unreported_samples", report.samples)
-            self._bump("unreported_events", report.events)
+        with self._lock, self._transaction():
+            restore_drops(self._db, report)
+
+    def take_set_aside_reports(self, carrier: str, limit: int = 50) -> list[SetAside]:
+        """Set-aside batches not yet reported, claimed for the batch ``carrier`` (released if
+        that batch is dropped or never spooled, removed once it is acknowledged)."""
+        with self._lock, self._transaction():
+            return claim_set_aside(self._db, carrier, limit)
+
+    def release_set_aside_reports(self, carrier: str) -> None:
+        """Reports claimed for a batch that was not spooled are due again."""
+        with self._lock, self._transaction():
+            release_set_aside(self._db, carrier)
+
+
+class _Transaction:
+    """``BEGIN IMMEDIATE`` ... ``COMMIT``, rolled back on any error (SQLite may already have
+    rolled back on its own, e.g. after SQLITE_FULL)."""
+
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self._db = db
+
+    def __enter__(self) -> None:
+        self._db.execute("BEGIN IMMEDIATE")
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        if exc_type is None:
+            try:
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._rollback()
+                raise
+        else:
+            self._rollback()
+
+    def _rollback(self) -> None:
+        if self._db.in_transaction:
+            self._db.execute("ROLLBACK")

@@ -35,6 +35,12 @@ logger = logging.getLogger(__name__)
 @click.option("--collectors", help="nvml,dcgm-exporter,nvidia-smi,kernel-log,sim")
 @click.option("--spool-dir", type=click.Path(path_type=Path))
 @click.option("--spool-max-bytes", type=int)
+@click.option(
+    "--poison-after",
+    "poison_after_s",
+    type=float,
+    help="Seconds of plain 500s (server otherwise up) before a batch is set aside [600]",
+)
 @click.option("--ca-bundle", type=click.Path(exists=True, path_type=Path))
 @click.option("--dcgm-url", help="dcgm-exporter /metrics URL or file")
 @click.option("--nvidia-smi", "nvidia_smi", help="Command, or a file with its XML output")

@@ -16,15 +16,15 @@ from fastapi.testclient import TestClient
 from fleetwatch.agent.collectors.base import Collection
 from fleetwatch.agent.collectors.kernel_log import KernelLogCollector
 from fleetwatch.agent.kmsg import open_kernel_log
-from fleetwatch.agent.loop import Agent
+from fleetwatch.agent.loop import Agent, build_batch
 from fleetwatch.agent.push import Pusher
 from fleetwatch.agent.selfmetrics import AgentMetrics
-from fleetwatch.agent.spool import Spool
+from fleetwatch.agent.spool import SetAside, Spool
 from fleetwatch.config import ServerSettings
 from fleetwatch.errors import CollectorError
 from fleetwatch.server.app import create_app
 from fleetwatch.server.auth import create_token
-from fleetwatch.telemetry import GpuIdentity, GpuSample, NodeInfo
+from fleetwatch.telemetry import Event, GpuIdentity, GpuSample, NodeInfo
 
 UUID = "GPU-00000000-1111-2222-3333-444444444444"
 
@@ -166,3 +166,53 @@ def test_agent_tells_the_server_what_a_full_spool_dropped(
     ]
     assert event["details"]["batches"] >= 3 and event["details"]["samples"] >= 3
     assert event["node"] == "node-1"
+
+
+def test_agent_tells_the_server_of_a_set_aside_batch(
+    tmp_path: Path, server: tuple[TestClient, str, str]
+) -> None:
+    client, agent_token, read_token = server
+    agent = _agent(tmp_path, client, agent_token, [StaticCollector()])
+    agent._spool.put("poisoned-batch", b"P", samples=1, events=2)
+    poisoned = agent._spool.next()
+    assert poisoned is not None
+    agent._spool.set_aside(
+        poisoned.seq,
+        SetAside("poisoned-batch", time.time(), 500, 7, 612.5, 1, 2, '{"error":"internal"}'),
+    )
+    agent.spool_collection(agent.collect())
+    agent.drain_once()
+    auth = {"Authorization": f"Bearer {read_token}"}
+    (event,) = client.get("/v1/events", params={"kind": "batch_set_aside"}, headers=auth).json()[
+        "data"
+    ]
+    assert event["node"] == "node-1"
+    assert event["details"]["batch_id"] == "poisoned-batch"
+    assert (event["details"]["status"], event["details"]["attempts"]) == (500, 7)
+    assert (event["details"]["samples"], event["details"]["events"]) == (1, 2)
+    assert "set aside batch poisoned-batch" in event["message"]
+    # Reported once: the acknowledged batch took the report with it.
+    assert agent._spool.take_set_aside_reports("later") == []
+
+
+def test_agent_cleans_control_characters_from_collected_text() -> None:
+    collection = Collection(
+        gpus=[GpuIdentity(uuid=UUID, index=0, name="NVIDIA\x00H100\x1b[0m")],
+        events=[
+            Event(
+                kind="xid",
+                ts=datetime.now(UTC),
+                xid=79,
+                process="py\x00",
+                details={"label\x01": ["a\x7fb"]},
+            )
+        ],
+    )
+    batch = build_batch(
+        NodeInfo(name="node-1", labels={"rack": "r\x0012"}, boot_id="b1"), collection
+    )
+    assert batch.gpus[0].name == "NVIDIA\ufffdH100\ufffd[0m"
+    assert batch.events[0].process == "py\ufffd"
+    assert batch.events[0].details == {"label\ufffd": ["a\ufffdb"]}
+    assert batch.node.labels == {"rack": "r\ufffd12"}
+    assert "\\u0000" not in batch.model_dump_json()

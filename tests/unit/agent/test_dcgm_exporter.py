@@ -5,13 +5,15 @@ from pathlib import Path
 
 import pytest
 
+from fleetwatch.agent.collectors.dcgm_exporter import DcgmExporterCollector
+from fleetwatch.agent.loop import build_batch
 from fleetwatch.agent.parsers import GpuReading, ParseError
 from fleetwatch.agent.parsers.dcgm_exporter import (
     last_xids,
     parse_dcgm_exporter,
     parse_dcgm_scrape,
 )
-from fleetwatch.telemetry import SAMPLE_FIELDS, GpuSample
+from fleetwatch.telemetry import SAMPLE_FIELDS, GpuSample, NodeInfo
 
 DATADOG = "datadog__dcgm_tests_fixtures_metrics.txt"
 LEGACY_2GPU = "legacy-1.x_pod-gpu-metrics-exporter_2gpu.prom"
@@ -290,3 +292,16 @@ def test_dcgm_exporter_rejects_non_prometheus_text(text: str, line_number: int) 
         parse_dcgm_exporter(text)
     assert info.value.line_number == line_number
     assert str(info.value).startswith(f"line {line_number}: ")
+
+
+def test_dcgm_exporter_label_with_a_nul_is_sent_cleaned(fixtures_dir: Path, tmp_path: Path) -> None:
+    """A real scrape whose modelName label holds a NUL: the GPU is kept, the NUL sent as U+FFFD."""
+    text = _read(fixtures_dir, "datadog__dcgm_tests_fixtures_metrics.txt")
+    assert 'modelName="Tesla T4"' in text
+    scrape = tmp_path / "metrics.prom"
+    scrape.write_text(text.replace('modelName="Tesla T4"', 'modelName="Tesla\x00T4"'))
+    collection = DcgmExporterCollector(str(scrape)).collect(datetime(2026, 11, 30, tzinfo=UTC))
+    assert collection.gpus
+    batch = build_batch(NodeInfo(name="node-1"), collection)
+    assert "Tesla\ufffdT4" in {gpu.name for gpu in batch.gpus}
+    assert "\\u0000" not in batch.model_dump_json()

@@ -391,3 +391,26 @@ def test_kernel_log_collects_bad_lines_and_keeps_good_ones() -> None:
 )
 def test_monotonic_seconds(line: str, seconds: float | None) -> None:
     assert monotonic_seconds(line) == (pytest.approx(seconds) if seconds is not None else None)
+
+
+def test_kernel_line_with_a_nul_in_the_process_name_keeps_the_event(fixtures_dir: Path) -> None:
+    """A real fixture line with a NUL injected in its process name: the event is kept, the NUL
+    (and any other control character) becomes U+FFFD, and the event fits the wire schema."""
+    log = (_kernel_logs(fixtures_dir) / "xid_lines_curated.log").read_text().splitlines()
+    (line,) = [line for line in log if "name=pt_main_thread, Ch 00000008, intr" in line]
+    poisoned = line.replace("name=pt_main_thread", "name=pt_main\x00thr\x07ead")
+    event = parse_kernel_line(poisoned)
+    assert event is not None
+    assert (event.xid, event.pid, event.process) == (31, 626486, "pt_main\ufffdthr\ufffdead")
+    assert event.message.startswith("Ch 00000008, intr 00000000. MMU Fault")
+    wire = Event(kind=event.kind, ts=_utc(2024, 8, 31), xid=event.xid, process=event.process)
+    assert "\x00" not in wire.model_dump_json()
+
+
+def test_kernel_line_xid79_with_a_nul_in_the_message_keeps_the_event() -> None:
+    event = parse_kernel_line(
+        "[6781741.548779] NVRM: Xid (PCI:0000:91:00): 79, pid=1234, name=pyth\x00on, "
+        "GPU has fallen off\x00 the bus."
+    )
+    assert event is not None and event.xid == 79
+    assert event.process == "pyth\ufffdon" and event.message == "GPU has fallen off\ufffd the bus."

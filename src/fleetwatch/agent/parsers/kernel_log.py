@@ -22,6 +22,10 @@ Time: ``ts`` is a UTC datetime only when the prefix holds an absolute time. Stam
 give ``ts=None``; :func:`monotonic_seconds` reads them so a caller who knows the boot time can
 convert them.
 
+Control characters: a NUL or any other control character in a line (seen in a real log, inside
+the process name) becomes U+FFFD before parsing (:func:`fleetwatch.agent.textclean.clean_text`),
+so the event is kept and its text can be stored.
+
 Bad lines: an ``NVRM: Xid`` line whose code cannot be read (a truncated line) raises
 :class:`ParseError` from :func:`parse_kernel_line`; :func:`parse_kernel_log` collects those errors
 next to the events instead of stopping, so a caller can keep the good events and report the rest.
@@ -34,6 +38,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, timezone, tzinfo
 
 from fleetwatch.agent.parsers import KernelEvent, ParseError
+from fleetwatch.agent.textclean import clean_text
 from fleetwatch.telemetry import normalize_pci_bus_id
 
 __all__ = [
@@ -108,7 +113,7 @@ def parse_kernel_line(
     line: str, *, year_hint: int | None = None, tz: tzinfo = UTC
 ) -> KernelEvent | None:
     """The GPU event one kernel log line reports, or ``None`` if it reports none."""
-    line = line.rstrip()
+    line = clean_text(line.rstrip())
     mark = _XID_MARK.search(line)
     if mark is not None:
         return _xid_event(line, mark.start(), year_hint, tz)
