@@ -286,8 +286,11 @@ class IngestLimits:
     max_events: int = 10_000
 
 
-def _days(age: timedelta) -> str:
-    return f"{age.total_seconds() / 86400:.6g} days"
+def _age(age: timedelta) -> str:
+    seconds = age.total_seconds()
+    if seconds >= 2 * 86400:
+        return f"{seconds / 86400:.1f} days"
+    return f"{seconds / 3600:.1f} hours" if seconds >= 7200 else f"{seconds:.0f} s"
 
 
 def _check_ts(value: datetime, info: ValidationInfo) -> datetime:
@@ -307,8 +310,8 @@ def _check_ts(value: datetime, info: ValidationInfo) -> datetime:
         )
     if value < limits.now - limits.max_past_age:
         raise ValueError(
-            f"timestamp {value.isoformat()} is {_days(limits.now - value)} old, more than the "
-            f"allowed {_days(limits.max_past_age)} (server setting max_past_age_s); check the "
+            f"timestamp {value.isoformat()} is {_age(limits.now - value)} old; the server takes "
+            f"readings up to {_age(limits.max_past_age)} old (setting max_past_age_s); check the "
             "node's clock"
         )
     return value

@@ -35,6 +35,13 @@ def _lenient_int(literal: str) -> int | _HugeInteger:
     return _HugeInteger(digits) if digits > 1000 else int(literal)
 
 
+def _loc(path: tuple[str | int, ...]) -> list[str | int]:
+    # A key holding a lone surrogate cannot be written back in a UTF-8 answer: show it escaped.
+    return [
+        p.encode("utf-8", "backslashreplace").decode() if isinstance(p, str) else p for p in path
+    ]
+
+
 def locate_unreadable(body: bytes, most: int = 100) -> list[Detail]:
     """Where ``body`` (JSON that the strict parser refused) holds unstorable text or numbers.
 
@@ -52,18 +59,18 @@ def locate_unreadable(body: bytes, most: int = 100) -> list[Detail]:
         if isinstance(item, str):
             problem = text_problem(item)
             if problem is not None:
-                found.append({"loc": list(path), "msg": problem})
+                found.append({"loc": _loc(path), "msg": problem})
         elif isinstance(item, _HugeInteger):
             found.append(
-                {"loc": list(path), "msg": f"integer with {item.digits} digits is out of range"}
+                {"loc": _loc(path), "msg": f"integer with {item.digits} digits is out of range"}
             )
         elif isinstance(item, int) and not INT64_MIN <= item <= INT64_MAX:
-            found.append({"loc": list(path), "msg": "integer is out of range (64 bits at most)"})
+            found.append({"loc": _loc(path), "msg": "integer is out of range (64 bits at most)"})
         elif isinstance(item, dict):
             for key in item:
                 problem = text_problem(key)
                 if problem is not None:
-                    found.append({"loc": [*path, key, "[key]"], "msg": problem})
+                    found.append({"loc": _loc((*path, key, "[key]")), "msg": problem})
             pending.extend(((*path, key), inner) for key, inner in reversed(item.items()))
         elif isinstance(item, list):
             pending.extend(((*path, i), inner) for i, inner in reversed(list(enumerate(item))))
