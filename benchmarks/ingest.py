@@ -1076,6 +1076,7 @@ def _limits(settings: ServerSettings) -> IngestLimits:
     return IngestLimits(
         now=_now(),
         max_future_skew=timedelta(seconds=settings.max_future_skew_s),
+        max_past_age=timedelta(seconds=settings.max_past_age_s),
         max_gpus=settings.max_gpus_per_batch,
         max_samples=settings.max_samples_per_batch,
         max_events=settings.max_events_per_batch,

@@ -47,6 +47,12 @@ class ServerSettings(BaseSettings):
     max_future_skew_s: float = Field(
         default=300.0, ge=0, description="How far in the future a timestamp may be (clock skew)"
     )
+    max_past_age_s: float = Field(
+        default=30 * 86400.0,
+        gt=0,
+        description="How old a sample or event may be when it arrives (an agent's spool keeps "
+        "days of outage; older means a wrong clock): 30 days",
+    )
     unreachable_after_intervals: float = Field(
         default=3.0, gt=1, description="A node is unreachable after this many silent intervals"
     )

@@ -117,6 +117,12 @@ _DEMO_SERVER_ENV = {
 }
 
 
+def _history_env(options: DemoOptions) -> dict[str, str]:
+    """The fleet replays ``horizon_days`` of history: the server must take readings that old
+    (its default, 30 days, is for real agents, whose readings are old only after an outage)."""
+    return {"FLEETWATCH_SERVER_MAX_PAST_AGE_S": str((options.horizon_days + 1) * 86400)}
+
+
 def _banner(url: str, tokens: dict[str, str], database_url: str, options: DemoOptions) -> str:
     data_dir = options.data_dir
     return f"""
@@ -258,7 +264,7 @@ def run_demo(options: DemoOptions) -> None:
             ],
             stdout=sink,
             stderr=subprocess.STDOUT,
-            env={**os.environ, **_DEMO_SERVER_ENV},
+            env={**os.environ, **_DEMO_SERVER_ENV, **_history_env(options)},
         )
     agents: list[subprocess.Popen[bytes]] = []
     stop = False

@@ -11,6 +11,7 @@
       InvalidInput                input that fails validation (loc + msg per problem)
         PayloadTooLarge           a request body over the configured limit
         BatchConflict             a batch_id replayed with different content
+        GpuClaimed                a GPU uuid another node reports right now (409; also a Conflict)
         UnsupportedMediaType      a Content-Type or Content-Encoding the server does not read
       AuthError
         Unauthenticated           no token, or an unknown/revoked one
@@ -41,6 +42,7 @@ __all__ = [
     "FieldNotSupported",
     "FleetWatchError",
     "Forbidden",
+    "GpuClaimed",
     "InvalidInput",
     "ModelError",
     "NotFound",
@@ -122,6 +124,21 @@ class BatchConflict(InvalidInput):
 
 class UnsupportedMediaType(InvalidInput):
     pass
+
+
+class GpuClaimed(InvalidInput, Conflict):
+    """A batch declares GPUs that other nodes report right now (cloned UUIDs, a wrong agent).
+
+    A :class:`Conflict` (409) that, as invalid input, names each field in ``detail``; ``claims``
+    holds ``(uuid, reporting node, owning node)`` for each, so the server can record them.
+    """
+
+    def __init__(
+        self, message: str, detail: Sequence[dict[str, Any]], claims: Sequence[tuple[str, str, str]]
+    ) -> None:
+        super().__init__(message, detail)
+        self.state = None
+        self.claims = tuple(claims)
 
 
 class AuthError(FleetWatchError):

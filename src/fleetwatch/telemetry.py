@@ -6,6 +6,9 @@ collector maps its source onto :class:`GpuSample`; the server never knows where 
 Field names follow DCGM's where one exists, in snake_case with the unit in the name. A field the
 source does not report is absent (``None``), never 0: "no data" and "no errors" are different facts.
 
+Every value must be storable as sent on SQLite and PostgreSQL alike (:mod:`fleetwatch.storable`):
+text without NUL or lone surrogates, integers within a signed 64-bit column, finite floats only.
+
 ``SAMPLE_FIELDS`` describes each sample field once (kind, unit, help text); storage columns,
 Prometheus gauges and rate derivation are all generated from it.
 """
@@ -26,6 +29,9 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from pydantic_core import PydanticCustomError
+
+from fleetwatch.storable import INT64_MAX, STORABLE_TEXT, Text, json_value_problem, shown
 
 __all__ = [
     "SAMPLE_FIELDS",
@@ -258,10 +264,10 @@ def normalize_pci_bus_id(value: str) -> str:
     """
     match = _PCI_RE.match(value.strip())
     if match is None:
-        raise ValueError(f"not a PCI bus id (expected like 0000:3b:00.0): {value!r}")
+        raise ValueError(f"not a PCI bus id (expected like 0000:3b:00.0): {shown(value)}")
     domain = int(match["domain"] or "0", 16)
     if domain > 0xFFFF:
-        raise ValueError(f"PCI domain out of range: {value!r}")
+        raise ValueError(f"PCI domain out of range: {shown(value)}")
     return (
         f"{domain:04x}:{int(match['bus'], 16):02x}:{int(match['dev'], 16):02x}.{int(match['fn'])}"
     )
@@ -273,29 +279,52 @@ class IngestLimits:
 
     now: datetime
     max_future_skew: timedelta = timedelta(minutes=5)
+    # An agent's spool holds days of a server outage; a reading older than this is a wrong clock.
+    max_past_age: timedelta = timedelta(days=30)
     max_gpus: int = 1024
     max_samples: int = 50_000
     max_events: int = 10_000
 
 
+def _age(age: timedelta) -> str:
+    seconds = age.total_seconds()
+    if seconds >= 2 * 86400:
+        return f"{seconds / 86400:.1f} days"
+    return f"{seconds / 3600:.1f} hours" if seconds >= 7200 else f"{seconds:.0f} s"
+
+
 def _check_ts(value: datetime, info: ValidationInfo) -> datetime:
     if value.tzinfo is None or value.utcoffset() is None:
         raise ValueError("timestamp must carry a time zone (e.g. 2026-11-30T05:00:00Z)")
-    value = value.astimezone(UTC)
+    try:
+        value = value.astimezone(UTC)
+    except OverflowError:  # 0001-01-01T00:00:00+14:00 is before year 1 in UTC
+        raise ValueError("timestamp is out of range once converted to UTC") from None
     limits = info.context.get("limits") if isinstance(info.context, dict) else None
-    if isinstance(limits, IngestLimits) and value > limits.now + limits.max_future_skew:
+    if not isinstance(limits, IngestLimits):
+        return value
+    if value > limits.now + limits.max_future_skew:
         raise ValueError(
             f"timestamp is {value - limits.now} in the future (more than the allowed clock skew of "
             f"{limits.max_future_skew}); check the node's clock"
+        )
+    if value < limits.now - limits.max_past_age:
+        raise ValueError(
+            f"timestamp {value.isoformat()} is {_age(limits.now - value)} old; the server takes "
+            f"readings up to {_age(limits.max_past_age)} old (setting max_past_age_s); check the "
+            "node's clock"
         )
     return value
 
 
 class _WireModel(BaseModel):
-    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+    # allow_inf_nan=False: NaN, Infinity and 1e999 (which parses to inf) are refused everywhere.
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True, allow_inf_nan=False)
 
 
-Counter = Annotated[int, Field(ge=0, description="Cumulative counter as read from the GPU")]
+Counter = Annotated[
+    int, Field(ge=0, le=INT64_MAX, description="Cumulative counter as read from the GPU")
+]
 Percent = Annotated[float, Field(ge=0, le=100)]
 
 
@@ -303,11 +332,11 @@ class NodeInfo(_WireModel):
     """The node that sent the batch."""
 
     name: str = Field(pattern=_NODE_NAME_RE, description="Node name, unique in the fleet")
-    labels: dict[str, str] = Field(default_factory=dict, description="cluster, rack, row, ...")
+    labels: dict[str, Text] = Field(default_factory=dict, description="cluster, rack, row, ...")
     interval_s: float = Field(default=10.0, gt=0, le=3600, description="Collection interval")
-    agent_version: str | None = Field(default=None, max_length=64)
-    boot_id: str | None = Field(
-        default=None, max_length=64, description="Changes when the node reboots (counter resets)"
+    agent_version: Annotated[str, Field(max_length=64), STORABLE_TEXT] | None = None
+    boot_id: Annotated[str, Field(max_length=64), STORABLE_TEXT] | None = Field(
+        default=None, description="Changes when the node reboots (counter resets)"
     )
 
     @field_validator("labels")
@@ -316,8 +345,8 @@ class NodeInfo(_WireModel):
         if len(labels) > 64:
             raise ValueError("at most 64 labels")
         for key, value in labels.items():
-            if not _LABEL_KEY_RE.match(key):
-                raise ValueError(f"label key {key!r} must match [A-Za-z_][A-Za-z0-9_]*")
+            if not _LABEL_KEY_RE.fullmatch(key):  # match() would let "rack\n" through
+                raise ValueError(f"label key {shown(key)} must match [A-Za-z_][A-Za-z0-9_]{{0,62}}")
             if len(value) > 256:
                 raise ValueError(f"label {key!r} is longer than 256 characters")
         return labels
@@ -328,11 +357,11 @@ class GpuIdentity(_WireModel):
 
     uuid: str = Field(pattern=_UUID_RE)
     index: int = Field(ge=0, le=1023)
-    serial: str | None = Field(default=None, max_length=64)
-    pci_bus_id: str | None = None
-    name: str | None = Field(default=None, max_length=128)
-    driver_version: str | None = Field(default=None, max_length=64)
-    vbios_version: str | None = Field(default=None, max_length=64)
+    serial: Annotated[str, Field(max_length=64), STORABLE_TEXT] | None = None
+    pci_bus_id: str | None = Field(default=None, max_length=32)
+    name: Annotated[str, Field(max_length=128), STORABLE_TEXT] | None = None
+    driver_version: Annotated[str, Field(max_length=64), STORABLE_TEXT] | None = None
+    vbios_version: Annotated[str, Field(max_length=64), STORABLE_TEXT] | None = None
 
     @field_validator("pci_bus_id")
     @classmethod
@@ -397,13 +426,15 @@ class Event(_WireModel):
     kind: str = Field(pattern=_KIND_RE, description="xid, gpu_lost, nvlink_down, agent_start, ...")
     ts: datetime
     uuid: str | None = Field(default=None, pattern=_UUID_RE)
-    pci_bus_id: str | None = None
+    pci_bus_id: str | None = Field(default=None, max_length=32)
     xid: int | None = Field(default=None, ge=0, le=65535)
-    message: str | None = Field(default=None, max_length=4096)
-    pid: int | None = Field(default=None, ge=0)
-    process: str | None = Field(default=None, max_length=256)
+    message: Annotated[str, Field(max_length=4096), STORABLE_TEXT] | None = None
+    pid: int | None = Field(default=None, ge=0, le=INT64_MAX)
+    process: Annotated[str, Field(max_length=256), STORABLE_TEXT] | None = None
     details: dict[str, Any] | None = Field(
-        default=None, description="Source-specific extras, kept as sent"
+        default=None,
+        description="Source-specific extras, kept as sent (text without NUL, integers within "
+        "64 bits, finite numbers)",
     )
 
     _ts = field_validator("ts")(_check_ts)
@@ -412,6 +443,18 @@ class Event(_WireModel):
     @classmethod
     def _normalize_pci(cls, value: str | None) -> str | None:
         return None if value is None else normalize_pci_bus_id(value)
+
+    @field_validator("details")
+    @classmethod
+    def _details_are_storable(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        problem = json_value_problem(value)
+        if problem is not None:
+            path, reason = problem
+            # ctx["path"] lets the server name the exact place: body.events.0.details.<path>.
+            raise PydanticCustomError(
+                "unstorable_value", "{reason}", {"reason": reason, "path": path}
+            )
+        return value
 
     @model_validator(mode="after")
     def _xid_needs_code(self) -> Event:
@@ -466,7 +509,11 @@ class Batch(_WireModel):
     """``POST /v1/ingest`` body: one node's readings since its last push."""
 
     model_config = ConfigDict(
-        strict=True, extra="forbid", frozen=True, json_schema_extra={"examples": [BATCH_EXAMPLE]}
+        strict=True,
+        extra="forbid",
+        frozen=True,
+        allow_inf_nan=False,
+        json_schema_extra={"examples": [BATCH_EXAMPLE]},
     )
 
     batch_id: str = Field(

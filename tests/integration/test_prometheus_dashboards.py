@@ -220,9 +220,14 @@ def _fatal_alerts(prom: str) -> list[dict[str, Any]]:
 
 
 def test_every_dashboard_query_returns_data_from_a_live_fleet(
-    prepared_db: tuple[str, dict[str, str]], prometheus: Any, tmp_path: Path
+    prepared_db: tuple[str, dict[str, str]],
+    prometheus: Any,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     require_tool("prometheus")
+    # The fleet below replays 90 days of history; the server takes 30 by default.
+    monkeypatch.setenv("FLEETWATCH_SERVER_MAX_PAST_AGE_S", str(91 * 86400))
     url, tokens = prepared_db
     spec_dir = tmp_path / "sim"
     fleetwatch("sim", "init", "--nodes", "3", "--gpus", "2", "--speed", "14400",

@@ -37,7 +37,10 @@ def _as_batch(collector: SimCollector, collection: Collection, now: datetime) ->
         "samples": [sample.model_dump() for sample in collection.samples],
         "events": [event.model_dump() for event in collection.events],
     }
-    return Batch.model_validate(body, context={"limits": IngestLimits(now=now)})
+    # A fast fleet replays its whole horizon of history: the server must be set to take it.
+    history = timedelta(days=collector.fleet.spec.horizon_days + 1)
+    limits = IngestLimits(now=now, max_past_age=history)
+    return Batch.model_validate(body, context={"limits": limits})
 
 
 def test_sim_collector_is_a_collector(spec: FleetSpec, fleet: SimFleet) -> None:

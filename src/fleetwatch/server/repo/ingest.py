@@ -3,34 +3,49 @@
 Order inside the transaction: node, then the batch id (so a replay stops before writing anything),
 then GPU identities, samples (bulk), latest state, events. A duplicate batch rolls back whatever it
 touched, so a replay changes nothing, not even the node's last_seen.
+
+A GPU belongs to one node. When a batch declares a GPU stored under another node, that node's
+last report of it decides: within ``live_intervals`` of that node's intervals (the window after
+which a silent node counts as unreachable), two nodes report one UUID at once (a cloned UUID, a
+misconfigured agent): the batch is refused with 409 and a ``gpu_uuid_conflict`` event is stored
+on the owning node, at most one an hour per GPU and reporting node. Silent for longer, the GPU
+moved: it changes node and a ``gpu_moved`` event on the new node says from where.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Connection, bindparam, func, insert, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.exc import SQLAlchemyError
 
-from fleetwatch.errors import BatchConflict, InvalidInput
+from fleetwatch.errors import BatchConflict, GpuClaimed, InvalidInput
 from fleetwatch.server.db.session import Database
 from fleetwatch.server.db.tables import events, gpu_samples, gpus, ingest_batches, nodes
 from fleetwatch.telemetry import SAMPLE_FIELD_NAMES, Batch, GpuIdentity, GpuSample
 
 __all__ = ["IngestResult", "store_batch"]
 
+logger = logging.getLogger(__name__)
+
+# How often the same GPU and reporting node may add a gpu_uuid_conflict event: the agent retries
+# nothing it was refused, but a cloned node sends a new batch every interval.
+_CONFLICT_EVENT_EVERY = timedelta(hours=1)
+
 _IDENTITY = ("index", "serial", "pci_bus_id", "name", "driver_version", "vbios_version")
 _SAMPLE_COLUMNS = ("gpu_uuid", "node_id", "ts", "boot_id", *SAMPLE_FIELD_NAMES)
 
 # Statements built once: building and hashing a SQLAlchemy statement per batch costs more CPU than
 # running it.
-_SELECT_KNOWN_GPUS = select(gpus.c.uuid, gpus.c.node_id, *(gpus.c[k] for k in _IDENTITY)).where(
-    gpus.c.uuid.in_(bindparam("uuids", expanding=True))
-)
+_SELECT_KNOWN_GPUS = select(
+    gpus.c.uuid, gpus.c.node_id, gpus.c.last_seen, *(gpus.c[k] for k in _IDENTITY)
+).where(gpus.c.uuid.in_(bindparam("uuids", expanding=True)))
 _SELECT_NODE = (
     select(nodes.c.id, nodes.c.boot_id).where(nodes.c.name == bindparam("b_name")).with_for_update()
 )
@@ -77,18 +92,32 @@ class _Duplicate(Exception):
     """Raised inside the transaction to roll it back when the batch id was already stored."""
 
 
-def store_batch(db: Database, batch: Batch, *, content_sha256: str, now: datetime) -> IngestResult:
-    """Store ``batch`` and commit, or raise and store nothing."""
+def store_batch(
+    db: Database,
+    batch: Batch,
+    *,
+    content_sha256: str,
+    now: datetime,
+    live_intervals: float = 3.0,
+) -> IngestResult:
+    """Store ``batch`` and commit, or raise and store nothing.
+
+    ``live_intervals``: how many of its intervals a node may stay silent about a GPU and still
+    own it (the server's ``unreachable_after_intervals``); see the module's docstring.
+    """
     try:
         with db.write() as conn:
             node_id = _upsert_node(conn, batch, now)
             _claim_batch_id(conn, batch, node_id, content_sha256, now)
-            node_gpus = _upsert_gpus(conn, batch, node_id, now)
+            node_gpus = _upsert_gpus(conn, batch, node_id, now, live_intervals)
             _insert_samples(conn, db, batch.samples, node_id, batch.node.boot_id)
             _update_latest(conn, batch.samples, now)
             _insert_events(conn, batch, node_id, node_gpus, now)
     except _Duplicate:
         return IngestResult(samples=0, events=0, duplicate=True)
+    except GpuClaimed as exc:
+        _record_claims(db, exc, batch.batch_id, now)
+        raise
     return IngestResult(
         samples=len(batch.samples), events=len(batch.events), duplicate=False, node_id=node_id
     )
@@ -171,7 +200,9 @@ def _claim_batch_id(
     raise _Duplicate
 
 
-def _upsert_gpus(conn: Connection, batch: Batch, node_id: int, now: datetime) -> dict[str, str]:
+def _upsert_gpus(
+    conn: Connection, batch: Batch, node_id: int, now: datetime, live_intervals: float
+) -> dict[str, str]:
     """Register or update the batch's GPUs; return this node's GPUs as pci_bus_id -> uuid when an
     event of the batch names a PCI slot and no GPU (empty otherwise: nothing else reads it)."""
     declared = {gpu.uuid: gpu for gpu in batch.gpus}
@@ -181,6 +212,7 @@ def _upsert_gpus(conn: Connection, batch: Batch, node_id: int, now: datetime) ->
         for row in conn.execute(_SELECT_KNOWN_GPUS, {"uuids": list(declared.keys() | referenced)})
     }
     _check_references(batch, declared, known, node_id)
+    _check_owners(conn, batch, known, node_id, now, live_intervals)
 
     new_rows, changed = [], []
     for uuid, gpu in declared.items():
@@ -212,6 +244,112 @@ def _upsert_gpus(conn: Connection, batch: Batch, node_id: int, now: datetime) ->
         if row.pci_bus_id
     }
     return by_pci
+
+
+def _check_owners(
+    conn: Connection,
+    batch: Batch,
+    known: dict[str, Any],
+    node_id: int,
+    now: datetime,
+    live_intervals: float,
+) -> None:
+    """Refuse GPUs another node reports right now; record those that moved here."""
+    elsewhere = [
+        (i, gpu.uuid, known[gpu.uuid])
+        for i, gpu in enumerate(batch.gpus)
+        if gpu.uuid in known and known[gpu.uuid].node_id != node_id
+    ]
+    if not elsewhere:
+        return
+    owners = {
+        row.id: row
+        for row in conn.execute(
+            select(nodes.c.id, nodes.c.name, nodes.c.interval_s).where(
+                nodes.c.id.in_({row.node_id for _, _, row in elsewhere})
+            )
+        )
+    }
+    problems: list[dict[str, Any]] = []
+    claims: list[tuple[str, str, str]] = []
+    moves: list[dict[str, Any]] = []
+    for i, uuid, row in elsewhere:
+        owner = owners[row.node_id]
+        silent = (now - row.last_seen).total_seconds()
+        window = owner.interval_s * live_intervals
+        if silent < window:
+            problems.append(
+                {
+                    "loc": ["body", "gpus", i, "uuid"],
+                    "msg": f"GPU {uuid} is reported by node {owner.name!r} too, last "
+                    f"{silent:.0f} s ago (less than {window:g} s): a cloned GPU UUID or a "
+                    "misconfigured agent",
+                }
+            )
+            claims.append((uuid, batch.node.name, owner.name))
+        else:
+            moves.append(
+                {
+                    "node_id": node_id,
+                    "gpu_uuid": uuid,
+                    "kind": "gpu_moved",
+                    "ts": now,
+                    "received_at": now,
+                    "message": f"GPU moved from node {owner.name} (silent about it for "
+                    f"{silent:.0f} s) to node {batch.node.name}",
+                    "batch_id": batch.batch_id,
+                    "details": {
+                        "from_node": owner.name,
+                        "to_node": batch.node.name,
+                        "last_seen_on_from_node": row.last_seen.isoformat(),
+                    },
+                }
+            )
+    if problems:
+        listed = ", ".join(f"{uuid} (node {owner})" for uuid, _, owner in claims[:5])
+        raise GpuClaimed(
+            f"{len(problems)} GPU(s) of this batch are reported by other nodes right now: "
+            f"{listed}; nothing was stored",
+            problems[:50],
+            claims,
+        )
+    if moves:
+        conn.execute(insert(events), moves)
+
+
+def _record_claims(db: Database, claimed: GpuClaimed, batch_id: str, now: datetime) -> None:
+    """Store a gpu_uuid_conflict event per claim (after the batch rolled back), so operators see
+    cloned UUIDs on the owning node; at most one an hour per GPU and reporting node."""
+    try:
+        with db.write() as conn:
+            for uuid, reporter, owner in claimed.claims:
+                recent = conn.execute(
+                    select(events.c.details).where(
+                        events.c.kind == "gpu_uuid_conflict",
+                        events.c.gpu_uuid == uuid,
+                        events.c.ts >= now - _CONFLICT_EVENT_EVERY,
+                    )
+                ).scalars()
+                if any((d or {}).get("reported_by") == reporter for d in recent):
+                    continue
+                owner_id = conn.execute(select(nodes.c.id).where(nodes.c.name == owner)).scalar()
+                conn.execute(
+                    insert(events).values(
+                        node_id=owner_id,
+                        gpu_uuid=uuid,
+                        kind="gpu_uuid_conflict",
+                        ts=now,
+                        received_at=now,
+                        message=f"GPU {uuid} of node {owner} is also reported by node {reporter} "
+                        "(cloned UUID or misconfigured agent); that node's batches get 409",
+                        batch_id=batch_id,
+                        details={"uuid": uuid, "owned_by": owner, "reported_by": reporter},
+                    )
+                )
+    except SQLAlchemyError:
+        # The 409 is the answer that matters; the event is a courtesy that must not turn it
+        # into a 500.
+        logger.warning("could not record gpu_uuid_conflict events", exc_info=True)
 
 
 def _identity(gpu: GpuIdentity) -> dict[str, Any]:

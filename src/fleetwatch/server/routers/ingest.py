@@ -21,6 +21,7 @@ from fleetwatch.server.db.base import utcnow
 from fleetwatch.server.db.session import Database
 from fleetwatch.server.deps import IngestAuth
 from fleetwatch.server.errors import status_for
+from fleetwatch.server.ingest_checks import collapse_duplicate_samples, locate_unreadable
 from fleetwatch.server.repo.ingest import store_batch
 from fleetwatch.server.schemas.common import ErrorResponse, IngestAccepted, IngestResponse
 from fleetwatch.telemetry import BATCH_EXAMPLE, Batch, IngestLimits
@@ -36,7 +37,11 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
     for code, text in (
         (401, "No token, or an unknown or revoked one"),
         (403, "The token's scope may not ingest (needs agent or admin)"),
-        (409, "The batch_id was stored before with different content"),
+        (
+            409,
+            "The batch_id was stored before with different content, or a GPU uuid of the batch "
+            "is reported by another node right now (cloned UUID)",
+        ),
         (413, "Body larger than the limit (default 8 MiB, after decompression)"),
         (415, "Content-Type is not application/json, or an unsupported Content-Encoding"),
         (422, "Invalid batch: each problem names its field; nothing of the batch was stored"),
@@ -110,23 +115,35 @@ def _validate(body: bytes, settings: ServerSettings) -> Batch:
     limits = IngestLimits(
         now=utcnow(),
         max_future_skew=timedelta(seconds=settings.max_future_skew_s),
+        max_past_age=timedelta(seconds=settings.max_past_age_s),
         max_gpus=settings.max_gpus_per_batch,
         max_samples=settings.max_samples_per_batch,
         max_events=settings.max_events_per_batch,
     )
     try:
-        return Batch.model_validate_json(body, context={"limits": limits})
+        batch = Batch.model_validate_json(body, context={"limits": limits})
     except ValidationError as exc:
-        detail = [
-            {"loc": ["body", *err["loc"]], "msg": err["msg"].removeprefix("Value error, ")}
-            for err in exc.errors(include_url=False)
-        ]
+        errors = exc.errors(include_url=False)
+        located = (
+            locate_unreadable(body) if any(e["type"] == "json_invalid" for e in errors) else []
+        )
+        detail = located or [_detail(err) for err in errors]
         first = detail[0]
         where = ".".join(str(p) for p in first["loc"])
         more = f" (and {len(detail) - 1} more)" if len(detail) > 1 else ""
         raise InvalidInput(
             f"invalid batch: {where}: {first['msg']}{more}; nothing was stored", detail[:100]
         ) from None
+    return collapse_duplicate_samples(batch)
+
+
+def _detail(err: Any) -> dict[str, Any]:
+    # A problem deep inside free-form JSON (an event's details) carries its path in ctx.
+    inner = err.get("ctx", {}).get("path", ()) if err["type"] == "unstorable_value" else ()
+    return {
+        "loc": ["body", *err["loc"], *inner],
+        "msg": err["msg"].removeprefix("Value error, "),
+    }
 
 
 # Events that may take a GPU out of service: judge and plan at once rather than at the next tick.
@@ -139,7 +156,13 @@ def _ingest(
     batch = _validate(body, settings)
     digest = hashlib.sha256(body).hexdigest()
     with slots:  # validation runs freely; only the transaction waits for a slot
-        result = store_batch(db, batch, content_sha256=digest, now=utcnow())
+        result = store_batch(
+            db,
+            batch,
+            content_sha256=digest,
+            now=utcnow(),
+            live_intervals=settings.unreachable_after_intervals,
+        )
     logger.debug(
         "batch %s from %s: %d samples, %d events, duplicate=%s",
         batch.batch_id,
