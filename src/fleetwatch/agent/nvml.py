@@ -33,6 +33,7 @@ from fleetwatch.agent.nvml_events import _EVENT_KINDS as _EVENT_KINDS  # for tes
 from fleetwatch.agent.nvml_events import _watch
 from fleetwatch.agent.nvml_fields import _FIELD_IDS as _FIELD_IDS  # for tests
 from fleetwatch.agent.nvml_fields import _IDENTITY_PROBES, _PROBES, _Device, _Probe
+from fleetwatch.agent.textclean import clean_fields
 from fleetwatch.errors import CollectorError, DeviceLost, FieldNotSupported, NvmlUnavailable
 from fleetwatch.telemetry import Event, GpuIdentity, GpuSample
 
@@ -343,7 +344,7 @@ class Nvml:
             dev.uuid = self._uuids[index] = dev.call(lib.nvmlDeviceGetUUID, dev.handle)
             ident = self._run(dev, _IDENTITY_PROBES)
             ident.update(uuid=dev.uuid, index=index, driver_version=self.driver_version)
-            gpu = self._identities[index] = self._model(GpuIdentity, ident, index)
+            gpu = self._identities[index] = self._model(GpuIdentity, clean_fields(ident), index)
         try:
             values = self._run(dev, self._probes)
         finally:

@@ -8,7 +8,9 @@ spool. Rather than drop the event (an Xid 79 must reach the server), every C0/C1
 fields) and every lone surrogate becomes U+FFFD REPLACEMENT CHARACTER, one for one, so lengths and
 the rest of the text are unchanged and the operator sees where something was replaced.
 
-:func:`clean_text` is applied where text enters (the kernel log parser), and
+:func:`clean_text` is applied where text enters (the kernel log parser), :func:`clean_fields`
+where a source's strings become wire objects (GPU identities from NVML, nvidia-smi and
+dcgm-exporter: the wire models refuse a NUL, so it must go before they are built), and
 :func:`clean_batch` once more to every text field of a batch before it is spooled, whatever
 collector it came from.
 """
@@ -22,7 +24,7 @@ from pydantic import BaseModel
 
 from fleetwatch.telemetry import Batch
 
-__all__ = ["REPLACEMENT", "clean_batch", "clean_text"]
+__all__ = ["REPLACEMENT", "clean_batch", "clean_fields", "clean_text"]
 
 REPLACEMENT = "\ufffd"
 _UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
@@ -30,6 +32,11 @@ _UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
 
 def clean_text(text: str) -> str:
     return _UNSAFE.sub(REPLACEMENT, text)
+
+
+def clean_fields(fields: dict[str, Any]) -> dict[str, Any]:
+    """``fields`` with every string value cleaned (keys are the wire's own names)."""
+    return {key: _clean_value(value) for key, value in fields.items()}
 
 
 def clean_batch(batch: Batch) -> Batch:

@@ -13,10 +13,11 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from fleetwatch.agent.collectors.base import Collection
+from fleetwatch.agent.collectors.base import Collection, readings_to_collection
 from fleetwatch.agent.collectors.kernel_log import KernelLogCollector
 from fleetwatch.agent.kmsg import open_kernel_log
 from fleetwatch.agent.loop import Agent, build_batch
+from fleetwatch.agent.parsers import GpuReading
 from fleetwatch.agent.push import Pusher
 from fleetwatch.agent.selfmetrics import AgentMetrics
 from fleetwatch.agent.spool import SetAside, Spool
@@ -196,20 +197,21 @@ def test_agent_tells_the_server_of_a_set_aside_batch(
 
 
 def test_agent_cleans_control_characters_from_collected_text() -> None:
-    collection = Collection(
-        gpus=[GpuIdentity(uuid=UUID, index=0, name="NVIDIA\x00H100\x1b[0m")],
-        events=[
-            Event(
-                kind="xid",
-                ts=datetime.now(UTC),
-                xid=79,
-                process="py\x00",
-                details={"label\x01": ["a\x7fb"]},
-            )
-        ],
+    # A NUL from a source is cleaned before the wire objects are built (they refuse one); the
+    # other control characters, which the wire accepts, are cleaned once more in build_batch.
+    reading = GpuReading(identity={"uuid": UUID, "index": 0, "name": "NVIDIA\x00H100\x1b[0m"})
+    collection = readings_to_collection([reading], datetime.now(UTC))
+    collection.events.append(
+        Event(
+            kind="xid",
+            ts=datetime.now(UTC),
+            xid=79,
+            process="py\x07",
+            details={"label\x01": ["a\x7fb"]},
+        )
     )
     batch = build_batch(
-        NodeInfo(name="node-1", labels={"rack": "r\x0012"}, boot_id="b1"), collection
+        NodeInfo(name="node-1", labels={"rack": "r\x1b12"}, boot_id="b1"), collection
     )
     assert batch.gpus[0].name == "NVIDIA\ufffdH100\ufffd[0m"
     assert batch.events[0].process == "py\ufffd"

@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from fleetwatch.agent.parsers import GpuReading
+from fleetwatch.agent.textclean import clean_fields
 from fleetwatch.telemetry import SAMPLE_FIELD_NAMES, Event, GpuIdentity, GpuSample
 
 __all__ = ["Collection", "Collector", "EmitEvents", "Watcher", "merge_readings"]
@@ -69,7 +70,7 @@ def readings_to_collection(readings: Iterable[GpuReading], now: datetime) -> Col
         identity = {k: v for k, v in reading.identity.items() if k in _IDENTITY_KEYS}
         if "uuid" not in identity or "index" not in identity:
             continue
-        out.gpus.append(GpuIdentity(**identity))
+        out.gpus.append(GpuIdentity(**clean_fields(identity)))
         values = {k: v for k, v in reading.values.items() if k in SAMPLE_FIELD_NAMES}
         out.samples.append(GpuSample(uuid=identity["uuid"], ts=now, **values))
     return out
