@@ -11,8 +11,8 @@ length-bounded column must be listed; a new one without a bound fails the test.
 from __future__ import annotations
 
 import functools
-from datetime import UTC, datetime
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any, get_args
 
 import pytest
@@ -221,7 +221,6 @@ def test_every_bounded_string_column_has_a_declared_source() -> None:
     }
     missing = sorted(bounded - set(bounds))
     assert missing == [], f"say in column_bounds() what may be written into {missing}"
-    print(f"checked {len(bounded)} bounded string columns, {len(bounds)} bounds declared")
 
 
 def test_wire_probes_find_the_documented_limits() -> None:
@@ -230,7 +229,6 @@ def test_wire_probes_find_the_documented_limits() -> None:
     assert w["node"] == 253
     assert w["uuid"] == 124
     assert w["label_value"] == 256
-    print("wire bounds:", w)
 
 
 @pytest.mark.parametrize("name", sorted(column_bounds()))
