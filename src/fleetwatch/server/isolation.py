@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Hashable, Iterable, Iterator
 from contextlib import contextmanager
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from sqlalchemy import Connection
 
@@ -74,7 +74,7 @@ class ItemGuard:
                 pass
             else:
                 for item, _ in done:
-                    self._recovered(ident(item))
+                    self.recovered(ident(item))
                 return done
         out: list[tuple[T, R]] = []
         for item in items:
@@ -83,6 +83,29 @@ class ItemGuard:
             if ok:
                 out.append((item, result))
         return out
+
+    def many(
+        self,
+        conn: Connection,
+        rows: list[dict[str, Any]],
+        write: Callable[[list[dict[str, Any]]], object],
+        ident: Callable[[dict[str, Any]], Hashable],
+    ) -> int:
+        """``write(rows)`` at once (an executemany); when that fails, row by row so that only the
+        bad rows are lost. Returns how many rows were written."""
+        if not rows:
+            return 0
+        if len(rows) > 1:
+            try:
+                with conn.begin_nested():
+                    write(rows)
+            except Exception:  # noqa: BLE001 - found row by row below
+                pass
+            else:
+                for row in rows:
+                    self.recovered(ident(row))
+                return len(rows)
+        return len(self.each(conn, [[row] for row in rows], write, lambda one: ident(one[0])))
 
     @contextmanager
     def item(self, conn: Connection | None, item_id: Hashable) -> Iterator[list[bool]]:
@@ -96,12 +119,13 @@ class ItemGuard:
                 with conn.begin_nested():
                     yield ok
         except Exception as exc:  # noqa: BLE001 - isolating any failure is the point
-            self._failed(item_id, exc)
+            self.record_failure(item_id, exc)
         else:
             ok.append(True)
-            self._recovered(item_id)
+            self.recovered(item_id)
 
-    def _failed(self, item_id: Hashable, exc: Exception) -> None:
+    def record_failure(self, item_id: Hashable, exc: BaseException) -> None:
+        """Count and (once per change) log a failure of ``item_id`` handled elsewhere."""
         self.errors += 1
         if self.counter is not None:
             self.counter.inc()
@@ -114,6 +138,7 @@ class ItemGuard:
             )  # fmt: skip
         self._failing[item_id] = what
 
-    def _recovered(self, item_id: Hashable) -> None:
+    def recovered(self, item_id: Hashable) -> None:
+        """Note a success of ``item_id`` (logged when it was failing)."""
         if self._failing.pop(item_id, None) is not None:
             logger.info("background job %s: item %s recovered", self.job, item_id)

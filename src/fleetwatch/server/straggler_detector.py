@@ -25,6 +25,7 @@ from sqlalchemy import Connection, text
 from fleetwatch.config import ServerSettings
 from fleetwatch.server.db.session import Database
 from fleetwatch.server.exposition import escape_label
+from fleetwatch.server.isolation import ItemGuard
 from fleetwatch.server.repo.jobs import (
     JobRow,
     apply_transitions,
@@ -62,8 +63,11 @@ def _singleton(conn: Connection) -> bool:
 class StragglerDetector:
     """Judges new step windows of every job; ``run_once()`` is the background job."""
 
-    def __init__(self, db: Database, settings: ServerSettings) -> None:
+    def __init__(
+        self, db: Database, settings: ServerSettings, guard: ItemGuard | None = None
+    ) -> None:
         self.db = db
+        self.guard = guard or ItemGuard("stragglers")
         self.config = DetectorConfig(
             window_s=settings.straggler_window_s,
             ratio=settings.straggler_ratio,
@@ -83,7 +87,13 @@ class StragglerDetector:
                 return 0
             slowness = load_slowness(conn)
             for job in list_jobs(conn, limit=1000):
-                judged += self._run_job(conn, job, slowness, now)
+                # A savepoint per job: its detector state in memory moves with its writes, so a
+                # failing job is rolled back alone and rebuilt from the database next pass.
+                with self.guard.item(conn, f"job {job.job_id}") as ok:
+                    judged += self._run_job(conn, job, slowness, now)
+                if not ok:
+                    with self.trackers.lock:
+                        self.trackers.jobs.pop(job.job_id, None)
         self._forget_idle()
         return judged
 
