@@ -34,6 +34,8 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 R = TypeVar("R")
 
+_REMEMBERED = 10_000  # failing items remembered per job, so that each is logged once
+
 
 class _Counter(Protocol):
     def inc(self, amount: float = 1) -> None: ...
@@ -129,14 +131,22 @@ class ItemGuard:
         self.errors += 1
         if self.counter is not None:
             self.counter.inc()
-        what = f"{type(exc).__name__}: {exc}"
+        # A database error's text carries the statement's parameters and PostgreSQL's DETAIL
+        # the failing row (timestamps change every pass); the first line of the driver's own
+        # message says what went wrong and stays the same.
+        message = str(getattr(exc, "orig", None) or exc).partition("\n")[0]
+        what = f"{type(exc).__name__}: {message}"
         if self._failing.get(item_id) != what:
             logger.warning(
                 "background job %s: item %s failed, skipped (logged again when the error changes"
                 " or it recovers)",
                 self.job, item_id, exc_info=exc,
             )  # fmt: skip
+        self._failing.pop(item_id, None)
         self._failing[item_id] = what
+        if len(self._failing) > _REMEMBERED:
+            # Items that failed once and never came back (a deleted node) must not pile up.
+            del self._failing[next(iter(self._failing))]
 
     def recovered(self, item_id: Hashable) -> None:
         """Note a success of ``item_id`` (logged when it was failing)."""
