@@ -64,27 +64,46 @@ class ItemGuard:
     ) -> list[tuple[T, R]]:
         """``work(item)`` for every item; (item, result) of those that succeeded, in order.
 
-        With ``conn``, writes of a failed item are rolled back (see the module docstring)."""
+        With ``conn``, writes of a failed item are rolled back (see the module docstring). Items
+        that failed last time run in a savepoint of their own first, so that one bad item that
+        stays does not cost every later pass the fallback."""
         items = list(items)
-        if conn is not None and len(items) > 1:
-            done: list[tuple[T, R]] = []
-            try:
-                with conn.begin_nested():
-                    for item in items:
-                        done.append((item, work(item)))
-            except Exception:  # noqa: BLE001 - which item failed is found item by item below
-                pass
-            else:
-                for item, _ in done:
-                    self.recovered(ident(item))
-                return done
-        out: list[tuple[T, R]] = []
-        for item in items:
-            with self.item(conn, ident(item)) as ok:
-                result = work(item)
+        done: dict[int, R] = {}
+        if conn is None or len(items) <= 1:
+            self._one_by_one(conn, items, range(len(items)), work, ident, done)
+            return [(items[i], done[i]) for i in sorted(done)]
+        failing = self._failing
+        suspects = [i for i, item in enumerate(items) if ident(item) in failing] if failing else []
+        self._one_by_one(conn, items, suspects, work, ident, done)
+        skip = set(suspects)
+        rest = [i for i in range(len(items)) if i not in skip]
+        grouped: dict[int, R] = {}
+        try:
+            with conn.begin_nested():
+                for i in rest:
+                    grouped[i] = work(items[i])
+        except Exception:  # noqa: BLE001 - which item failed is found item by item below
+            grouped = {}
+        if len(grouped) == len(rest):
+            done.update(grouped)
+        else:  # outside the except: a retry's failure is its own, not "during handling" of this
+            self._one_by_one(conn, items, rest, work, ident, done)
+        return [(items[i], done[i]) for i in sorted(done)]
+
+    def _one_by_one(
+        self,
+        conn: Connection | None,
+        items: list[T],
+        indexes: Iterable[int],
+        work: Callable[[T], R],
+        ident: Callable[[T], Hashable],
+        done: dict[int, R],
+    ) -> None:
+        for i in indexes:
+            with self.item(conn, ident(items[i])) as ok:
+                result = work(items[i])
             if ok:
-                out.append((item, result))
-        return out
+                done[i] = result
 
     def many(
         self,
@@ -94,20 +113,25 @@ class ItemGuard:
         ident: Callable[[dict[str, Any]], Hashable],
     ) -> int:
         """``write(rows)`` at once (an executemany); when that fails, row by row so that only the
-        bad rows are lost. Returns how many rows were written."""
-        if not rows:
-            return 0
-        if len(rows) > 1:
+        bad rows are lost (rows that failed last time are written apart, one by one).
+        Returns how many rows were written."""
+        failing = self._failing
+        alone = [row for row in rows if ident(row) in failing] if failing else []
+        rest = [row for row in rows if ident(row) not in failing] if alone else rows
+        written = 0
+        if len(rest) > 1:
             try:
                 with conn.begin_nested():
-                    write(rows)
+                    write(rest)
+                written = len(rest)
             except Exception:  # noqa: BLE001 - found row by row below
                 pass
-            else:
-                for row in rows:
-                    self.recovered(ident(row))
-                return len(rows)
-        return len(self.each(conn, [[row] for row in rows], write, lambda one: ident(one[0])))
+        if not written:
+            alone = alone + rest
+        singles = [[row] for row in alone]
+        done: dict[int, object] = {}
+        self._one_by_one(conn, singles, range(len(singles)), write, lambda one: ident(one[0]), done)
+        return written + len(done)
 
     @contextmanager
     def item(self, conn: Connection | None, item_id: Hashable) -> Iterator[list[bool]]:

@@ -265,3 +265,36 @@ def test_a_failing_pass_is_counted_and_retried() -> None:
 
     asyncio.run(run())
     assert failures.value >= 3
+
+
+def test_item_guard_writes_the_good_rows_and_isolates_a_known_bad_one_up_front(
+    db: Database,
+) -> None:
+    """``each`` and ``many`` against a real NOT NULL constraint: the good rows land, the bad one
+    is counted every pass, and once known it runs alone so the group no longer fails."""
+    from sqlalchemy import func, insert
+
+    guard = ItemGuard("test")
+    now = datetime.now(UTC)
+
+    def row(key: str, summary: str | None) -> dict[str, Any]:
+        return {"dedup_key": key, "state": "firing", "kind": "xid", "severity": "fatal",
+                "summary": summary, "occurrences": 1, "started_at": now, "updated_at": now}  # fmt: skip
+
+    groups: list[int] = []
+
+    def write(rows: list[dict[str, Any]]) -> None:
+        groups.append(len(rows))
+        conn.execute(insert(alerts), rows)
+
+    for n in range(2):
+        rows = [row(f"k{n}-{i}", None if i == 1 else "ok") for i in range(4)]
+        with db.write() as conn:
+            assert guard.many(conn, rows, write, ident=lambda r: r["dedup_key"][3:]) == 3
+            made = guard.each(conn, ["a", "b", "c"], lambda key: write([row(f"e{n}{key}", key)]))
+            assert [key for key, _ in made] == ["a", "b", "c"]
+    with db.read() as conn:
+        assert conn.execute(select(func.count()).select_from(alerts)).scalar_one() == 12
+    assert guard.errors == 2 and guard.failing == {"1"}
+    # First pass: the group of 4 fails, then 4 singles; second: the 3 good ones, the bad one apart.
+    assert groups[:5] == [4, 1, 1, 1, 1] and groups[8:10] == [3, 1]
