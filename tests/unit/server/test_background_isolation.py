@@ -278,8 +278,8 @@ def test_item_guard_writes_the_good_rows_and_isolates_a_known_bad_one_up_front(
     now = datetime.now(UTC)
 
     def row(key: str, summary: str | None) -> dict[str, Any]:
-        return {"dedup_key": key, "state": "firing", "kind": "xid", "severity": "fatal",
-                "summary": summary, "occurrences": 1, "started_at": now, "updated_at": now}  # fmt: skip
+        fixed = {"state": "firing", "kind": "xid", "severity": "fatal", "occurrences": 1}
+        return {"dedup_key": key, "summary": summary, "started_at": now, "updated_at": now, **fixed}
 
     groups: list[int] = []
 
@@ -291,8 +291,9 @@ def test_item_guard_writes_the_good_rows_and_isolates_a_known_bad_one_up_front(
         rows = [row(f"k{n}-{i}", None if i == 1 else "ok") for i in range(4)]
         with db.write() as conn:
             assert guard.many(conn, rows, write, ident=lambda r: r["dedup_key"][3:]) == 3
-            made = guard.each(conn, ["a", "b", "c"], lambda key: write([row(f"e{n}{key}", key)]))
-            assert [key for key, _ in made] == ["a", "b", "c"]
+            keys = [f"e{n}{key}" for key in "abc"]
+            made = guard.each(conn, keys, lambda key: write([row(key, key)]))
+            assert [key for key, _ in made] == keys
     with db.read() as conn:
         assert conn.execute(select(func.count()).select_from(alerts)).scalar_one() == 12
     assert guard.errors == 2 and guard.failing == {"1"}
