@@ -87,6 +87,8 @@ class StragglerDetector:
                 return 0
             slowness = load_slowness(conn)
             for job in list_jobs(conn, limit=1000):
+                if self._idle(job):
+                    continue  # most jobs, most passes: no savepoint for nothing to do
                 # A savepoint per job: its detector state in memory moves with its writes, so a
                 # failing job is rolled back alone and rebuilt from the database next pass.
                 with self.guard.item(conn, f"job {job.job_id}") as ok:
@@ -96,6 +98,15 @@ class StragglerDetector:
                         self.trackers.jobs.pop(job.job_id, None)
         self._forget_idle()
         return judged
+
+    def _idle(self, job: JobRow) -> bool:
+        """Whether the job surely has no window to judge (what :meth:`_run_job` checks first)."""
+        if self.trackers.finished.get(job.job_id) == job.last_seen:
+            return True
+        tracked = self.trackers.jobs.get(job.job_id)
+        if tracked is None or job.job_id in self.trackers.finished:
+            return False  # _run_job builds the tracker, or drops the stale mark
+        return tracked.next_start + self.config.width > job.last_seen - self.config.grace
 
     def _tracker(self, conn: Connection, job: JobRow, slowness: dict[str, float]) -> TrackedJob:
         tracked = self.trackers.jobs.get(job.job_id)

@@ -299,3 +299,38 @@ def test_item_guard_writes_the_good_rows_and_isolates_a_known_bad_one_up_front(
     assert guard.errors == 2 and guard.failing == {"1"}
     # First pass: the group of 4 fails, then 4 singles; second: the 3 good ones, the bad one apart.
     assert groups[:5] == [4, 1, 1, 1, 1] and groups[8:10] == [3, 1]
+
+
+def test_one_failing_job_does_not_stop_the_straggler_pass(
+    client: TestClient, tokens: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from fleetwatch.server.straggler_detector import StragglerDetector
+
+    start = datetime.now(UTC) - timedelta(minutes=10)
+    for job in ("job-bad", "job-good"):
+        steps = [
+            {"rank": r, "node": f"n{r}", "step": k, "duration_ms": 1000.0,
+             "ts": (start + timedelta(seconds=k)).isoformat()}
+            for k in range(0, 540, 10)
+            for r in range(4)
+        ]  # fmt: skip
+        response = client.post(
+            f"/v1/jobs/{job}/steps", json={"steps": steps}, headers=bearer(tokens["agent"])
+        )
+        assert response.status_code == 200, response.text
+    real = StragglerDetector._run_job
+    judged: dict[str, int] = {}
+
+    def run_job(self: StragglerDetector, conn: Any, job: Any, *args: Any) -> int:
+        if job.job_id == "job-bad":
+            self._tracker(conn, job, {})  # state in memory first, as a real failure might leave
+            raise ValueError("a step the detector cannot judge")
+        judged[job.job_id] = real(self, conn, job, *args)
+        return judged[job.job_id]
+
+    monkeypatch.setattr(StragglerDetector, "_run_job", run_job)
+    detector = _state(client).stragglers
+    detector.run_once()
+    assert judged["job-good"] > 0, "the good job's windows were judged"
+    assert "job-bad" not in detector.trackers.jobs, "rebuilt from the database next pass"
+    assert _metric(client, tokens, "fleetwatch_background_item_errors_total", "stragglers") == 1.0
