@@ -146,7 +146,8 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
                 ("planner", settings.planner_interval_s, app.state.planner.run_once),
                 ("stragglers", settings.straggler_interval_s, app.state.stragglers.run_once),
                 ("alerts", settings.alert_interval_s, app.state.alerter.run_once),
-                ("weekly_report", 600.0, WeeklyReportJob(db, settings, catalog)),
+                ("weekly_report", 600.0,
+                 WeeklyReportJob(db, settings, catalog, guard=guard("weekly_report"))),
             ]  # fmt: skip
             tasks = [
                 asyncio.create_task(periodic(*job, failures=failures(job[0])), name=job[0])

@@ -124,12 +124,19 @@ def report_recipients_waiting(conn: Connection, *, key: str) -> int:
     return len(ids) - int(queued)
 
 
-def enqueue_report(conn: Connection, *, key: str, payload: dict[str, Any], now: datetime) -> int:
+def enqueue_report(
+    conn: Connection,
+    *,
+    key: str,
+    payload: dict[str, Any],
+    now: datetime,
+    guard: ItemGuard | None = None,
+) -> int:
     """Queue the weekly report ``payload`` for every enabled generic or Slack subscription whose
     filters say ``weekly_report: true``; ``key`` (e.g. the report week) makes it idempotent.
-    Returns the number of deliveries queued."""
-    queued = 0
-    for subscription_id in _report_subscriptions(conn):
+    Returns the number of deliveries queued; one subscription that fails is skipped (``guard``)."""
+
+    def one(subscription_id: int) -> bool:
         made = enqueue(
             conn,
             subscription_id=subscription_id,
@@ -139,8 +146,12 @@ def enqueue_report(conn: Connection, *, key: str, payload: dict[str, Any], now: 
             payload={"report": payload},
             now=now,
         )
-        queued += made is not None
-    return queued
+        return made is not None
+
+    done = (guard or ItemGuard("weekly_report")).each(
+        conn, _report_subscriptions(conn), one, ident=lambda i: f"subscription {i}"
+    )
+    return sum(made for _, made in done)
 
 
 @dataclass
