@@ -121,3 +121,17 @@ class ServerMetrics:
             buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0),
             registry=registry,
         )
+        # A background job isolates a bad item (one node, GPU, alert, delivery) and carries on;
+        # a whole pass failing is retried at the next tick. Both are counted, by job.
+        self.background_item_errors = Counter(
+            "fleetwatch_background_item_errors_total",
+            "Items a background pass skipped because they failed (the rest carried on), by job.",
+            ["job"],
+            registry=registry,
+        )
+        self.background_job_failures = Counter(
+            "fleetwatch_background_job_failures_total",
+            "Background passes that failed as a whole (retried at the next tick), by job.",
+            ["job"],
+            registry=registry,
+        )

@@ -9,6 +9,7 @@ a fleet without report subscribers never builds one).
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -19,6 +20,7 @@ from fleetwatch.reports.weekly import compute_weekly
 from fleetwatch.reports.weeks import IsoWeek
 from fleetwatch.rules.xid_catalog import XidCatalog
 from fleetwatch.server.db.session import Database
+from fleetwatch.server.isolation import ItemGuard
 from fleetwatch.server.outbox import enqueue_report, report_recipients_waiting
 
 __all__ = ["WeeklyReportJob", "summary"]
@@ -48,11 +50,14 @@ class WeeklyReportJob:
         catalog: XidCatalog,
         enqueue: Enqueue | None = None,
         waiting: Waiting | None = None,
+        guard: ItemGuard | None = None,
     ) -> None:
         self.db = db
         self.settings = settings
         self.catalog = catalog
-        self.enqueue: Enqueue = enqueue or enqueue_report
+        self.enqueue: Enqueue = enqueue or functools.partial(
+            enqueue_report, guard=guard or ItemGuard("weekly_report")
+        )
         self.waiting: Waiting = waiting or report_recipients_waiting
         self.sent: IsoWeek | None = None
 

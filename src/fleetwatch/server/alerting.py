@@ -47,6 +47,7 @@ from fleetwatch.server.db.tables import (
     webhook_outbox,
     webhook_subscriptions,
 )
+from fleetwatch.server.isolation import ItemGuard
 from fleetwatch.server.liveness import node_state
 from fleetwatch.server.outbox import enqueue
 from fleetwatch.server.webhooks import alert_document
@@ -252,8 +253,10 @@ class Alerter:
         settings: ServerSettings,
         assessment: Callable[[], FleetAssessment | None],
         on_queued: Callable[[], None] = lambda: None,
+        guard: ItemGuard | None = None,
     ) -> None:
         self.db = db
+        self.guard = guard or ItemGuard("alerts")
         self.settings = settings
         self.assessment = assessment
         self.on_queued = on_queued
@@ -289,61 +292,83 @@ class Alerter:
             row.dedup_key: row
             for row in conn.execute(select(alerts).where(alerts.c.state == "firing"))
         }
+        # Each alert, resolve and subscription is an item of its own: one the database refuses
+        # is logged and counted, and every other node still pages (see server.isolation).
         new_docs, gone_docs = [], []
-        for key, cond in active.items():
-            row = firing.get(key)
-            values = {
-                "severity": cond.severity,
-                "summary": cond.summary,
-                "action": cond.action,
-                "evidence": cond.evidence,
-                "updated_at": now,
-            }
-            if row is None:
-                alert_id = conn.execute(
-                    insert(alerts)
-                    .values(
-                        dedup_key=key,
-                        state="firing",
-                        kind=cond.kind,
-                        node=cond.node,
-                        gpu_uuid=cond.gpu_uuid,
-                        serial=cond.serial,
-                        slot=cond.slot,
-                        cluster=cond.cluster,
-                        occurrences=1,
-                        started_at=now,
-                        **values,
-                    )
-                    .returning(alerts.c.id)
-                ).scalar_one()
-                result.fired += 1
-                result.ids.append(alert_id)
-                new_docs.append(self._doc(conn, alert_id))
-            else:
-                conn.execute(
-                    update(alerts)
-                    .where(alerts.c.id == row.id)
-                    .values(occurrences=alerts.c.occurrences + 1, **values)
-                )
+        opened = self.guard.each(
+            conn, active.items(), lambda item: self._open_or_touch(conn, item[1], firing, now),
+            ident=lambda item: item[0],
+        )  # fmt: skip
+        for _, doc in opened:
+            if doc is None:
                 result.still += 1
-        for key, row in firing.items():
-            if key not in active:
-                conn.execute(
-                    update(alerts)
-                    .where(alerts.c.id == row.id)
-                    .values(state="resolved", resolved_at=now, updated_at=now)
-                )
-                result.resolved += 1
-                gone_docs.append(self._doc(conn, row.id))
+            else:
+                result.fired += 1
+                result.ids.append(doc["id"])
+                new_docs.append(doc)
+        gone = [row for key, row in firing.items() if key not in active]
+        for _, doc in self.guard.each(
+            conn, gone, lambda row: self._resolve(conn, row, now), ident=lambda row: row.dedup_key
+        ):
+            result.resolved += 1
+            gone_docs.append(doc)
         subs = list(
             conn.execute(
                 select(webhook_subscriptions).where(webhook_subscriptions.c.enabled.is_(True))
             )
         )
-        for sub in subs:
-            result.queued += self._deliver(conn, sub, new_docs, gone_docs, now)
+        for _, queued in self.guard.each(
+            conn, subs, lambda sub: self._deliver(conn, sub, new_docs, gone_docs, now),
+            ident=lambda sub: f"subscription {sub.id}",
+        ):  # fmt: skip
+            result.queued += queued
         return result
+
+    def _open_or_touch(
+        self, conn: Connection, cond: Condition, firing: dict[str, Any], now: datetime
+    ) -> dict[str, Any] | None:
+        """Open an alert for a new condition (its document), or count one still firing (None)."""
+        row = firing.get(cond.dedup_key)
+        values = {
+            "severity": cond.severity,
+            "summary": cond.summary,
+            "action": cond.action,
+            "evidence": cond.evidence,
+            "updated_at": now,
+        }
+        if row is not None:
+            conn.execute(
+                update(alerts)
+                .where(alerts.c.id == row.id)
+                .values(occurrences=alerts.c.occurrences + 1, **values)
+            )
+            return None
+        alert_id = conn.execute(
+            insert(alerts)
+            .values(
+                dedup_key=cond.dedup_key,
+                state="firing",
+                kind=cond.kind,
+                node=cond.node,
+                gpu_uuid=cond.gpu_uuid,
+                serial=cond.serial,
+                slot=cond.slot,
+                cluster=cond.cluster,
+                occurrences=1,
+                started_at=now,
+                **values,
+            )
+            .returning(alerts.c.id)
+        ).scalar_one()
+        return self._doc(conn, alert_id)
+
+    def _resolve(self, conn: Connection, row: Any, now: datetime) -> dict[str, Any]:
+        conn.execute(
+            update(alerts)
+            .where(alerts.c.id == row.id)
+            .values(state="resolved", resolved_at=now, updated_at=now)
+        )
+        return self._doc(conn, row.id)
 
     @staticmethod
     def _doc(conn: Connection, alert_id: int) -> dict[str, Any]:

@@ -7,6 +7,7 @@ Run with ``uvicorn --factory fleetwatch.server.app:create_app`` (settings from t
 from __future__ import annotations
 
 import asyncio
+import functools
 import gzip
 import logging
 import threading
@@ -18,7 +19,7 @@ from fastapi import Depends, FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse, Response
-from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry, Counter, generate_latest
 from sqlalchemy import text
 
 import fleetwatch
@@ -42,6 +43,7 @@ from fleetwatch.server.deps import require
 from fleetwatch.server.errors import install_error_handlers
 from fleetwatch.server.eviction_exposition import render_evictions
 from fleetwatch.server.exposition import FleetExposition
+from fleetwatch.server.isolation import ItemGuard
 from fleetwatch.server.outbox import OutboxWorker
 from fleetwatch.server.page import router as page_router
 from fleetwatch.server.planner import EvictionPlanner
@@ -112,37 +114,54 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
             unreachable_factor=settings.unreachable_after_intervals,
         )
         catalog, thresholds = load_rules(settings)
-        app.state.assessor = Assessor(db, settings, catalog, thresholds)
-        app.state.planner = EvictionPlanner(db, settings, app.state.assessor)
-        app.state.stragglers = StragglerDetector(db, settings)
+        metrics: ServerMetrics = app.state.metrics
+
+        def guard(job: str) -> ItemGuard:
+            return ItemGuard(job, metrics.background_item_errors.labels(job=job))
+
+        def failures(job: str) -> Counter:
+            return metrics.background_job_failures.labels(job=job)
+
+        app.state.assessor = Assessor(db, settings, catalog, thresholds, guard=guard("assessment"))
+        app.state.planner = EvictionPlanner(
+            db, settings, app.state.assessor, guard=guard("planner")
+        )
+        app.state.stragglers = StragglerDetector(db, settings, guard=guard("stragglers"))
         app.state.waker = waker = Waker()
         waker.bind()
         app.state.outbox_waker = outbox_waker = Waker()
         outbox_waker.bind()
         app.state.alerter = Alerter(
-            db, settings, lambda: app.state.assessor.latest, on_queued=outbox_waker.poke
-        )
-        app.state.outbox = OutboxWorker(db, settings)
+            db, settings, lambda: app.state.assessor.latest, on_queued=outbox_waker.poke,
+            guard=guard("alerts"),
+        )  # fmt: skip
+        app.state.outbox = OutboxWorker(db, settings, guard=guard("webhooks"))
         tasks: list[asyncio.Task[None]] = []
         if settings.background_jobs:
             jobs = [
-                ("rollups", settings.rollup_interval_s, RollupJob(db, catalog)),
+                ("rollups", settings.rollup_interval_s,
+                 RollupJob(db, catalog, guard=guard("rollups"))),
                 ("lifecycle", settings.lifecycle_interval_s,
-                 lambda: run_lifecycle(db, settings, catalog)),
+                 functools.partial(run_lifecycle, db, settings, catalog, guard=guard("lifecycle"))),
                 ("planner", settings.planner_interval_s, app.state.planner.run_once),
                 ("stragglers", settings.straggler_interval_s, app.state.stragglers.run_once),
                 ("alerts", settings.alert_interval_s, app.state.alerter.run_once),
-                ("weekly_report", 600.0, WeeklyReportJob(db, settings, catalog)),
+                ("weekly_report", 600.0,
+                 WeeklyReportJob(db, settings, catalog, guard=guard("weekly_report"))),
             ]  # fmt: skip
-            tasks = [asyncio.create_task(periodic(*job), name=job[0]) for job in jobs]
+            tasks = [
+                asyncio.create_task(periodic(*job, failures=failures(job[0])), name=job[0])
+                for job in jobs
+            ]
             deliver = ("webhooks", settings.webhook_delivery_interval_s, app.state.outbox.run_once,
-                       outbox_waker)  # fmt: skip
+                       outbox_waker, failures("webhooks"))  # fmt: skip
             tasks.append(asyncio.create_task(periodic(*deliver), name="webhooks"))
             # Each assessment is followed by a plan; a fatal Xid or a lost GPU arriving wakes
             # both at once instead of waiting for the next tick.
-            judge = ("assessment", settings.assess_interval_s, _judge_and_plan(app), waker)
+            judge = ("assessment", settings.assess_interval_s, _judge_and_plan(app), waker,
+                     failures("assessment"))  # fmt: skip
             tasks.append(asyncio.create_task(periodic(*judge), name="assessment"))
-        app.state.refitter = refitter = Refitter(db, settings)
+        app.state.refitter = refitter = Refitter(db, settings, failures=failures("refit"))
         if settings.background_jobs and settings.refit_interval_s > 0:
             schedule = refitter.run_schedule(settings.refit_interval_s)
             tasks.append(asyncio.create_task(schedule, name="refit"))
@@ -177,8 +196,14 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
 def _judge_and_plan(app: FastAPI) -> Callable[[], Any]:
     def run() -> None:
         app.state.assessor.run_once()
-        app.state.planner.run_once()  # its own loop follows the planner's timing hints
-        app.state.alerter.run_once()  # a fatal Xid pages without waiting for the alert tick
+        # The planner and the alerts have their own loops too: one failing must not keep the
+        # other from acting on this assessment (each failure is logged and counted there).
+        for job, step in (("planner", app.state.planner), ("alerts", app.state.alerter)):
+            try:
+                step.run_once()  # a fatal Xid drains and pages without waiting for their ticks
+            except Exception:
+                app.state.metrics.background_job_failures.labels(job=job).inc()
+                logger.exception("background job %s (after the assessment) failed", job)
 
     return run
 

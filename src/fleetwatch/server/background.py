@@ -15,7 +15,7 @@ import threading
 import tomllib
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 from sqlalchemy import Connection, text
 
@@ -25,6 +25,7 @@ from fleetwatch.rules.thresholds import HealthThresholds
 from fleetwatch.rules.xid_catalog import XidCatalog
 from fleetwatch.server.assessment import FleetAssessment, assess_fleet
 from fleetwatch.server.db.session import Database
+from fleetwatch.server.isolation import ItemGuard
 from fleetwatch.server.judging import FleetJudge
 from fleetwatch.server.lifecycle import sync_lifetimes
 from fleetwatch.server.repo.models import latest_ok_model
@@ -59,9 +60,10 @@ def _singleton(conn: Connection, key: int) -> bool:
 class RollupJob:
     """Keeps ``gpu_hourly`` current; remembers the newest sample id between passes."""
 
-    def __init__(self, db: Database, catalog: XidCatalog) -> None:
+    def __init__(self, db: Database, catalog: XidCatalog, guard: ItemGuard | None = None) -> None:
         self.db = db
         self.catalog = catalog
+        self.guard = guard or ItemGuard("rollups")
         self.after_id: int | None = None
 
     def __call__(self, now: datetime | None = None) -> int | None:
@@ -69,20 +71,25 @@ class RollupJob:
             if not _singleton(conn, _ROLLUP_LOCK):
                 return None
             written, self.after_id = refresh_rollups(
-                conn, now=now or datetime.now(UTC), catalog=self.catalog, after_id=self.after_id
+                conn,
+                now=now or datetime.now(UTC),
+                catalog=self.catalog,
+                after_id=self.after_id,
+                guard=self.guard,
             )
             return written
 
 
 def run_lifecycle(
-    db: Database, settings: ServerSettings, catalog: XidCatalog, now: datetime | None = None
-) -> Any:
+    db: Database, settings: ServerSettings, catalog: XidCatalog, now: datetime | None = None,
+    guard: ItemGuard | None = None,
+) -> Any:  # fmt: skip
     with db.write() as conn:
         if not _singleton(conn, _LIFECYCLE_LOCK):
             return None
         return sync_lifetimes(
             conn, now=now or datetime.now(UTC), catalog=catalog,
-            leave_after_s=settings.gpu_leave_after_s,
+            leave_after_s=settings.gpu_leave_after_s, guard=guard,
         )  # fmt: skip
 
 
@@ -90,12 +97,12 @@ class Assessor:
     """Builds this worker's :class:`FleetAssessment` and keeps the newest one."""
 
     def __init__(self, db: Database, settings: ServerSettings, catalog: XidCatalog,
-                 thresholds: HealthThresholds) -> None:  # fmt: skip
+                 thresholds: HealthThresholds, guard: ItemGuard | None = None) -> None:  # fmt: skip
         self.db = db
         self.settings = settings
         self.judge = FleetJudge(
             catalog=catalog, thresholds=thresholds,
-            unreachable_after_intervals=settings.unreachable_after_intervals,
+            unreachable_after_intervals=settings.unreachable_after_intervals, guard=guard,
         )  # fmt: skip
         self.latest: FleetAssessment | None = None
         self._bundle: tuple[int, RiskBundle] | None = None
@@ -154,11 +161,19 @@ class Waker:
         self._event.clear()
 
 
+class _Counter(Protocol):
+    def inc(self, amount: float = 1) -> None: ...
+
+
 async def periodic(
-    name: str, interval_s: float, job: Callable[[], Any], waker: Waker | None = None
+    name: str,
+    interval_s: float,
+    job: Callable[[], Any],
+    waker: Waker | None = None,
+    failures: _Counter | None = None,
 ) -> None:
     """Run ``job`` in a thread now and then every ``interval_s`` (sooner when ``waker`` is
-    poked), until cancelled."""
+    poked), until cancelled. A failed pass is logged, counted on ``failures`` and retried."""
     while True:
         started = asyncio.get_running_loop().time()
         hint: float | None = None
@@ -168,6 +183,8 @@ async def periodic(
             # A job may know when it next has work (the planner: a node about to go silent).
             hint = getattr(result, "next_run_s", None)
         except Exception:
+            if failures is not None:
+                failures.inc()
             logger.exception("background job %s failed; retrying in %.0f s", name, interval_s)
         elapsed = asyncio.get_running_loop().time() - started
         # A job slower than its interval still leaves the loop a breather, never a busy loop.

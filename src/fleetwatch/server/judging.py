@@ -30,6 +30,7 @@ from fleetwatch.rules.thresholds import HealthThresholds
 from fleetwatch.rules.xid import XidVerdict, judge_xids
 from fleetwatch.rules.xid_catalog import XidCatalog
 from fleetwatch.server.db.tables import events, gpu_samples, gpus, nodes
+from fleetwatch.server.isolation import ItemGuard
 from fleetwatch.telemetry import SAMPLE_FIELD_NAMES, Event, GpuSample
 
 __all__ = ["FleetJudge", "Verdict"]
@@ -131,7 +132,9 @@ class FleetJudge:
         xid_lookback: timedelta = timedelta(hours=24),
         unreachable_after_intervals: float = 3.0,
         max_lag: timedelta = timedelta(days=7),
+        guard: ItemGuard | None = None,
     ) -> None:
+        self.guard = guard or ItemGuard("assessment")
         self.catalog = catalog
         self.thresholds = thresholds
         self.xid_lookback = xid_lookback
@@ -251,19 +254,30 @@ class FleetJudge:
         node_events = self._load_events(conn, since, now)
         out: dict[str, list[Verdict]] = defaultdict(list)
         for node_id, members in by_node.items():
-            at = as_of[node_id]
-            # Events after ``at`` stay: a node_boot is stamped on the server's clock, and an Xid
-            # logged after the newest sample still happened.
-            evs = node_events.get(node_id, [])
-            self._judge_xids(members, evs, at, out)
-            for gpu in members:
-                verdicts = judge_health(gpu.window, events=evs, thresholds=self.thresholds,
-                                        now=at, gpu_name=gpu.name)  # fmt: skip
-                out[gpu.uuid].extend(Verdict.from_health(v) for v in verdicts)
-            info = node_info.get(node_id)
-            if info is not None:
-                self._judge_missing(members, info, now, out)
+            # Node by node: one node whose data trips a rule up is logged and counted, and the
+            # rest of the fleet is still judged (server.isolation).
+            found: dict[str, list[Verdict]] = defaultdict(list)
+            with self.guard.item(None, f"node id {node_id}") as ok:
+                self._judge_node(members, node_events.get(node_id, []), as_of[node_id],
+                                 node_info.get(node_id), now, found)  # fmt: skip
+            if ok:
+                for uuid, verdicts in found.items():
+                    out[uuid].extend(verdicts)
         return {uuid: verdicts for uuid, verdicts in out.items() if verdicts}
+
+    def _judge_node(
+        self, members: list[_Gpu], evs: list[Event], at: datetime,
+        info: tuple[str, datetime, float] | None, now: datetime, out: dict[str, list[Verdict]],
+    ) -> None:  # fmt: skip
+        # Events after ``at`` stay: a node_boot is stamped on the server's clock, and an Xid
+        # logged after the newest sample still happened.
+        self._judge_xids(members, evs, at, out)
+        for gpu in members:
+            verdicts = judge_health(gpu.window, events=evs, thresholds=self.thresholds,
+                                    now=at, gpu_name=gpu.name)  # fmt: skip
+            out[gpu.uuid].extend(Verdict.from_health(v) for v in verdicts)
+        if info is not None:
+            self._judge_missing(members, info, now, out)
 
     def _judge_xids(
         self, members: list[_Gpu], evs: list[Event], now: datetime, out: dict[str, list[Verdict]]

@@ -42,6 +42,7 @@ from sqlalchemy import Connection, and_, bindparam, func, or_, select, text, upd
 
 from fleetwatch.rules.xid import XidCatalog, XidVerdict, judge_xids
 from fleetwatch.server.db.tables import events, gpu_lifetimes, gpu_samples, gpus, nodes
+from fleetwatch.server.isolation import ItemGuard
 
 __all__ = ["LifecycleCounts", "sync_lifetimes"]
 
@@ -95,15 +96,17 @@ class _Fatal:
 
 
 def sync_lifetimes(
-    conn: Connection, *, now: datetime, catalog: XidCatalog, leave_after_s: float = 3600.0
-) -> LifecycleCounts:
+    conn: Connection, *, now: datetime, catalog: XidCatalog, leave_after_s: float = 3600.0,
+    guard: ItemGuard | None = None,
+) -> LifecycleCounts:  # fmt: skip
     """Open, close and reopen ``observed`` lifetimes to match the fleet (see the module doc)."""
     if conn.dialect.name == "postgresql":
         conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _LOCK_KEY})
     leave_after = timedelta(seconds=leave_after_s)
     fleet = _load_gpus(conn)
     newest = _newest_lifetimes(conn)
-    opened = _install(conn, [g for g in fleet.values() if g.key not in newest])
+    guard = guard or ItemGuard("lifecycle")
+    opened = _install(conn, [g for g in fleet.values() if g.key not in newest], guard)
     if opened:
         newest = _newest_lifetimes(conn)
     open_observed = {
@@ -134,18 +137,20 @@ def sync_lifetimes(
         if found is not None and found.at >= g.last_sample - leave_after:
             at = max(found.at, lifetime.installed_at)
             endings.append((lifetime.id, at, "failure", found.cause, found.evidence))
-    if endings:
-        conn.execute(
-            update(gpu_lifetimes)
-            .where(
-                gpu_lifetimes.c.id == bindparam("b_id"),
-                gpu_lifetimes.c.removed_at.is_(None),
-                gpu_lifetimes.c.source == "observed",
-            )
-            .values({k: bindparam(k) for k in _ENDING[1:]}),
-            [dict(zip(_ENDING, e, strict=True)) for e in endings],
+    ending = (
+        update(gpu_lifetimes)
+        .where(
+            gpu_lifetimes.c.id == bindparam("b_id"),
+            gpu_lifetimes.c.removed_at.is_(None),
+            gpu_lifetimes.c.source == "observed",
         )
-    returned = _returns(conn, fleet, newest, leave_after)
+        .values({k: bindparam(k) for k in _ENDING[1:]})
+    )
+    guard.many(
+        conn, [dict(zip(_ENDING, e, strict=True)) for e in endings],
+        lambda rows: conn.execute(ending, rows), ident=lambda row: f"lifetime {row['b_id']}",
+    )  # fmt: skip
+    returned = _returns(conn, fleet, newest, leave_after, guard)
     return LifecycleCounts(
         opened=opened,
         failures=sum(1 for e in endings if e[2] == "failure"),
@@ -213,14 +218,20 @@ def _first_samples(conn: Connection, uuids: list[str]) -> dict[str, datetime]:
     return out
 
 
-def _install(conn: Connection, new: Sequence[_Gpu]) -> int:
+def _install(conn: Connection, new: Sequence[_Gpu], guard: ItemGuard) -> int:
     """Open lifetimes at each GPU's first reading, on the agent's clock like its failures (a
     simulated or late agent would otherwise get lifetimes that end before they start)."""
-    if new:
-        first = _first_samples(conn, [g.uuid for g in new])
-        rows = [_opening(g, min(first.get(g.uuid, g.first_seen), g.first_seen)) for g in new]
-        conn.execute(gpu_lifetimes.insert(), rows)
-    return len(new)
+    if not new:
+        return 0
+    first = _first_samples(conn, [g.uuid for g in new])
+    rows = [_opening(g, min(first.get(g.uuid, g.first_seen), g.first_seen)) for g in new]
+    return _insert(conn, rows, guard)
+
+
+def _insert(conn: Connection, rows: list[dict[str, Any]], guard: ItemGuard) -> int:
+    # All at once; a row the database refuses is logged and skipped, the others are stored.
+    return guard.many(conn, rows, lambda many: conn.execute(gpu_lifetimes.insert(), many),
+                      ident=lambda row: f"gpu {row['gpu_uuid']}")  # fmt: skip
 
 
 def _replacements(fleet: Iterable[_Gpu], open_observed: dict[str, _Stint]) -> dict[str, _Gpu]:
@@ -298,8 +309,9 @@ def _from_verdict(v: XidVerdict, catalog: XidCatalog) -> _Fatal:
 
 
 def _returns(
-    conn: Connection, fleet: dict[str, _Gpu], newest: dict[str, _Stint], leave_after: timedelta
-) -> int:
+    conn: Connection, fleet: dict[str, _Gpu], newest: dict[str, _Stint], leave_after: timedelta,
+    guard: ItemGuard,
+) -> int:  # fmt: skip
     """Reopen serials whose newest lifetime was closed before this run yet report again."""
     back = {
         g.uuid: (g, row.removed_at + leave_after)
@@ -318,9 +330,7 @@ def _returns(
         )  # fmt: skip
         for sample in conn.execute(query):
             rows.append(_opening(back[sample.gpu_uuid][0], sample.first))
-    if rows:
-        conn.execute(gpu_lifetimes.insert(), rows)
-    return len(rows)
+    return _insert(conn, rows, guard)
 
 
 def _chunks(items: list[str]) -> Iterator[list[str]]:

@@ -30,6 +30,7 @@ from sqlalchemy import Connection, and_, func, insert, select, update
 from fleetwatch.config import ServerSettings
 from fleetwatch.server.db.session import Database
 from fleetwatch.server.db.tables import webhook_outbox, webhook_subscriptions
+from fleetwatch.server.isolation import ItemGuard
 from fleetwatch.server.webhooks import render
 
 __all__ = [
@@ -89,6 +90,11 @@ def enqueue(
     )
 
 
+def _storable(error: str) -> str:
+    """An error text PostgreSQL stores: a receiver's body may hold NUL, which ``text`` refuses."""
+    return error.replace("\x00", "\\x00")
+
+
 def _report_subscriptions(conn: Connection) -> list[int]:
     """Enabled generic or Slack subscriptions whose filters say ``weekly_report: true``."""
     subs = conn.execute(
@@ -118,12 +124,19 @@ def report_recipients_waiting(conn: Connection, *, key: str) -> int:
     return len(ids) - int(queued)
 
 
-def enqueue_report(conn: Connection, *, key: str, payload: dict[str, Any], now: datetime) -> int:
+def enqueue_report(
+    conn: Connection,
+    *,
+    key: str,
+    payload: dict[str, Any],
+    now: datetime,
+    guard: ItemGuard | None = None,
+) -> int:
     """Queue the weekly report ``payload`` for every enabled generic or Slack subscription whose
     filters say ``weekly_report: true``; ``key`` (e.g. the report week) makes it idempotent.
-    Returns the number of deliveries queued."""
-    queued = 0
-    for subscription_id in _report_subscriptions(conn):
+    Returns the number of deliveries queued; one subscription that fails is skipped (``guard``)."""
+
+    def one(subscription_id: int) -> bool:
         made = enqueue(
             conn,
             subscription_id=subscription_id,
@@ -133,8 +146,12 @@ def enqueue_report(conn: Connection, *, key: str, payload: dict[str, Any], now: 
             payload={"report": payload},
             now=now,
         )
-        queued += made is not None
-    return queued
+        return made is not None
+
+    done = (guard or ItemGuard("weekly_report")).each(
+        conn, _report_subscriptions(conn), one, ident=lambda i: f"subscription {i}"
+    )
+    return sum(made for _, made in done)
 
 
 @dataclass
@@ -156,8 +173,10 @@ class OutboxWorker:
         settings: ServerSettings,
         client: httpx.Client | None = None,
         rng: Callable[[], float] = random.random,
+        guard: ItemGuard | None = None,
     ) -> None:
         self.db = db
+        self.guard = guard or ItemGuard("webhooks")
         self.settings = settings
         self.client = client or httpx.Client(timeout=settings.webhook_timeout_s)
         self.rng = rng
@@ -219,10 +238,15 @@ class OutboxWorker:
             )
             response = self.client.post(request.url, content=request.body, headers=request.headers)
         except (httpx.HTTPError, ValueError) as exc:
-            return f"{type(exc).__name__}: {exc}"[:2000]
+            return _storable(f"{type(exc).__name__}: {exc}"[:2000])
+        except Exception as exc:  # noqa: BLE001 - one delivery that cannot render must not stop the rest
+            # Not the receiver's fault: a bug or a payload we cannot render. Counted and logged
+            # as an item error; the delivery backs off like any failure, then goes dead.
+            self.guard.record_failure(f"delivery {row.id}", exc)
+            return _storable(f"{type(exc).__name__}: {exc}"[:2000])
         if response.is_success:
             return None
-        return f"HTTP {response.status_code}: {response.text[:500]}"
+        return _storable(f"HTTP {response.status_code}: {response.text[:500]}")
 
     def run_once(self, now: datetime | None = None) -> DeliveryPass:
         now = now or datetime.now(UTC)
@@ -246,26 +270,29 @@ class OutboxWorker:
                         attempts=webhook_outbox.c.attempts + 1,
                     )
                 )
-            for row, error in zip(rows, outcomes, strict=True):
-                if error is not None:
-                    self._failed(conn, row, error, now, result)
+            failed = [(row, error) for row, error in zip(rows, outcomes, strict=True) if error]
+            for _, outcome in self.guard.each(
+                conn, failed, lambda item: self._failed(conn, item[0], item[1], now),
+                ident=lambda item: f"delivery {item[0].id}",
+            ):  # fmt: skip
+                if outcome == "dead":
+                    result.dead += 1
+                else:
+                    result.retried += 1
         if len(rows) >= _BATCH:
             result.next_run_s = 0.0
         return result
 
-    def _failed(
-        self, conn: Connection, row: Any, error: str, now: datetime, result: DeliveryPass
-    ) -> None:
+    def _failed(self, conn: Connection, row: Any, error: str, now: datetime) -> str:
+        """Record a failed attempt; "dead" or "retried"."""
         attempts = row.attempts + 1
         values: dict[str, Any] = {"attempts": attempts, "last_error": error}
         if attempts >= self.settings.webhook_max_attempts:
             values["state"] = "dead"
-            result.dead += 1
             logger.error("webhook delivery %d dead after %d attempts: %s", row.id, attempts, error)
         else:
             wait = timedelta(seconds=backoff_s(attempts, self.rng))
             values["next_attempt_at"] = now + wait
-            result.retried += 1
             logger.warning(
                 "webhook delivery %d failed (attempt %d), retrying in %.0f s: %s",
                 row.id,
@@ -274,3 +301,4 @@ class OutboxWorker:
                 error,
             )
         conn.execute(update(webhook_outbox).where(webhook_outbox.c.id == row.id).values(**values))
+        return str(values.get("state", "retried"))

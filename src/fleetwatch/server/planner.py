@@ -55,6 +55,7 @@ from fleetwatch.server.assessment import FleetAssessment, GpuAssessment
 from fleetwatch.server.background import Assessor
 from fleetwatch.server.db.session import Database
 from fleetwatch.server.db.tables import events, evictions, nodes, stragglers
+from fleetwatch.server.isolation import ItemGuard
 from fleetwatch.server.judging import Verdict
 from fleetwatch.server.liveness import unreachable_deadline
 from fleetwatch.server.repo.evictions import (
@@ -284,7 +285,11 @@ class EvictionPlanner:
     """Plans evictions from the assessor's newest snapshot; remembers risk streaks between
     passes (the two-consecutive-assessments rule) and whether a budget episode is open."""
 
-    def __init__(self, db: Database, settings: ServerSettings, assessor: Assessor) -> None:
+    def __init__(
+        self, db: Database, settings: ServerSettings, assessor: Assessor,
+        guard: ItemGuard | None = None,
+    ) -> None:  # fmt: skip
+        self.guard = guard or ItemGuard("planner")
         self.db = db
         self.settings = settings
         self.assessor = assessor
@@ -354,11 +359,13 @@ class EvictionPlanner:
         for row in open_rows:
             reason_left = row.node in rules or row.node in slow or row.node in risky_now
             unknown = row.reason_kind != "straggler" and row.node not in gpu_count
-            if (
-                not reason_left
-                and not unknown
-                and cancel_eviction(conn, row, why="reason cleared", now=now)
-            ):
+            cancelled = False
+            if not reason_left and not unknown:
+                # One eviction per item (a savepoint each; cancellations are few): a failing one
+                # stays open and is logged, the others are still planned (server.isolation).
+                with self.guard.item(conn, f"eviction {row.id}"):
+                    cancelled = cancel_eviction(conn, row, why="reason cleared", now=now)
+            if cancelled:
                 result.cancelled += 1
                 continue
             still_open.add(row.node)
@@ -392,22 +399,28 @@ class EvictionPlanner:
                 state, detail = "recommended", "dry run: not drainable"
             elif result.draining < result.budget:
                 state = "pending"
-                result.draining += 1
             else:
                 state = "paged"
                 detail = (f"fleet drain budget exhausted: {result.draining} of {known} nodes "
                           f"draining (budget {result.budget}); a person decides")  # fmt: skip
-                paged.append(cand)
-            create_eviction(
-                conn, node=cand.node, state=state, reason_kind=cand.kind, reason=cand.reason,
-                evidence=cand.evidence, expected_saving_usd=cand.saving,
-                dry_run=settings.planner_dry_run, now=now, detail=detail,
-            )  # fmt: skip
+            with self.guard.item(conn, f"node {cand.node}") as ok:
+                create_eviction(
+                    conn, node=cand.node, state=state, reason_kind=cand.kind, reason=cand.reason,
+                    evidence=cand.evidence, expected_saving_usd=cand.saving,
+                    dry_run=settings.planner_dry_run, now=now, detail=detail,
+                )  # fmt: skip
+            if not ok:
+                continue
             result.created[state] = result.created.get(state, 0) + 1
+            if state == "pending":
+                result.draining += 1
+            elif state == "paged":
+                paged.append(cand)
         if paged and not self._episode:
-            self._budget_event(conn, now=now, known=known, result=result, paged=paged)
-            result.budget_event = True
-            self._episode = True
+            with self.guard.item(conn, "drain budget event") as ok:
+                self._budget_event(conn, now=now, known=known, result=result, paged=paged)
+            result.budget_event = bool(ok)
+            self._episode = bool(ok)
         elif not paged and result.draining < result.budget:
             self._episode = False
         return result

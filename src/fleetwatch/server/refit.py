@@ -21,6 +21,7 @@ from contextlib import contextmanager
 from datetime import datetime, timedelta
 
 import pandas as pd
+from prometheus_client import Counter
 from sqlalchemy import insert, select, text
 
 from fleetwatch.config import ServerSettings
@@ -161,7 +162,9 @@ class Refitter:
         settings: ServerSettings,
         *,
         refit: Callable[..., int | None] = run_refit,
+        failures: Counter | None = None,
     ) -> None:
+        self.failures = failures  # a Prometheus counter child, counting refits that crashed
         self.db = db
         self.settings = settings
         self._refit = refit
@@ -192,6 +195,8 @@ class Refitter:
             logger.debug("background refit (%s) did not fit: %s", trigger, exc)
             return None
         except Exception:
+            if self.failures is not None:
+                self.failures.inc()
             logger.exception("background refit (%s) failed", trigger)
             return None
         finally:

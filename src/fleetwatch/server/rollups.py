@@ -21,6 +21,7 @@ from sqlalchemy import Connection, and_, case, delete, func, select
 from fleetwatch.models.telemetry_features import GPU_CATEGORIES, rollup_hour
 from fleetwatch.rules.xid_catalog import XidCatalog
 from fleetwatch.server.db.tables import events, gpu_hourly, gpu_samples, gpus
+from fleetwatch.server.isolation import ItemGuard
 
 __all__ = ["fleet_window_features", "floor_hour", "refresh_rollups", "roll_up_hours"]
 
@@ -65,7 +66,10 @@ def _xids_by_gpu_hour(
     return out
 
 
-def roll_up_hours(conn: Connection, *, start: datetime, end: datetime, catalog: XidCatalog) -> int:
+def roll_up_hours(
+    conn: Connection, *, start: datetime, end: datetime, catalog: XidCatalog,
+    guard: ItemGuard | None = None,
+) -> int:  # fmt: skip
     """Recompute the rollups of every GPU for the hours in ``[start, end)``; return rows written."""
     start, end = floor_hour(start), end
     cols = [gpu_samples.c[name] for name in _COLUMNS]
@@ -81,14 +85,20 @@ def roll_up_hours(conn: Connection, *, start: datetime, end: datetime, catalog: 
         grouped[(row.gpu_uuid, floor_hour(row.ts))].append(dict(mapping))
         node_of[row.gpu_uuid] = row.node_id
     xids = _xids_by_gpu_hour(conn, start, end)
+    guard = guard or ItemGuard("rollups")
     out = []
     for (uuid, hour), samples in grouped.items():
-        rollup = rollup_hour(uuid, hour, samples, xids.get((uuid, hour), ()), catalog=catalog)
+        # A plain try per GPU-hour (not a context manager): 10,000 GPUs make this loop hot.
+        try:
+            rollup = rollup_hour(uuid, hour, samples, xids.get((uuid, hour), ()), catalog=catalog)
+        except Exception as exc:  # noqa: BLE001 - one GPU's hour must not stop the fleet's
+            guard.record_failure(f"gpu {uuid}", exc)
+            continue
+        guard.recovered(f"gpu {uuid}")
         out.append({**rollup.as_row(), "node_id": node_of[uuid]})
     conn.execute(delete(gpu_hourly).where(gpu_hourly.c.hour >= start, gpu_hourly.c.hour < end))
-    if out:
-        conn.execute(gpu_hourly.insert(), out)
-    return len(out)
+    return guard.many(conn, out, lambda rows: conn.execute(gpu_hourly.insert(), rows),
+                      ident=lambda row: f"gpu {row['gpu_uuid']}")  # fmt: skip
 
 
 def refresh_rollups(
@@ -100,6 +110,7 @@ def refresh_rollups(
     lookback_hours: int = 2,
     backfill_hours: int = 7 * 24,
     progress: Callable[[int], None] | None = None,
+    guard: ItemGuard | None = None,
 ) -> tuple[int, int | None]:
     """Bring ``gpu_hourly`` up to ``now``; return (rows written, the newest sample id seen).
 
@@ -128,7 +139,9 @@ def refresh_rollups(
     written = 0
     hour = start
     while hour <= current:
-        written += roll_up_hours(conn, start=hour, end=hour + timedelta(hours=1), catalog=catalog)
+        written += roll_up_hours(
+            conn, start=hour, end=hour + timedelta(hours=1), catalog=catalog, guard=guard
+        )
         if progress is not None:
             progress(1)
         hour += timedelta(hours=1)

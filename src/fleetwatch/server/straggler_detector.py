@@ -25,6 +25,7 @@ from sqlalchemy import Connection, text
 from fleetwatch.config import ServerSettings
 from fleetwatch.server.db.session import Database
 from fleetwatch.server.exposition import escape_label
+from fleetwatch.server.isolation import ItemGuard
 from fleetwatch.server.repo.jobs import (
     JobRow,
     apply_transitions,
@@ -62,8 +63,11 @@ def _singleton(conn: Connection) -> bool:
 class StragglerDetector:
     """Judges new step windows of every job; ``run_once()`` is the background job."""
 
-    def __init__(self, db: Database, settings: ServerSettings) -> None:
+    def __init__(
+        self, db: Database, settings: ServerSettings, guard: ItemGuard | None = None
+    ) -> None:
         self.db = db
+        self.guard = guard or ItemGuard("stragglers")
         self.config = DetectorConfig(
             window_s=settings.straggler_window_s,
             ratio=settings.straggler_ratio,
@@ -83,9 +87,26 @@ class StragglerDetector:
                 return 0
             slowness = load_slowness(conn)
             for job in list_jobs(conn, limit=1000):
-                judged += self._run_job(conn, job, slowness, now)
+                if self._idle(job):
+                    continue  # most jobs, most passes: no savepoint for nothing to do
+                # A savepoint per job: its detector state in memory moves with its writes, so a
+                # failing job is rolled back alone and rebuilt from the database next pass.
+                with self.guard.item(conn, f"job {job.job_id}") as ok:
+                    judged += self._run_job(conn, job, slowness, now)
+                if not ok:
+                    with self.trackers.lock:
+                        self.trackers.jobs.pop(job.job_id, None)
         self._forget_idle()
         return judged
+
+    def _idle(self, job: JobRow) -> bool:
+        """Whether the job surely has no window to judge (what :meth:`_run_job` checks first)."""
+        if self.trackers.finished.get(job.job_id) == job.last_seen:
+            return True
+        tracked = self.trackers.jobs.get(job.job_id)
+        if tracked is None or job.job_id in self.trackers.finished:
+            return False  # _run_job builds the tracker, or drops the stale mark
+        return tracked.next_start + self.config.width > job.last_seen - self.config.grace
 
     def _tracker(self, conn: Connection, job: JobRow, slowness: dict[str, float]) -> TrackedJob:
         tracked = self.trackers.jobs.get(job.job_id)

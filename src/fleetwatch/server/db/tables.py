@@ -1,5 +1,13 @@
 """The schema, declared once; Alembic revisions are checked against it in tests.
 
+String lengths: a column that copies a wire field is as long as the wire allows (node names 253,
+GPU UUIDs 124, label values 256, ...); a column whose value the server derives from several
+(alert dedup keys, an observed location ``node/slot``) or whose length means nothing (a webhook
+secret, possibly encrypted) is ``Text``. Nothing a client may send can then overflow a column
+in a background job, which would fail that job for the whole fleet on PostgreSQL;
+``tests/unit/server/test_column_lengths.py`` derives the bounds from the wire validation and
+fails when a column falls short.
+
 ``gpu_samples`` is wide: one row per GPU per tick, one column per canonical field, generated from
 :data:`fleetwatch.telemetry.SAMPLE_FIELDS` so that the wire schema and the table cannot drift.
 """
@@ -120,10 +128,11 @@ gpu_lifetimes = Table(
     "gpu_lifetimes",
     metadata,
     Column("id", Integer, primary_key=True, autoincrement=True),
-    Column("serial", String(64), nullable=False, index=True),
+    # The serial, or the GPU UUID of a GPU that reports none (up to 124 characters).
+    Column("serial", String(128), nullable=False, index=True),
     Column("gpu_uuid", String(128)),
     Column("node_id", Integer, ForeignKey("nodes.id")),
-    Column("location", String(128)),
+    Column("location", Text),  # node/slot when observed (266 at most), as given when imported
     Column("sku", String(128)),
     Column("installed_at", UtcDateTime, nullable=False),
     Column("removed_at", UtcDateTime),
@@ -304,7 +313,7 @@ webhook_subscriptions = Table(
     Column("kind", String(16), nullable=False, comment="generic|slack|pagerduty|alertmanager"),
     Column("url", Text, nullable=False),
     # The HMAC key must be readable to sign with; it is never returned by the API.
-    Column("secret", String(256), comment="HMAC-SHA256 key (generic) or routing key (pagerduty)"),
+    Column("secret", Text, comment="HMAC-SHA256 key (generic) or routing key (pagerduty)"),
     Column("filters", Json, nullable=False, comment="min_severity, clusters, kinds, weekly_report"),
     Column("enabled", Boolean, nullable=False),
     Column("created_at", UtcDateTime, nullable=False),
@@ -315,7 +324,7 @@ alerts = Table(
     "alerts",
     metadata,
     Column("id", Integer, primary_key=True, autoincrement=True),
-    Column("dedup_key", String(256), nullable=False),
+    Column("dedup_key", Text, nullable=False),  # derived: a node name alone may be 253 long
     Column("state", String(16), nullable=False, comment="firing | resolved"),
     Column("kind", String(32), nullable=False, comment="verdict | unreachable | straggler | ..."),
     Column("severity", String(16), nullable=False),
@@ -323,7 +332,7 @@ alerts = Table(
     Column("gpu_uuid", String(128)),
     Column("serial", String(64)),
     Column("slot", String(64)),
-    Column("cluster", String(128)),
+    Column("cluster", String(256)),  # the node's label "cluster", up to 256 at ingest
     Column("summary", Text, nullable=False),
     Column("action", String(32)),
     Column("evidence", Json),

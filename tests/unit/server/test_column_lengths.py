@@ -1,0 +1,242 @@
+"""Every stored string fits what the edge accepts: a column too short for a value a client may
+send (or one the server derives from it) fails a background job for the whole fleet on
+PostgreSQL (issue 10: a 253-character node name made ``node:<name>:unreachable`` overflow the
+alert key and stopped all alerting).
+
+The bounds are *probed* from the wire validation (the longest value each model or parameter
+accepts), not copied, so tightening or loosening a limit at the edge is checked here too. Every
+length-bounded column must be listed; a new one without a bound fails the test.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any, get_args
+
+import pytest
+from pydantic import BaseModel, TypeAdapter, ValidationError
+from sqlalchemy import String, Text
+
+from fleetwatch.inventory import _MAX_LOCATION, _MAX_SERIAL
+from fleetwatch.rules.xid_catalog import ACTION_RANK, SEVERITY_RANK
+from fleetwatch.server.auth import SCOPES
+from fleetwatch.server.db.tables import metadata
+from fleetwatch.server.judging import Verdict
+from fleetwatch.server.repo.evictions import OPEN_STATES
+from fleetwatch.server.routers.jobs import JobId
+from fleetwatch.server.routers.lifetimes import LifetimeEnd
+from fleetwatch.server.routers.tokens import TokenCreate
+from fleetwatch.server.schemas.jobs import StepReport
+from fleetwatch.server.schemas.webhooks import Kind, WebhookCreate
+from fleetwatch.telemetry import Batch, Event, GpuIdentity, NodeInfo, normalize_pci_bus_id
+
+_CEILING = 100_000  # probing stops here: a field accepting this much has no meaningful bound
+
+
+def longest(accepts: Callable[[int], bool]) -> int:
+    """The longest length ``accepts`` takes (acceptance is monotone: all up to N, none above)."""
+    assert accepts(1), "the probe itself is wrong: a 1-character value is refused"
+    if accepts(_CEILING):
+        return _CEILING
+    lo, hi = 1, _CEILING
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if accepts(mid) else (lo, mid)
+    return lo
+
+
+def _accepts(
+    model: type[BaseModel], build: Callable[[int], dict[str, Any]]
+) -> Callable[[int], bool]:
+    def check(n: int) -> bool:
+        try:
+            model.model_validate(build(n))
+        except ValidationError:
+            return False
+        return True
+
+    return check
+
+
+def _adapter_accepts(
+    adapter: TypeAdapter[Any], build: Callable[[int], Any]
+) -> Callable[[int], bool]:
+    def check(n: int) -> bool:
+        try:
+            adapter.validate_python(build(n))
+        except ValidationError:
+            return False
+        return True
+
+    return check
+
+
+def _gpu(**extra: Any) -> dict[str, Any]:
+    return {"uuid": "GPU-1", "index": 0, **extra}
+
+
+def _step(node: str) -> dict[str, Any]:
+    return {"rank": 0, "node": node, "step": 1, "duration_ms": 1.0, "ts": "2026-12-01T00:00:00Z"}
+
+
+@functools.cache
+def wire_bounds() -> dict[str, int]:
+    """The longest value of each wire field, probed from its validation."""
+    node = longest(_accepts(NodeInfo, lambda n: {"name": "a" * n}))
+    step_node = longest(_accepts(StepReport, lambda n: _step("a" * n)))
+    uuid = longest(_accepts(GpuIdentity, lambda n: _gpu(uuid="GPU-" + "a" * max(n - 4, 1))))
+    batch_id = longest(_accepts(Batch, lambda n: {"batch_id": "b" * n, "node": {"name": "n"}}))
+    event = lambda **f: {"kind": "k", "ts": datetime(2026, 12, 1, tzinfo=UTC), **f}  # noqa: E731
+    return {
+        "node": max(node, step_node),
+        "uuid": uuid,
+        "label_value": longest(
+            _accepts(NodeInfo, lambda n: {"name": "n", "labels": {"c": "v" * n}})
+        ),
+        "agent_version": longest(
+            _accepts(NodeInfo, lambda n: {"name": "n", "agent_version": "v" * n})
+        ),
+        "boot_id": longest(_accepts(NodeInfo, lambda n: {"name": "n", "boot_id": "b" * n})),
+        "serial": longest(_accepts(GpuIdentity, lambda n: _gpu(serial="s" * n))),
+        "gpu_name": longest(_accepts(GpuIdentity, lambda n: _gpu(name="g" * n))),
+        "driver_version": longest(_accepts(GpuIdentity, lambda n: _gpu(driver_version="d" * n))),
+        "vbios_version": longest(_accepts(GpuIdentity, lambda n: _gpu(vbios_version="v" * n))),
+        # Stored normalised: the widest domain, bus, device and function.
+        "pci_bus_id": len(normalize_pci_bus_id("0000ffff:ff:1f.7")),
+        "event_kind": longest(_accepts(Event, lambda n: event(kind="k" * n))),
+        "process": longest(_accepts(Event, lambda n: event(process="p" * n))),
+        "batch_id": batch_id,
+        "job_id": longest(_adapter_accepts(TypeAdapter(JobId), lambda n: "j" * n)),
+        "token_name": longest(_accepts(TokenCreate, lambda n: {"name": "t" * n, "scope": "read"})),
+        "webhook_name": longest(
+            _accepts(
+                WebhookCreate, lambda n: {"name": "w" * n, "kind": "generic", "url": "http://x"}
+            )
+        ),
+    }
+
+
+def _vocabulary(*values: Any) -> int:
+    return max(len(str(v)) for v in values)
+
+
+@functools.cache
+def column_bounds() -> dict[str, int]:
+    """The longest value each string column may be given, from the wire or the server's own
+    vocabulary."""
+    w = wire_bounds()
+    eviction_states = (*OPEN_STATES, "rejected", "cancelled", "returned")
+    alert_kinds = (*get_args(Verdict.__annotations__["kind"]), "unreachable", "straggler",
+                   "drain_budget", "wear_out")  # fmt: skip
+    return {
+        "nodes.name": w["node"],
+        "nodes.agent_version": w["agent_version"],
+        "nodes.boot_id": w["boot_id"],
+        "gpus.uuid": w["uuid"],
+        "gpus.serial": w["serial"],
+        "gpus.pci_bus_id": w["pci_bus_id"],
+        "gpus.name": w["gpu_name"],
+        "gpus.driver_version": w["driver_version"],
+        "gpus.vbios_version": w["vbios_version"],
+        "gpu_samples.gpu_uuid": w["uuid"],
+        "gpu_samples.boot_id": w["boot_id"],
+        "gpu_hourly.gpu_uuid": w["uuid"],
+        "events.gpu_uuid": w["uuid"],
+        "events.pci_bus_id": w["pci_bus_id"],
+        "events.kind": w["event_kind"],
+        "events.process": w["process"],
+        "events.batch_id": w["batch_id"],
+        "ingest_batches.batch_id": w["batch_id"],
+        "ingest_batches.content_sha256": 64,
+        # A GPU without a serial is tracked by its UUID; imported serials have their own cap.
+        "gpu_lifetimes.serial": max(w["serial"], w["uuid"], _MAX_SERIAL),
+        "gpu_lifetimes.gpu_uuid": w["uuid"],
+        "gpu_lifetimes.location": max(w["node"] + 1 + w["pci_bus_id"], _MAX_LOCATION),
+        "gpu_lifetimes.sku": w["gpu_name"],
+        "gpu_lifetimes.end_kind": _vocabulary(
+            *get_args(LifetimeEnd.model_fields["kind"].annotation)
+        ),
+        "gpu_lifetimes.source": _vocabulary("observed", "operator", "import"),
+        "api_tokens.token_id": 12,  # secrets.token_hex(6)
+        "api_tokens.name": w["token_name"],
+        "api_tokens.scope": _vocabulary(*SCOPES),
+        "api_tokens.secret_sha256": 64,
+        "risk_models.trigger": _vocabulary("schedule", "manual", "startup"),
+        "risk_models.status": _vocabulary("ok", "failed"),
+        "job_steps.job_id": w["job_id"],
+        "job_steps.node": w["node"],
+        "jobs.job_id": w["job_id"],
+        "stragglers.job_id": w["job_id"],
+        "stragglers.node": w["node"],
+        "stragglers.kind": _vocabulary("hardware", "workload"),
+        "node_slowness.node": w["node"],
+        "evictions.node": w["node"],
+        "evictions.state": _vocabulary(*eviction_states),
+        "evictions.reason_kind": _vocabulary("rule", "risk", "straggler"),
+        "evictions.claimed_by": w["token_name"],
+        "eviction_audit.node": w["node"],
+        "eviction_audit.from_state": _vocabulary(*eviction_states),
+        "eviction_audit.to_state": _vocabulary(*eviction_states),
+        "eviction_audit.actor": max(w["token_name"], len("planner")),
+        "webhook_subscriptions.name": w["webhook_name"],
+        "webhook_subscriptions.kind": _vocabulary(*get_args(Kind)),
+        "webhook_subscriptions.secret": 256,
+        "alerts.dedup_key": max(
+            len("node:") + w["node"] + len(":unreachable"),
+            len("gpu:") + w["uuid"] + 1 + 64,  # a rule name: an Xid rule or a health check
+            len("fleet:wear_out:") + w["gpu_name"],  # a wear-out group is a SKU
+        ),
+        "alerts.state": _vocabulary("firing", "resolved"),
+        "alerts.kind": _vocabulary(*alert_kinds),
+        "alerts.severity": _vocabulary(*SEVERITY_RANK),
+        "alerts.node": w["node"],
+        "alerts.gpu_uuid": w["uuid"],
+        "alerts.serial": w["serial"],
+        "alerts.slot": w["pci_bus_id"],
+        "alerts.cluster": w["label_value"],
+        "alerts.action": _vocabulary(*ACTION_RANK),
+        "webhook_outbox.event": _vocabulary("trigger", "resolve", "report"),
+        # trigger:s<id>:a<id>, resolve:s<id>:g<a>-<b>:<n>, refresh:s<id>:<bucket>, weekly:<week>
+        "webhook_outbox.idempotency_key": len("resolve:s:g-:") + 4 * 20,
+        "webhook_outbox.state": _vocabulary("pending", "delivered", "dead"),
+    }
+
+
+def _length(table: str, column: str) -> int | None:
+    """The column's declared length; None for unbounded text."""
+    kind = metadata.tables[table].columns[column].type
+    assert isinstance(kind, String), f"{table}.{column} is not a string column"
+    return None if isinstance(kind, Text) else kind.length
+
+
+def test_every_bounded_string_column_has_a_declared_source() -> None:
+    bounds = column_bounds()
+    bounded = {
+        f"{table.name}.{column.name}"
+        for table in metadata.sorted_tables
+        for column in table.columns
+        if isinstance(column.type, String) and not isinstance(column.type, Text)
+    }
+    missing = sorted(bounded - set(bounds))
+    assert missing == [], f"say in column_bounds() what may be written into {missing}"
+
+
+def test_wire_probes_find_the_documented_limits() -> None:
+    w = wire_bounds()
+    # The issue's case: node names to 253, so the unreachable key is 270 characters.
+    assert w["node"] == 253
+    assert w["uuid"] == 124
+    assert w["label_value"] == 256
+
+
+@pytest.mark.parametrize("name", sorted(column_bounds()))
+def test_column_holds_the_longest_value_it_may_be_given(name: str) -> None:
+    bound = column_bounds()[name]
+    table, column = name.split(".")
+    length = _length(table, column)
+    assert length is None or length >= bound, (
+        f"{name} is {length} long but may be given {bound} characters: widen it (Text where the "
+        "length means nothing) in tables.py and a migration"
+    )
