@@ -91,5 +91,4 @@ def test_no_test_module_asserts_on_elapsed_time() -> None:
         if path != Path(__file__).resolve()
         for line in timing_asserts(path.read_text())
     ]
-    print(f"scanned {len(list(TESTS.rglob('*.py')))} test modules; timing asserts: {found}")
     assert found == [], "assert behaviour (counts, states, fake clocks), not elapsed time"

@@ -98,7 +98,6 @@ def test_server_process_reports_unreachable_once_three_intervals_pass(
             assert (state, up) == ("up", True), (asked, deadline)
         if asked > deadline + margin:
             assert (state, up) == ("unreachable", False), (asked, deadline)
-    print(f"{len(seen)} answers checked against the deadline {deadline.isoformat()}")
 
 
 def _until(condition: Callable[[], bool], timeout: float = 60.0) -> None:
