@@ -34,7 +34,6 @@ def test_docs_pages_reference_only_assets_this_server_serves(
         asset = client.get(url)
         assert asset.status_code == 200, url
         assert len(asset.content) > 0, url
-    print(f"{page}: {len(references)} references, each answered 200 with content")
 
 
 def test_swagger_ui_asks_no_online_validator(client: TestClient) -> None:
