@@ -87,7 +87,7 @@ def live_server(
             process.wait()
 
 
-def _wait_ready(server: LiveServer, timeout: float = 30.0) -> None:
+def _wait_ready(server: LiveServer, timeout: float = 120.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if server.process.poll() is not None:

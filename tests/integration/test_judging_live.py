@@ -98,7 +98,11 @@ def test_a_fatal_xid_wakes_the_judge_instead_of_waiting_for_the_tick(
         monkeypatch.setenv(f"FLEETWATCH_SERVER_{name}", value)
     agent, reader = create_token(database_url, "agent"), create_token(database_url, "read")
     with live_server(database_url, tmp_path) as server, server.client(agent) as push:
-        time.sleep(1.0)  # the first (startup) assessment has run: the next one is 10 minutes off
+        with server.client(
+            reader
+        ) as read:  # the startup assessment has run: the next is 10 min off
+            _until(lambda: read.get("/metrics").text,
+                   lambda text: "fleetwatch_assessment_timestamp_seconds " in text)  # fmt: skip
         batch = make_batch("node-wake", gpus=2, ticks=2)
         pci = batch["gpus"][0]["pci_bus_id"]
         batch["events"] = [{

@@ -170,7 +170,7 @@ def prometheus(tmp_path: Path) -> Iterator[Any]:
                 )  # fmt: skip
             )
         url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 120  # generous: CI has 2 shared cores
         while time.monotonic() < deadline:
             try:
                 if httpx.get(f"{url}/-/ready", timeout=1).status_code == 200:

@@ -40,6 +40,7 @@ from fleetwatch.server.background import (
 from fleetwatch.server.db.migrate import current_revision, head_revision, upgrade
 from fleetwatch.server.db.session import Database, make_engine
 from fleetwatch.server.deps import require
+from fleetwatch.server.docs import add_offline_docs
 from fleetwatch.server.errors import install_error_handlers
 from fleetwatch.server.eviction_exposition import render_evictions
 from fleetwatch.server.exposition import FleetExposition
@@ -183,8 +184,11 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
         version=fleetwatch.__version__,
         description=DESCRIPTION,
         lifespan=lifespan,
+        docs_url=None,  # served by add_offline_docs, with assets from this server, not a CDN
+        redoc_url=None,
     )
     app.state.settings = settings
+    add_offline_docs(app)
     install_error_handlers(app)
     app.include_router(api_router)
     app.include_router(page_router)  # the fleet page at /, outside /v1

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import ClassVar
@@ -86,11 +86,12 @@ def test_agent_pushes_samples_and_survives_a_failing_collector(
     tmp_path: Path, server: tuple[TestClient, str, str]
 ) -> None:
     client, agent_token, read_token = server
-    agent = _agent(tmp_path, client, agent_token, [BrokenCollector(), StaticCollector()])
+    static = StaticCollector()
+    agent = _agent(tmp_path, client, agent_token, [BrokenCollector(), static])
     stop = threading.Event()
     runner = threading.Thread(target=agent.run, args=(stop,))
     runner.start()
-    time.sleep(1.0)
+    _until(lambda: static.calls >= 4)  # three full cycles done, the fourth under way
     stop.set()
     runner.join(timeout=10)
     auth = {"Authorization": f"Bearer {read_token}"}
@@ -104,7 +105,7 @@ def test_agent_pushes_samples_and_survives_a_failing_collector(
     assert errors >= 3
 
 
-def test_agent_pushes_a_kernel_xid_line_within_a_second(
+def test_agent_pushes_a_kernel_xid_line_before_the_next_tick(
     tmp_path: Path, server: tuple[TestClient, str, str]
 ) -> None:
     client, agent_token, read_token = server
@@ -113,30 +114,33 @@ def test_agent_pushes_a_kernel_xid_line_within_a_second(
     kernel = KernelLogCollector(
         open_kernel_log(str(log), tmp_path / "state"), clock=lambda: datetime.now(UTC), poll_s=0.05
     )
-    agent = _agent(tmp_path, client, agent_token, [StaticCollector(), kernel])
-    agent.node = NodeInfo(name="node-1", interval_s=30, boot_id="b1")  # ticks far apart
+    static = StaticCollector()
+    agent = _agent(tmp_path, client, agent_token, [static, kernel])
+    # Ticks an hour apart: an Xid that reaches the server while the collector has run only once
+    # was pushed by the watcher the moment it was read, not carried by the next tick.
+    agent.node = NodeInfo(name="node-1", interval_s=3600, boot_id="b1")
     stop = threading.Event()
     runner = threading.Thread(target=agent.run, args=(stop,))
     runner.start()
+    auth = {"Authorization": f"Bearer {read_token}"}
     try:
-        time.sleep(0.3)  # the first tick has registered the GPU
+        _until(lambda: client.get(f"/v1/gpus/{UUID}", headers=auth).status_code == 200)
         with log.open("a") as f:
             f.write(
                 "[12345.678901] NVRM: Xid (PCI:0000:3b:00): 79, pid=4242, name=python3, "
                 "GPU has fallen off the bus.\n"
             )
-        written = time.monotonic()
-        auth = {"Authorization": f"Bearer {read_token}"}
-        found = []
-        while time.monotonic() - written < 5 and not found:
-            found = client.get("/v1/events", params={"xid": 79}, headers=auth).json()["data"]
-            time.sleep(0.02)
-        latency = time.monotonic() - written
+        found: list[dict[str, object]] = []
+
+        def xid_stored() -> bool:
+            found[:] = client.get("/v1/events", params={"xid": 79}, headers=auth).json()["data"]
+            return bool(found)
+
+        _until(xid_stored)
     finally:
         stop.set()
-        runner.join(timeout=10)
-    assert found, "Xid 79 never reached the server"
-    assert latency < 1.0
+        runner.join(timeout=60)
+    assert static.calls == 1
     event = found[0]
     assert (event["gpu_uuid"], event["pid"], event["process"]) == (UUID, 4242, "python3")
     assert event["pci_bus_id"] == "0000:3b:00.0"
@@ -218,3 +222,11 @@ def test_agent_cleans_control_characters_from_collected_text() -> None:
     assert batch.events[0].details == {"label\ufffd": ["a\ufffdb"]}
     assert batch.node.labels == {"rack": "r\ufffd12"}
     assert "\\u0000" not in batch.model_dump_json()
+
+
+def _until(condition: Callable[[], bool], timeout: float = 60.0) -> None:
+    """Wait for ``condition`` with a limit generous enough for a loaded CI machine."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)

@@ -384,15 +384,57 @@ def test_nvml_holds_the_lock_for_every_call(h100: FakePynvml) -> None:
     assert unlocked == []
 
 
-def test_nvml_fake_call_cost_is_spent_per_call() -> None:
-    fake = fake_node("p100_no_remap", call_cost_us=300)
+class _CountingTime:
+    """Stands in for the fake's ``time`` module: sleeps are recorded, not slept, and
+    ``perf_counter`` advances 0.125 s per read, so a busy-wait ends after a known number of
+    reads. Exact binary fractions keep the arithmetic exact; no test reads a real clock."""
+
+    STEP = 0.125
+
+    def __init__(self) -> None:
+        self.slept: list[float] = []
+        self.reads = 0
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+
+    def perf_counter(self) -> float:
+        self.reads += 1
+        return self.reads * self.STEP
+
+    def time(self) -> float:
+        return 1_700_000_000.0
+
+
+def _read_all_counting(mode: str, monkeypatch: pytest.MonkeyPatch) -> tuple[int, _CountingTime]:
+    """NVML calls made by one ``read_all`` with a 0.5 s call cost, and the fake clock."""
+    from fleetwatch.testing import fake_nvml
+
+    fake = fake_node("p100_no_remap", call_cost_us=500_000, call_cost_mode=mode)
+    clock = _CountingTime()
+    monkeypatch.setattr(fake_nvml, "time", clock)
     nvml = Nvml(fake).open()
-    before = sum(fake.calls.values())
+    before, reads_before = sum(fake.calls.values()), clock.reads
+    clock.slept.clear()
     nvml.read_all(NOW)
     calls = sum(fake.calls.values()) - before
     nvml.close()
-    assert nvml.last_read_s is not None
-    assert nvml.last_read_s >= calls * 300e-6
+    clock.reads -= reads_before
+    assert calls > 10
+    return calls, clock
+
+
+def test_nvml_fake_call_cost_is_slept_once_per_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls, clock = _read_all_counting("sleep", monkeypatch)
+    assert clock.slept == [0.5] * calls
+    assert clock.reads == 0
+
+
+def test_nvml_fake_call_cost_is_spun_until_spent_per_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls, clock = _read_all_counting("spin", monkeypatch)
+    # Per call: one read to set the target (t + 0.5 s), then four 0.125 s reads until it is reached.
+    assert clock.reads == calls * 5
+    assert clock.slept == []
 
 
 def test_nvml_every_sample_validates_on_the_wire(collector: NvmlCollector) -> None:

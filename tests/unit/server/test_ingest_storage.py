@@ -14,6 +14,7 @@ from tests.conftest import bearer
 from tests.factories import gpu_uuid, make_batch, make_sample
 from tests.unit.server.conftest import Push, row_counts
 
+from fleetwatch.server.db.base import utcnow
 from fleetwatch.server.db.session import Database
 
 Read = Callable[..., httpx.Response]
@@ -303,13 +304,16 @@ def _node_up_line(text: str, node: str) -> str:
 def test_ingest_silent_node_becomes_unreachable(
     push: Push, read: Read, client: TestClient, tokens: dict[str, str]
 ) -> None:
-    # node-slow first: node-fast's 0.75 s deadline starts as late as possible before the check.
-    _ok(push(make_batch("node-slow", gpus=1, interval_s=10.0)))
+    _ok(push(make_batch("node-slow", gpus=1, interval_s=3600.0)))
     _ok(push(make_batch("node-fast", gpus=1, interval_s=0.25)))
+    last_seen = datetime.fromisoformat(read("/v1/nodes/node-fast").json()["last_seen"])
+    deadline = last_seen + timedelta(seconds=0.75)  # 3 intervals of node-fast
     states = {n["name"]: n["state"] for n in read("/v1/nodes").json()["data"]}
-    assert states == {"node-fast": "up", "node-slow": "up"}
+    if utcnow() < deadline:  # answered before the deadline: it must say up (checked, not raced)
+        assert states == {"node-fast": "up", "node-slow": "up"}
 
-    time.sleep(1.0)  # > 3 x 0.25 s for node-fast, far below 3 x 10 s for node-slow
+    while utcnow() <= deadline + timedelta(milliseconds=50):  # wait out the deadline
+        time.sleep(0.05)
 
     states = {n["name"]: n["state"] for n in read("/v1/nodes").json()["data"]}
     assert states == {"node-fast": "unreachable", "node-slow": "up"}
