@@ -37,7 +37,8 @@ from fleetwatch.server.background import (
     run_lifecycle,
 )
 from fleetwatch.server.db.migrate import current_revision, head_revision, upgrade
-from fleetwatch.server.db.session import Database, make_engine
+from fleetwatch.server.db.session import Database, make_engine, sqlite_directory
+from fleetwatch.server.db.storage import StorageCollector, StorageHealth
 from fleetwatch.server.deps import require
 from fleetwatch.server.errors import install_error_handlers
 from fleetwatch.server.eviction_exposition import render_evictions
@@ -98,9 +99,16 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        db = Database(make_engine(settings))
+        engine = make_engine(settings)
+        storage = StorageHealth(
+            sqlite_directory(engine),
+            hold_s=settings.storage_full_hold_s,
+            min_free_bytes=settings.storage_min_free_bytes,
+        )
+        db = Database(engine, storage=storage)
         prepare_database(db, settings)
         registry = CollectorRegistry()
+        registry.register(StorageCollector(storage))
         app.state.db = db
         app.state.settings = settings
         app.state.registry = registry
@@ -190,7 +198,11 @@ def _add_operational_routes(app: FastAPI, settings: ServerSettings) -> None:
     def healthz() -> dict[str, str]:
         return {"status": "ok"}
 
-    @app.get("/readyz", tags=["operations"], summary="Readiness: the database answers")
+    @app.get(
+        "/readyz",
+        tags=["operations"],
+        summary="Readiness: the database answers, is migrated and its storage is not full",
+    )
     def readyz(request: Request) -> JSONResponse:
         db: Database = request.app.state.db
         try:
@@ -204,6 +216,9 @@ def _add_operational_routes(app: FastAPI, settings: ServerSettings) -> None:
                 {"status": "unavailable", "reason": f"schema at {current}, needs {head}"},
                 status_code=503,
             )
+        full = db.storage.problem()
+        if full is not None:
+            return JSONResponse({"status": "unavailable", "reason": full}, status_code=503)
         return JSONResponse({"status": "ready", "schema": current})
 
     @app.get(
