@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import json
 import os
 import socket
 import tomllib
@@ -248,6 +249,8 @@ class ServerSettings(BaseSettings):
     @field_validator("secret_keys", mode="before")
     @classmethod
     def _split_keys(cls, value: Any) -> Any:
+        if isinstance(value, str) and value.strip().startswith("["):
+            return json.loads(value)  # the JSON list `fleetwatch server` hands its workers
         return _split_list(value)
 
     @field_validator("secret_keys")
