@@ -23,7 +23,7 @@ from sqlalchemy import text
 
 import fleetwatch
 from fleetwatch.config import ServerSettings, load_server_settings
-from fleetwatch.errors import SchemaOutOfDate
+from fleetwatch.errors import SchemaOutOfDate, StorageFull
 from fleetwatch.metrics import ServerMetrics
 from fleetwatch.reports.schedule import WeeklyReportJob
 from fleetwatch.server.alerting import Alerter
@@ -49,6 +49,7 @@ from fleetwatch.server.planner import EvictionPlanner
 from fleetwatch.server.refit import Refitter
 from fleetwatch.server.risk_exposition import render_risk
 from fleetwatch.server.routers import api_router
+from fleetwatch.server.secret_box import SecretBox, load_secret_box, reseal_secrets
 from fleetwatch.server.straggler_detector import StragglerDetector, render_stragglers
 from fleetwatch.telemetry import Batch
 
@@ -73,6 +74,19 @@ def prepare_database(db: Database, settings: ServerSettings) -> None:
     current, head = current_revision(db.engine), head_revision()
     if current != head:
         raise SchemaOutOfDate(current, head)
+
+
+def _seal_plaintext_secrets(db: Database, box: SecretBox) -> None:
+    """Webhook secrets stored before encryption at rest get encrypted now."""
+    try:
+        sealed, left = reseal_secrets(db, box, plaintext_only=True)
+    except StorageFull:
+        logger.warning("plain-text webhook secrets not encrypted yet: storage full")
+        return
+    if sealed:
+        logger.info("encrypted %d webhook secret(s) stored in plain text", sealed)
+    if left:
+        logger.error("%d webhook secret(s) could not be encrypted (see above)", left)
 
 
 def _openapi(app: FastAPI) -> dict[str, Any]:
@@ -107,6 +121,8 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
         )
         db = Database(engine, storage=storage)
         prepare_database(db, settings)
+        app.state.secret_box = secret_box = load_secret_box(settings)
+        _seal_plaintext_secrets(db, secret_box)
         registry = CollectorRegistry()
         registry.register(StorageCollector(storage))
         app.state.db = db
@@ -130,7 +146,7 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
         app.state.alerter = Alerter(
             db, settings, lambda: app.state.assessor.latest, on_queued=outbox_waker.poke
         )
-        app.state.outbox = OutboxWorker(db, settings)
+        app.state.outbox = OutboxWorker(db, settings, secrets=secret_box)
         tasks: list[asyncio.Task[None]] = []
         if settings.background_jobs:
             jobs = [

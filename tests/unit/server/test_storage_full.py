@@ -85,12 +85,10 @@ def test_full_disk_answers_507_and_readyz_recovers_with_the_next_write(
     big = make_batch("node-a", gpus=8, ticks=200)
     with full_disk(db):
         refused = push(big)
-        print("full disk:", refused.status_code, refused.json()["error"])
         assert refused.status_code == 507
         assert "storage is full" in refused.json()["error"]
         assert row_counts(db) == before  # nothing of the refused batch was stored
         ready = client.get("/readyz")
-        print("readyz while full:", ready.status_code, ready.json())
         assert ready.status_code == 503
         assert "storage full" in ready.json()["reason"]
         # Reads go on while the disk is full.
@@ -122,7 +120,6 @@ def test_storage_full_error_carries_the_driver_reason(database_url: str) -> None
             )
     finally:
         db.dispose()
-    print("reason:", raised.value.reason)
     expected = "database or disk is full" if db.is_sqlite else "SQLSTATE 53100"
     assert expected in raised.value.reason
     assert db.storage.full_errors == 1
@@ -145,7 +142,6 @@ def test_readyz_reports_too_little_free_space_on_the_sqlite_filesystem(tmp_path:
     )
     with TestClient(create_app(settings)) as client:
         ready = client.get("/readyz")
-    print("readyz:", ready.json())
     assert ready.status_code == 503
     assert "below storage_min_free_bytes" in ready.json()["reason"]
 

@@ -42,8 +42,9 @@ class WebhookCreate(BaseModel):
     url: str = Field(min_length=1, description="http(s) URL; Alertmanager: its base URL")
     secret: str | None = Field(
         default=None,
-        max_length=256,
-        description="HMAC key (generic, signs each delivery); the routing key (pagerduty)",
+        max_length=127,
+        description="HMAC key (generic, signs each delivery); the routing key (pagerduty). "
+        "Stored encrypted; at most 127 bytes (UTF-8)",
     )
     filters: WebhookFilters = Field(default_factory=WebhookFilters)
 
