@@ -15,7 +15,7 @@ import secrets
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import Connection, func, insert, select, update
+from sqlalchemy import Connection, bindparam, func, insert, select, update
 
 from fleetwatch.errors import Forbidden, InvalidInput, NotFound, Unauthenticated
 from fleetwatch.server.db.base import utcnow
@@ -100,13 +100,18 @@ def create_token(conn: Connection, *, name: str, scope: str) -> tuple[str, Token
 _DUMMY_DIGEST = hashlib.sha256(b"no token hashes to this").hexdigest()
 
 
+# Built once: building a statement costs more than running it.
+_DIGEST_OF = select(func.max(api_tokens.c.secret_sha256)).where(
+    api_tokens.c.token_id == bindparam("token_id")
+)
+_ROW_OF = select(api_tokens).where(api_tokens.c.token_id == bindparam("token_id"))
+
+
 def _stored_digest(conn: Connection, token_id: str) -> str | None:
-    # Only the hash, and always one row (an aggregate over no rows is one NULL): an unknown id and
-    # a known one then cost the same to look up. The full row, with timestamps to parse, is read
-    # only once the secret is right.
-    found = conn.execute(
-        select(func.max(api_tokens.c.secret_sha256)).where(api_tokens.c.token_id == token_id)
-    ).scalar_one()
+    """The token's stored hash, or None. Only the hash, and always one row (an aggregate over no
+    rows is one NULL), so that an unknown id and a known one cost the same to look up; the full
+    row, with timestamps to parse, is read (:func:`_active_info`) only once the secret is right."""
+    found = conn.execute(_DIGEST_OF, {"token_id": token_id}).scalar_one()
     return None if found is None else str(found)
 
 
@@ -118,7 +123,7 @@ def _matches(presented_hex: str, stored: str | None) -> bool:
 
 
 def _active_info(conn: Connection, token_id: str) -> TokenInfo:
-    row = conn.execute(select(api_tokens).where(api_tokens.c.token_id == token_id)).first()
+    row = conn.execute(_ROW_OF, {"token_id": token_id}).first()
     if row is None:  # deleted between the two reads
         raise Unauthenticated("unknown token")
     if row.revoked_at is not None:
