@@ -24,7 +24,7 @@ from fleetwatch.config import ServerSettings
 from fleetwatch.errors import StorageFull
 from fleetwatch.server.app import create_app
 from fleetwatch.server.db.session import Database, make_engine
-from fleetwatch.server.db.storage import StorageHealth
+from fleetwatch.server.db.storage import StorageHealth, disk_full_reason
 
 _PG_FULL = """
 CREATE OR REPLACE FUNCTION fw_test_disk_full() RETURNS trigger AS $$
@@ -156,3 +156,28 @@ def test_storage_health_forgets_a_failure_after_the_hold_time() -> None:
     assert health.problem() is None
     health.failed("again")
     assert health.problem() is not None and health.full_errors == 2
+
+
+def test_a_sqlite_io_error_counts_as_full_only_when_the_filesystem_is(tmp_path: Path) -> None:
+    import sqlite3
+    import subprocess
+
+    io_error = sqlite3.OperationalError("disk I/O error")
+    assert disk_full_reason(io_error, tmp_path) is None  # plenty of space: a real I/O fault
+    mount = tmp_path / "tiny"
+    mount.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mount)], capture_output=True
+    )
+    if mounted.returncode != 0:
+        pytest.skip("cannot mount a tmpfs here (needs root)")
+    try:
+        with (mount / "filler").open("wb") as out:
+            try:
+                out.write(b"\0" * 1024 * 1024)
+            except OSError:  # ENOSPC: the point
+                pass
+        reason = disk_full_reason(io_error, mount)
+        assert reason is not None and "disk I/O error" in reason
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
