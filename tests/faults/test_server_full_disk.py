@@ -1,15 +1,19 @@
-"""The server's disk fills up under its SQLite file: 507, not ready, nothing acknowledged is lost.
+"""The database's disk fills up: 507, not ready, nothing acknowledged lost; SQLite and PostgreSQL.
 
-A real `fleetwatch server` keeps its database on a small tmpfs. A filler file takes almost all of
-the free space, batches are posted until the server refuses one with 507 (never 500), /readyz
-says not ready while it does, and after the filler is deleted the refused batches are taken and
-every batch that was ever answered 200 can be read back through the API.
+A real `fleetwatch server` keeps its database on a small tmpfs: the SQLite file, or the data
+directory of a throwaway PostgreSQL cluster (its WAL on another disk, as production puts it, so
+that PostgreSQL refuses the write with SQLSTATE 53100 instead of stopping). A filler file takes
+almost all of the free space, batches are posted until the server refuses one with 507 (never
+500), /readyz says not ready while it does, and after the filler is deleted the refused batches
+are taken and every batch that was ever answered 200 can be read back through the API.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
+import tempfile
 import time
 import uuid
 from collections import Counter
@@ -20,29 +24,71 @@ import httpx
 import pytest
 
 from tests.factories import make_batch
-from tests.integration.live import create_token, fleetwatch, live_server
+from tests.integration.live import create_token, fleetwatch, free_port, live_server
 
 NODE = "full-disk-node"
 MAX_BATCHES = 400
 DISK = "16m"
+PG_DISK = "64m"  # initdb's data directory takes about 23 MiB
 LEAVE_FREE = 1024 * 1024  # what the filler leaves: some dozens of batches
+
+
+def _mount_tmpfs(mount: Path, size: str) -> None:
+    result = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size},mode=0755", "tmpfs", str(mount)],
+        capture_output=True,
+        text=True,
+    )
+    if result.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here (needs root): {result.stderr.strip()}")
 
 
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
     mount = tmp_path / "disk"
     mount.mkdir()
-    result = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={DISK}", "tmpfs", str(mount)],
-        capture_output=True,
-        text=True,
-    )
-    if result.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here (needs root): {result.stderr.strip()}")
+    _mount_tmpfs(mount, DISK)
     try:
         yield mount
     finally:
         subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+@pytest.fixture
+def postgres_on_small_disk() -> Iterator[tuple[str, Path]]:
+    """(URL, the tmpfs holding its data directory) of a throwaway PostgreSQL cluster."""
+    bin_dir = Path("/usr/lib/postgresql/15/bin")
+    if not (bin_dir / "initdb").exists() or os.geteuid() != 0:
+        pytest.skip("needs root and PostgreSQL 15's binaries in /usr/lib/postgresql/15/bin")
+    base = Path(tempfile.mkdtemp(prefix="fw-pg-full-"))
+    base.chmod(0o755)  # the postgres user walks through it
+    mount, wal, sock = base / "disk", base / "wal", base / "sock"
+    for made in (mount, wal, sock):
+        made.mkdir()
+    data = mount / "data"
+    port = free_port()
+
+    def as_postgres(*args: str) -> None:
+        subprocess.run(["runuser", "-u", "postgres", "--", *args], check=True,
+                       capture_output=True, cwd=base, timeout=120)  # fmt: skip
+
+    try:
+        _mount_tmpfs(mount, PG_DISK)
+        data.mkdir()
+        for owned in (data, wal, sock):
+            shutil.chown(owned, "postgres")
+        as_postgres(str(bin_dir / "initdb"), "-D", str(data), "--waldir", str(wal),
+                    "-U", "postgres", "--auth", "trust", "-E", "UTF8", "--no-sync")  # fmt: skip
+        options = f"-p {port} -k {sock} -c listen_addresses=127.0.0.1 -c fsync=off"
+        as_postgres(str(bin_dir / "pg_ctl"), "-D", str(data), "-o", options,
+                    "-l", str(sock / "pg.log"), "-w", "start")  # fmt: skip
+        as_postgres(str(bin_dir / "createdb"), "-h", "127.0.0.1", "-p", str(port), "fleetwatch")
+        yield f"postgresql://postgres@127.0.0.1:{port}/fleetwatch", mount
+    finally:
+        stop = [str(bin_dir / "pg_ctl"), "-D", str(data), "-m", "immediate", "stop"]
+        subprocess.run(["runuser", "-u", "postgres", "--", *stop], capture_output=True, cwd=base)
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+        shutil.rmtree(base, ignore_errors=True)
 
 
 def _batch(number: int) -> dict[str, object]:
@@ -79,6 +125,21 @@ def test_full_sqlite_disk_answers_507_and_loses_nothing_acknowledged(
     small_disk: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     url = f"sqlite:///{small_disk / 'fleetwatch.db'}"
+    _fill_until_507_then_recover(url, small_disk, tmp_path, monkeypatch)
+
+
+@pytest.mark.slow
+@pytest.mark.postgres
+def test_full_postgresql_disk_answers_507_and_loses_nothing_acknowledged(
+    postgres_on_small_disk: tuple[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url, disk = postgres_on_small_disk
+    _fill_until_507_then_recover(url, disk, tmp_path, monkeypatch)
+
+
+def _fill_until_507_then_recover(
+    url: str, disk: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     fleetwatch("db", "upgrade", "--database-url", url)
     agent_token, read_token = create_token(url, "agent"), create_token(url, "read")
     # The failure-driven readiness is under test; a hold short enough to see it end.
@@ -90,7 +151,7 @@ def test_full_sqlite_disk_answers_507_and_loses_nothing_acknowledged(
         server.client(read_token) as reader,
     ):
         assert agent.post("/v1/ingest", json=_batch(-1)).status_code == 200  # warm: WAL exists
-        filler = _fill(small_disk)
+        filler = _fill(disk)
         answers: Counter[int] = Counter()
         accepted: list[str] = []
         refused: list[dict[str, object]] = []
