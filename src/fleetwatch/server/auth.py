@@ -172,7 +172,8 @@ def page_session(token: str, token_id: str, *, now: datetime, ttl: timedelta = S
 
 def authenticate_session(conn: Connection, value: str | None, *, now: datetime) -> TokenInfo:
     """The active token behind a page session value, or :class:`Unauthenticated`."""
-    parts = (value or "").split(".")
+    # ASCII only: compare_digest refuses other text, and int() reads other digits ("²").
+    parts = (value or "").split(".") if (value or "").isascii() else []
     if len(parts) != 4 or parts[0] != _SESSION_VERSION or not parts[2].isdigit():
         raise Unauthenticated("malformed session")
     _, token_id, expires_text, mac = parts

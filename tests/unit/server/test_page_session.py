@@ -53,6 +53,20 @@ def test_a_forged_session_is_refused(client: TestClient, tokens: dict[str, str])
         assert client.get("/").status_code == 401, forged
 
 
+def test_a_session_that_is_not_ascii_is_malformed_not_an_error(
+    db: Database, tokens: dict[str, str]
+) -> None:
+    # httpx will not send such a cookie, but a raw client can (Starlette reads headers as latin-1).
+    good = page_session(tokens["read"], _token_id(tokens["read"]), now=utcnow())
+    version, token_id, expires, mac = good.split(".")
+    for odd in (
+        f"{version}.{token_id}.{expires}.{mac[:-1]}é",
+        f"{version}.{token_id}.²{expires}.{mac}",
+    ):
+        with db.read() as conn, pytest.raises(Unauthenticated, match="malformed"):
+            authenticate_session(conn, odd, now=utcnow())
+
+
 def test_a_session_of_a_token_that_may_not_read_is_403(
     client: TestClient, tokens: dict[str, str]
 ) -> None:
