@@ -27,6 +27,8 @@ from fleetwatch.server.db.tables import metadata
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
+# Encrypts webhook secrets at rest in tests (PostgreSQL servers refuse secrets without a key).
+TEST_SECRET_KEY = "gbQ8wacjKpfPdEwoxF_F7tkviWrs_OSrv8akOYcNQFo="
 
 
 @pytest.fixture(scope="session")
@@ -95,7 +97,11 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 def settings(database_url: str) -> ServerSettings:
     # Background jobs off: tests drive rollups, lifetimes and assessments by hand.
     return ServerSettings(  # type: ignore[call-arg]
-        database_url=database_url, metrics_cache_ttl_s=0, background_jobs=False, _env_file=None
+        database_url=database_url,
+        metrics_cache_ttl_s=0,
+        background_jobs=False,
+        secret_keys=[TEST_SECRET_KEY],
+        _env_file=None,
     )
 
 

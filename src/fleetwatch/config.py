@@ -6,6 +6,9 @@ tests construct them directly. Every knob has a description that ``fleetwatch co
 
 from __future__ import annotations
 
+import base64
+import binascii
+import json
 import os
 import socket
 import tomllib
@@ -228,6 +231,48 @@ class ServerSettings(BaseSettings):
         ge=0,
         description="Hours after Monday 00:00 UTC before last week's report is built and sent",
     )
+
+    # -- full disk and secrets (issue 10) --
+    storage_min_free_bytes: int = Field(
+        default=16 * 1024 * 1024,
+        ge=0,
+        description="/readyz says not ready while the SQLite file's filesystem has less free "
+        "space than this; 0 turns the check off",
+    )
+    storage_full_hold_s: float = Field(
+        default=30.0,
+        gt=0,
+        description="/readyz says not ready until this long after the last write that failed on "
+        "a full disk",
+    )
+    secret_keys: Annotated[list[SecretStr], NoDecode] = Field(
+        default_factory=list,
+        description="Fernet keys, comma-separated, that encrypt webhook secrets at rest: the "
+        "first encrypts, all decrypt (rotation). Unset: SQLite keeps a generated key in "
+        "<database>.key, PostgreSQL refuses webhook secrets. `fleetwatch secrets generate-key`",
+    )
+
+    @field_validator("secret_keys", mode="before")
+    @classmethod
+    def _split_keys(cls, value: Any) -> Any:
+        if isinstance(value, str) and value.strip().startswith("["):
+            return json.loads(value)  # the JSON list `fleetwatch server` hands its workers
+        return _split_list(value)
+
+    @field_validator("secret_keys")
+    @classmethod
+    def _fernet_keys(cls, keys: list[SecretStr]) -> list[SecretStr]:
+        for position, key in enumerate(keys, 1):
+            try:
+                raw = base64.urlsafe_b64decode(key.get_secret_value().encode())
+            except (ValueError, binascii.Error):
+                raw = b""
+            if len(raw) != 32:
+                raise ValueError(
+                    f"key {position} is not a Fernet key (32 bytes, url-safe base64); "
+                    "make one with `fleetwatch secrets generate-key`"
+                )
+        return keys
 
     @field_validator("database_url")
     @classmethod

@@ -7,6 +7,7 @@
       StorageError                the database refused or is unreachable
         NotFound                  a named node, GPU, token, ... does not exist
         SchemaOutOfDate           the database is not migrated to this version's head
+        StorageFull               the database's disk is full: nothing was stored (507)
       Conflict                    a state change the resource's current state forbids (409)
       InvalidInput                input that fails validation (loc + msg per problem)
         PayloadTooLarge           a request body over the configured limit
@@ -51,6 +52,7 @@ __all__ = [
     "PushError",
     "SchemaOutOfDate",
     "StorageError",
+    "StorageFull",
     "Unauthenticated",
     "UnsupportedMediaType",
 ]
@@ -85,6 +87,17 @@ class SchemaOutOfDate(StorageError):
         )
         self.current = current
         self.head = head
+
+
+class StorageFull(StorageError):
+    """A write failed because the database's disk is full; the transaction was rolled back."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(
+            f"the server's storage is full, nothing was stored ({reason}); "
+            "retry later, an operator must free disk space"
+        )
+        self.reason = reason
 
 
 class Conflict(FleetWatchError):

@@ -21,7 +21,7 @@ import httpx
 import pytest
 
 from fleetwatch.server.webhooks import verify_signature
-from tests.conftest import require_tool
+from tests.conftest import TEST_SECRET_KEY, require_tool
 from tests.factories import make_batch
 from tests.integration.live import create_token, fleetwatch, free_port, live_server
 
@@ -133,6 +133,7 @@ def test_xid79_pages_a_signed_webhook_and_alertmanager_and_the_reboot_resolves_b
         "ALERTMANAGER_REPEAT_S": "5",
         "PLANNER_INTERVAL_S": "60",
         "REFIT_INTERVAL_S": "0",
+        "SECRET_KEYS": TEST_SECRET_KEY,
     }.items():
         monkeypatch.setenv(f"FLEETWATCH_SERVER_{name}", value)
     agent, admin = create_token(database_url, "agent"), create_token(database_url, "admin")

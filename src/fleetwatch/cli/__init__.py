@@ -96,6 +96,7 @@ def _register() -> None:
         model_cmd,
         parse_cmd,
         report_cmd,
+        secrets_cmd,
         server_cmds,
         sim_cmd,
         webhooks_cmd,
@@ -116,6 +117,7 @@ def _register() -> None:
     main.add_command(dashboards_cmd.dashboards)
     main.add_command(webhooks_cmd.webhook)
     main.add_command(report_cmd.report)
+    main.add_command(secrets_cmd.secrets)
 
 
 _register()

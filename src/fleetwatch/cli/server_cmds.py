@@ -53,7 +53,8 @@ def server(
     )
     # Workers are separate processes that build their own app from the environment.
     # None is left unset (str(None) would read back as the text "None"); lists go as JSON.
-    for name, value in settings.model_dump(mode="json").items():
+    # Secrets have no flag: workers read them from the same environment (a dump would mask them).
+    for name, value in settings.model_dump(mode="json", exclude={"secret_keys"}).items():
         key = f"FLEETWATCH_SERVER_{name.upper()}"
         if value is None:
             os.environ.pop(key, None)

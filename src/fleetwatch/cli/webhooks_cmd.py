@@ -62,7 +62,10 @@ def webhook() -> None:
     required=True,
 )
 @click.option("--url", required=True, help="Receiver URL (Alertmanager: its base URL)")
-@click.option("--secret", help="HMAC key (generic) or routing key (pagerduty)")
+@click.option(
+    "--secret",
+    help="HMAC key (generic) or routing key (pagerduty); stored encrypted, at most 256 bytes",
+)
 @click.option(
     "--min-severity",
     type=click.Choice(["info", "warning", "critical", "fatal"]),

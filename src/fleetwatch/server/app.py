@@ -24,7 +24,7 @@ from sqlalchemy import text
 
 import fleetwatch
 from fleetwatch.config import ServerSettings, load_server_settings
-from fleetwatch.errors import SchemaOutOfDate
+from fleetwatch.errors import SchemaOutOfDate, StorageFull
 from fleetwatch.metrics import ServerMetrics
 from fleetwatch.reports.schedule import WeeklyReportJob
 from fleetwatch.server.alerting import Alerter
@@ -38,7 +38,8 @@ from fleetwatch.server.background import (
     run_lifecycle,
 )
 from fleetwatch.server.db.migrate import current_revision, head_revision, upgrade
-from fleetwatch.server.db.session import Database, make_engine
+from fleetwatch.server.db.session import Database, make_engine, sqlite_directory
+from fleetwatch.server.db.storage import StorageCollector, StorageHealth
 from fleetwatch.server.deps import require
 from fleetwatch.server.docs import add_offline_docs
 from fleetwatch.server.errors import install_error_handlers
@@ -51,6 +52,7 @@ from fleetwatch.server.planner import EvictionPlanner
 from fleetwatch.server.refit import Refitter
 from fleetwatch.server.risk_exposition import render_risk
 from fleetwatch.server.routers import api_router
+from fleetwatch.server.secret_box import SecretBox, load_secret_box, reseal_secrets
 from fleetwatch.server.straggler_detector import StragglerDetector, render_stragglers
 from fleetwatch.telemetry import Batch
 
@@ -77,6 +79,19 @@ def prepare_database(db: Database, settings: ServerSettings) -> None:
         raise SchemaOutOfDate(current, head)
 
 
+def _seal_plaintext_secrets(db: Database, box: SecretBox) -> None:
+    """Webhook secrets stored before encryption at rest get encrypted now."""
+    try:
+        sealed, left = reseal_secrets(db, box, plaintext_only=True)
+    except StorageFull:
+        logger.warning("plain-text webhook secrets not encrypted yet: storage full")
+        return
+    if sealed:
+        logger.info("encrypted %d webhook secret(s) stored in plain text", sealed)
+    if left:
+        logger.error("%d webhook secret(s) could not be encrypted (see above)", left)
+
+
 def _openapi(app: FastAPI) -> dict[str, Any]:
     if app.openapi_schema is None:
         schema = get_openapi(
@@ -101,9 +116,18 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        db = Database(make_engine(settings))
+        engine = make_engine(settings)
+        storage = StorageHealth(
+            sqlite_directory(engine),
+            hold_s=settings.storage_full_hold_s,
+            min_free_bytes=settings.storage_min_free_bytes,
+        )
+        db = Database(engine, storage=storage)
         prepare_database(db, settings)
+        app.state.secret_box = secret_box = load_secret_box(settings)
+        _seal_plaintext_secrets(db, secret_box)
         registry = CollectorRegistry()
+        registry.register(StorageCollector(storage))
         app.state.db = db
         app.state.settings = settings
         app.state.registry = registry
@@ -136,7 +160,7 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
             db, settings, lambda: app.state.assessor.latest, on_queued=outbox_waker.poke,
             guard=guard("alerts"),
         )  # fmt: skip
-        app.state.outbox = OutboxWorker(db, settings, guard=guard("webhooks"))
+        app.state.outbox = OutboxWorker(db, settings, guard=guard("webhooks"), secrets=secret_box)
         tasks: list[asyncio.Task[None]] = []
         if settings.background_jobs:
             jobs = [
@@ -219,7 +243,11 @@ def _add_operational_routes(app: FastAPI, settings: ServerSettings) -> None:
     def healthz() -> dict[str, str]:
         return {"status": "ok"}
 
-    @app.get("/readyz", tags=["operations"], summary="Readiness: the database answers")
+    @app.get(
+        "/readyz",
+        tags=["operations"],
+        summary="Readiness: the database answers, is migrated and its storage is not full",
+    )
     def readyz(request: Request) -> JSONResponse:
         db: Database = request.app.state.db
         try:
@@ -233,6 +261,9 @@ def _add_operational_routes(app: FastAPI, settings: ServerSettings) -> None:
                 {"status": "unavailable", "reason": f"schema at {current}, needs {head}"},
                 status_code=503,
             )
+        full = db.storage.problem()
+        if full is not None:
+            return JSONResponse({"status": "unavailable", "reason": full}, status_code=503)
         return JSONResponse({"status": "ready", "schema": current})
 
     @app.get(

@@ -7,14 +7,15 @@ the SHA-256 of the whole token (to check it); the secret is shown once, at creat
 
 from __future__ import annotations
 
+import base64
 import enum
 import hashlib
 import hmac
 import secrets
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
-from sqlalchemy import Connection, insert, select, update
+from sqlalchemy import Connection, bindparam, func, insert, select, update
 
 from fleetwatch.errors import Forbidden, InvalidInput, NotFound, Unauthenticated
 from fleetwatch.server.db.base import utcnow
@@ -22,12 +23,15 @@ from fleetwatch.server.db.tables import api_tokens
 
 __all__ = [
     "SCOPES",
+    "SESSION_TTL",
     "Permission",
     "TokenInfo",
     "authenticate",
+    "authenticate_session",
     "check_permission",
     "create_token",
     "list_tokens",
+    "page_session",
     "revoke_token",
 ]
 
@@ -50,6 +54,7 @@ GRANTED_BY: dict[Permission, tuple[str, ...]] = {
 }
 
 _PREFIX = "fwt_"
+SESSION_TTL = timedelta(hours=12)
 
 
 @dataclass(frozen=True)
@@ -90,16 +95,36 @@ def create_token(conn: Connection, *, name: str, scope: str) -> tuple[str, Token
     return token, TokenInfo(token_id=token_id, name=name, scope=scope, created_at=now)
 
 
-def authenticate(conn: Connection, token: str | None) -> TokenInfo:
-    """The active token behind a presented bearer string, or :class:`Unauthenticated`."""
-    if not token:
-        raise Unauthenticated("missing bearer token: send 'Authorization: Bearer <token>'")
-    parts = token.split("_", 2)
-    if len(parts) != 3 or f"{parts[0]}_" != _PREFIX:
-        raise Unauthenticated("malformed token")
-    row = conn.execute(select(api_tokens).where(api_tokens.c.token_id == parts[1])).first()
-    # compare_digest keeps the comparison's time independent of where the hashes differ.
-    if row is None or not hmac.compare_digest(row.secret_sha256, _digest(token)):
+# What an unknown token id is checked against: no token hashes to it (its text is not a token),
+# and checking costs what checking a real token's hash costs.
+_DUMMY_DIGEST = hashlib.sha256(b"no token hashes to this").hexdigest()
+
+
+# Built once: building a statement costs more than running it.
+_DIGEST_OF = select(func.max(api_tokens.c.secret_sha256)).where(
+    api_tokens.c.token_id == bindparam("token_id")
+)
+_ROW_OF = select(api_tokens).where(api_tokens.c.token_id == bindparam("token_id"))
+
+
+def _stored_digest(conn: Connection, token_id: str) -> str | None:
+    """The token's stored hash, or None. Only the hash, and always one row (an aggregate over no
+    rows is one NULL), so that an unknown id and a known one cost the same to look up; the full
+    row, with timestamps to parse, is read (:func:`_active_info`) only once the secret is right."""
+    found = conn.execute(_DIGEST_OF, {"token_id": token_id}).scalar_one()
+    return None if found is None else str(found)
+
+
+def _matches(presented_hex: str, stored: str | None) -> bool:
+    """Constant-time comparison, against a dummy hash when the id is unknown, so that both paths
+    do the same work: an unknown token id is not told apart from a wrong secret by timing."""
+    same = hmac.compare_digest(presented_hex, stored if stored is not None else _DUMMY_DIGEST)
+    return same and stored is not None
+
+
+def _active_info(conn: Connection, token_id: str) -> TokenInfo:
+    row = conn.execute(_ROW_OF, {"token_id": token_id}).first()
+    if row is None:  # deleted between the two reads
         raise Unauthenticated("unknown token")
     if row.revoked_at is not None:
         raise Unauthenticated("token revoked")
@@ -110,6 +135,57 @@ def authenticate(conn: Connection, token: str | None) -> TokenInfo:
         created_at=row.created_at,
         last_used_at=row.last_used_at,
     )
+
+
+def authenticate(conn: Connection, token: str | None) -> TokenInfo:
+    """The active token behind a presented bearer string, or :class:`Unauthenticated`."""
+    if not token:
+        raise Unauthenticated("missing bearer token: send 'Authorization: Bearer <token>'")
+    parts = token.split("_", 2)
+    if len(parts) != 3 or f"{parts[0]}_" != _PREFIX:
+        raise Unauthenticated("malformed token")
+    if not _matches(_digest(token), _stored_digest(conn, parts[1])):
+        raise Unauthenticated("unknown token")
+    return _active_info(conn, parts[1])
+
+
+# -- the fleet page's session cookie ----------------------------------------------------------
+# ``v1.<token id>.<expiry, unix s>.<mac>``: the MAC is keyed by the token's stored hash, so that a
+# session needs no table and no server key, dies with its token (revocation stays immediate: the
+# token is looked up on every use), and cannot be made without the token (or the database).
+_SESSION_VERSION = "v1"
+
+
+def _session_mac(digest: str, token_id: str, expires: int) -> str:
+    message = f"fleetwatch-page-session:{token_id}:{expires}".encode()
+    mac = hmac.new(bytes.fromhex(digest), message, hashlib.sha256).digest()
+    return base64.urlsafe_b64encode(mac).decode().rstrip("=")
+
+
+def page_session(token: str, token_id: str, *, now: datetime, ttl: timedelta = SESSION_TTL) -> str:
+    """A session value for the fleet page's cookie, from a bearer token already checked."""
+    expires = int((now + ttl).timestamp())
+    return (
+        f"{_SESSION_VERSION}.{token_id}.{expires}.{_session_mac(_digest(token), token_id, expires)}"
+    )
+
+
+def authenticate_session(conn: Connection, value: str | None, *, now: datetime) -> TokenInfo:
+    """The active token behind a page session value, or :class:`Unauthenticated`."""
+    # ASCII only: compare_digest refuses other text, and int() reads other digits ("²").
+    parts = (value or "").split(".") if (value or "").isascii() else []
+    if len(parts) != 4 or parts[0] != _SESSION_VERSION or not parts[2].isdigit():
+        raise Unauthenticated("malformed session")
+    _, token_id, expires_text, mac = parts
+    expires = int(expires_text)
+    stored = _stored_digest(conn, token_id)
+    # As for bearer tokens: an unknown id is checked against the dummy hash, at the same cost.
+    expected = _session_mac(stored if stored is not None else _DUMMY_DIGEST, token_id, expires)
+    if not hmac.compare_digest(mac, expected) or stored is None:
+        raise Unauthenticated("unknown session")
+    if expires <= now.timestamp():
+        raise Unauthenticated("session expired: sign in again")
+    return _active_info(conn, token_id)
 
 
 def check_permission(scope: str, permission: Permission) -> None:

@@ -12,6 +12,7 @@ from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from fleetwatch.config import ServerSettings
+from fleetwatch.errors import StorageFull
 from fleetwatch.server.auth import (
     Permission,
     TokenInfo,
@@ -67,8 +68,12 @@ def _record_use(db: Database, token_id: str) -> None:
         if now - _touched.get(token_id, -_TOUCH_EVERY_S) < _TOUCH_EVERY_S:
             return
         _touched[token_id] = now
-    with db.write() as conn:
-        touch_token(conn, token_id, utcnow())
+    try:
+        with db.write() as conn:
+            touch_token(conn, token_id, utcnow())
+    except StorageFull:
+        # Reads keep working on a full disk; only this audit timestamp is lost.
+        logger.debug("last_used_at of token %s not recorded: storage full", token_id)
 
 
 def require(permission: Permission) -> Callable[..., TokenInfo]:

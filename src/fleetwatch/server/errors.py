@@ -22,6 +22,7 @@ from fleetwatch.errors import (
     PayloadTooLarge,
     SchemaOutOfDate,
     StorageError,
+    StorageFull,
     Unauthenticated,
     UnsupportedMediaType,
 )
@@ -42,6 +43,7 @@ ERROR_STATUS: tuple[tuple[type[FleetWatchError], int], ...] = (
     (UnsupportedMediaType, 415),
     (InvalidInput, 422),
     (SchemaOutOfDate, 503),
+    (StorageFull, 507),
     (StorageError, 503),
 )
 

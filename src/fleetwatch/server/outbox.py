@@ -31,6 +31,7 @@ from fleetwatch.config import ServerSettings
 from fleetwatch.server.db.session import Database
 from fleetwatch.server.db.tables import webhook_outbox, webhook_subscriptions
 from fleetwatch.server.isolation import ItemGuard
+from fleetwatch.server.secret_box import SecretBox
 from fleetwatch.server.webhooks import render
 
 __all__ = [
@@ -174,10 +175,13 @@ class OutboxWorker:
         client: httpx.Client | None = None,
         rng: Callable[[], float] = random.random,
         guard: ItemGuard | None = None,
+        secrets: SecretBox | None = None,
     ) -> None:
         self.db = db
         self.guard = guard or ItemGuard("webhooks")
         self.settings = settings
+        # Secrets are stored encrypted (secret_box.py); without keys only plain text opens.
+        self.secrets = secrets or SecretBox([])
         self.client = client or httpx.Client(timeout=settings.webhook_timeout_s)
         self.rng = rng
         self._pool = ThreadPoolExecutor(settings.webhook_concurrency, "webhook")
@@ -230,7 +234,7 @@ class OutboxWorker:
             request = render(
                 kind=row.kind,
                 url=row.url,
-                secret=row.secret,
+                secret=self.secrets.open(row.secret),
                 event=row.event,
                 idempotency_key=row.idempotency_key,
                 payload=row.payload,

@@ -4,10 +4,13 @@ It shows what an on-call engineer looks at first: nodes up and unreachable by ra
 GPUs (ranked as ``GET /v1/risk`` ranks them), fatal Xids of the last day, evictions waiting for a
 scheduler or a person, and active stragglers.
 
-Browsers cannot send a bearer header on a plain page load, so the page also reads the token from
-the ``fleetwatch_token`` cookie (HttpOnly, SameSite=Strict). ``/?token=<read token>`` checks the
-token, sets the cookie and redirects to ``/``, so the token leaves the address bar; the sign-in
-form posts to ``/signin`` and does the same. The token check is the API's own
+Browsers cannot send a bearer header on a plain page load, so the page also reads a session from
+the ``fleetwatch_session`` cookie (HttpOnly, SameSite=Strict, 12 h). ``/?token=<read token>``
+checks the token, sets the cookie and redirects to ``/``, so the token leaves the address bar; the
+sign-in form posts to ``/signin`` and does the same. The cookie never holds the token: it holds
+the token's id, an expiry and a MAC keyed by the token's stored hash
+(:func:`fleetwatch.server.auth.page_session`), checked against the token on every load, so
+revocation ends a session at once. The token check is the API's own
 (:func:`fleetwatch.server.deps.require`), so scopes, revocation and ``--insecure-no-auth`` behave
 exactly as they do for ``/v1``. Every value reaches the HTML through Jinja2's autoescaping.
 """
@@ -29,11 +32,19 @@ from fastapi.security import HTTPAuthorizationCredentials
 from sqlalchemy import Connection, func, select
 
 from fleetwatch.config import ServerSettings
-from fleetwatch.errors import AuthError, Forbidden
+from fleetwatch.errors import AuthError, Forbidden, Unauthenticated
 from fleetwatch.rules.xid_catalog import XidCatalog
 from fleetwatch.server.assessment import FleetAssessment, GpuRisk, risk_order
-from fleetwatch.server.auth import Permission, TokenInfo
+from fleetwatch.server.auth import (
+    SESSION_TTL,
+    Permission,
+    TokenInfo,
+    authenticate_session,
+    check_permission,
+    page_session,
+)
 from fleetwatch.server.background import Assessor
+from fleetwatch.server.csp import PAGE_HEADERS
 from fleetwatch.server.db.base import utcnow
 from fleetwatch.server.db.session import Database
 from fleetwatch.server.db.tables import events, evictions, gpus, nodes, stragglers
@@ -42,25 +53,16 @@ from fleetwatch.server.liveness import node_state
 
 __all__ = ["COOKIE", "authenticate_page", "router"]
 
-COOKIE = "fleetwatch_token"
-_COOKIE_MAX_AGE_S = 7 * 86400
+COOKIE = "fleetwatch_session"
+_LEGACY_COOKIE = "fleetwatch_token"  # held the raw token before sessions: deleted on sight
+_COOKIE_MAX_AGE_S = int(SESSION_TTL.total_seconds())
 _MAX_FORM_BYTES = 4096
 _REFRESH_S = 60
 _HORIZON_DAYS = {"24h": 1.0, "7d": 7.0, "30d": 30.0}
 _FATAL = ("critical", "fatal")
 _LIST_LIMIT = 100
 _WEEKLY_REPORT = "/v1/reports/weekly"
-# No script may run, nothing may frame the page, forms post only here; the one style block is
-# inline.
-_HEADERS = {
-    "Content-Security-Policy": (
-        "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; "
-        "frame-ancestors 'none'; base-uri 'none'"
-    ),
-    "Referrer-Policy": "no-referrer",
-    "Cache-Control": "no-store",
-    "X-Content-Type-Options": "nosniff",
-}
+_HEADERS = PAGE_HEADERS
 
 router = APIRouter(include_in_schema=False)
 _read = require(Permission.READ)
@@ -94,12 +96,12 @@ def _templates() -> jinja2.Environment:
     return env
 
 
-def _presented_token(request: Request) -> str | None:
-    """The bearer header's token (curl, scripts), else the page cookie's (browsers)."""
+def _bearer_token(request: Request) -> str | None:
+    """The bearer header's token (curl, scripts)."""
     scheme, _, value = request.headers.get("authorization", "").partition(" ")
     if scheme.lower() == "bearer" and value.strip():
         return value.strip()
-    return request.cookies.get(COOKIE) or None
+    return None
 
 
 def authenticate_page(request: Request, token: str | None) -> TokenInfo:
@@ -116,34 +118,67 @@ def authenticate_page(request: Request, token: str | None) -> TokenInfo:
     return _read(db, settings, credentials)
 
 
+def authenticate_cookie(request: Request, session: str | None) -> TokenInfo:
+    """The token behind the page's session cookie if it may read the fleet; raises
+    :class:`AuthError` otherwise. ``--insecure-no-auth`` lets anyone in, as for the API."""
+    settings: ServerSettings = request.app.state.settings
+    if settings.insecure_no_auth or not session:
+        return authenticate_page(request, None)  # admin without auth, else "missing token"
+    db: Database = request.app.state.db
+    with db.read() as conn:
+        info = authenticate_session(conn, session, now=utcnow())
+    check_permission(info.scope, Permission.READ)
+    return info
+
+
+async def _authenticate(request: Request, token: str | None) -> TokenInfo:
+    """A token given in the query or the form, else the bearer header's, else the cookie's
+    session; raises :class:`AuthError`."""
+    token = token if token is not None else _bearer_token(request)
+    if token is not None:
+        return await run_in_threadpool(authenticate_page, request, token)
+    return await run_in_threadpool(authenticate_cookie, request, request.cookies.get(COOKIE))
+
+
 def _html(body: str, status_code: int = 200) -> HTMLResponse:
     return HTMLResponse(body, status_code=status_code, headers=_HEADERS)
 
 
 def _sign_in(request: Request, error: AuthError, *, presented: str | None) -> HTMLResponse:
-    """The sign-in form: 403 for a token that may not read, 401 for none or a bad one."""
+    """The sign-in form: 403 for a token that may not read, 401 for none or a bad one.
+    ``presented``: the token given in the query, form or header; None when only the cookie was."""
     status, message = 401, None
+    from_cookie = presented is None and request.cookies.get(COOKIE) is not None
     if isinstance(error, Forbidden):
         status, message = 403, f"A {error.scope!r} token cannot read the fleet; use a read token."
     elif presented is not None:
         message = "That token was not accepted (unknown, malformed or revoked)."
+    elif from_cookie and isinstance(error, Unauthenticated):
+        message = "Your session ended (expired, or its token was revoked); sign in again."
     body = _templates().get_template("fleet.html").render(signin=True, message=message, view=None)
     response = _html(body, status)
-    if presented is not None and presented == request.cookies.get(COOKIE):
+    if from_cookie:
         response.delete_cookie(COOKIE, path="/", httponly=True, samesite="strict")
+    _drop_legacy_cookie(request, response)
     return response
 
 
-def _signed_in(request: Request, token: str) -> RedirectResponse:
-    """303 to the page without the token in its address; the token goes to the cookie."""
+def _drop_legacy_cookie(request: Request, response: Response) -> None:
+    if _LEGACY_COOKIE in request.cookies:
+        response.delete_cookie(_LEGACY_COOKIE, path="/", httponly=True, samesite="strict")
+
+
+def _signed_in(request: Request, token: str, info: TokenInfo) -> RedirectResponse:
+    """303 to the page without the token in its address; a session for it goes to the cookie."""
     kept = [(k, v) for k, v in request.query_params.multi_items() if k != "token"]
     url = f"/?{urlencode(kept)}" if kept else "/"
     response = RedirectResponse(url, status_code=303, headers=_HEADERS)
+    _drop_legacy_cookie(request, response)
     if request.app.state.settings.insecure_no_auth:
         return response  # any token passes: there is nothing worth keeping
     response.set_cookie(
         COOKIE,
-        token,
+        page_session(token, info.token_id, now=utcnow()),
         max_age=_COOKIE_MAX_AGE_S,
         path="/",
         httponly=True,
@@ -160,13 +195,12 @@ async def fleet_page(
     horizon: Literal["24h", "7d", "30d"] = "24h",
     top: Annotated[int, Query(ge=1, le=500)] = 20,
 ) -> Response:
-    presented = token if token is not None else _presented_token(request)
     try:
-        await run_in_threadpool(authenticate_page, request, presented)
+        info = await _authenticate(request, token)
     except AuthError as exc:
-        return _sign_in(request, exc, presented=presented)
+        return _sign_in(request, exc, presented=token or _bearer_token(request))
     if token is not None:
-        return _signed_in(request, token)
+        return _signed_in(request, token, info)
     view = await run_in_threadpool(_build_view, request, horizon, top)
     body = (
         _templates()
@@ -185,11 +219,10 @@ async def weekly_report_page(
     header that ``GET /v1/reports/weekly`` wants)."""
     from fleetwatch.server.routers.reports import weekly_report_response
 
-    presented = _presented_token(request)
     try:
-        await run_in_threadpool(authenticate_page, request, presented)
+        await _authenticate(request, None)
     except AuthError as exc:
-        return _sign_in(request, exc, presented=presented)
+        return _sign_in(request, exc, presented=_bearer_token(request))
     return await weekly_report_response(request.app.state.db, request.app.state.settings,
                                         week, "html")  # fmt: skip
 
@@ -204,12 +237,12 @@ async def sign_in(request: Request) -> Response:
             break  # a token is under 100 bytes; whatever this is, it is not one
     token = _form_token(raw[:_MAX_FORM_BYTES])
     try:
-        await run_in_threadpool(authenticate_page, request, token)
+        info = await run_in_threadpool(authenticate_page, request, token)
     except AuthError as exc:
         return _sign_in(request, exc, presented=token)
     if token is None:  # --insecure-no-auth: nothing to keep
         return RedirectResponse("/", status_code=303, headers=_HEADERS)
-    return _signed_in(request, token)
+    return _signed_in(request, token, info)
 
 
 def _form_token(raw: bytes) -> str | None:

@@ -22,6 +22,7 @@ from fleetwatch.server.app import create_app
 from fleetwatch.server.db.session import Database
 from fleetwatch.server.db.tables import webhook_outbox
 from fleetwatch.server.outbox import OutboxWorker, enqueue_report
+from fleetwatch.server.secret_box import load_secret_box
 from fleetwatch.server.webhooks import verify_signature
 
 SECRET = "hmac-key"
@@ -44,7 +45,9 @@ class Receiver:
 
 def _worker(db: Database, settings: ServerSettings, receiver: Receiver) -> OutboxWorker:
     client = httpx.Client(transport=httpx.MockTransport(receiver))
-    return OutboxWorker(db, settings, client=client, rng=lambda: 0.5)
+    return OutboxWorker(
+        db, settings, client=client, rng=lambda: 0.5, secrets=load_secret_box(settings)
+    )
 
 
 def _xid79(

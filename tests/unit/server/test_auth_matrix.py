@@ -30,6 +30,7 @@ from fleetwatch.server.repo.evictions import create_eviction
 from fleetwatch.server.repo.models import store_model
 from fleetwatch.server.repo.webhooks import create_webhook
 from fleetwatch.server.schemas.webhooks import WebhookCreate
+from fleetwatch.server.secret_box import SecretBox
 
 SCOPES = ("agent", "read", "scheduler", "admin")
 ALLOWED = {
@@ -206,7 +207,7 @@ def _seed_webhook(db: Database) -> int:
     with db.write() as conn:
         body = WebhookCreate(name=f"seeded-{secrets.token_hex(3)}", kind="generic",
                              url="http://127.0.0.1:9/hook")  # fmt: skip
-        return create_webhook(conn, body, now=utcnow()).id
+        return create_webhook(conn, body, now=utcnow(), secrets=SecretBox([])).id
 
 
 def _seed_eviction(db: Database, path: str, headers: dict[str, str]) -> str:

@@ -60,7 +60,8 @@ def test_token_in_the_query_becomes_an_httponly_strict_cookie(
     assert response.status_code == 303
     assert response.headers["location"] == "/"  # the token leaves the address bar
     cookie = response.headers["set-cookie"]
-    assert cookie.startswith(f"{COOKIE}={tokens['read']};")
+    assert cookie.startswith(f"{COOKIE}=v1.") and tokens["read"] not in cookie  # a session
+    assert "Max-Age=43200" in cookie  # 12 h
     assert "HttpOnly" in cookie and "SameSite=strict" in cookie and "Path=/" in cookie
     assert "Secure" not in cookie  # plain http here; https would add it
     assert response.headers["referrer-policy"] == "no-referrer"
@@ -127,7 +128,7 @@ def test_a_revoked_token_in_the_cookie_is_dropped(
     with db.write() as conn:
         revoke_token(conn, "test-read")
     response = client.get("/")
-    assert response.status_code == 401 and "not accepted" in response.text
+    assert response.status_code == 401 and "session ended" in response.text
     assert response.headers["set-cookie"].startswith(f'{COOKIE}="";')  # deleted
     assert client.get("/").status_code == 401
 

@@ -1,18 +1,26 @@
-"""Engine construction: the same code path for the embedded SQLite file and PostgreSQL."""
+"""Engine construction: the same code path for the embedded SQLite file and PostgreSQL.
+
+:meth:`Database.write` is the one place every write passes through, so it is also where a full
+disk is recognised: the driver's error becomes :class:`~fleetwatch.errors.StorageFull` (507) and
+is remembered in :attr:`Database.storage` for ``/readyz``.
+"""
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.pool import StaticPool
 
 from fleetwatch.config import ServerSettings
+from fleetwatch.errors import StorageFull
+from fleetwatch.server.db.storage import DRIVER_ERRORS, StorageHealth, disk_full_reason
 
-__all__ = ["Database", "make_engine"]
+__all__ = ["Database", "make_engine", "sqlite_directory"]
 
 
 def _sqlite_on_connect(dbapi_connection: Any, _record: Any) -> None:
@@ -53,24 +61,40 @@ def make_engine(settings: ServerSettings) -> Engine:
     )
 
 
+def sqlite_directory(engine: Engine) -> Path | None:
+    """The directory of the engine's SQLite file; None for PostgreSQL and in-memory SQLite."""
+    name = engine.url.database
+    if engine.dialect.name != "sqlite" or not name or name == ":memory:":
+        return None
+    return Path(name).resolve().parent
+
+
 class Database:
     """The engine plus a writer lock: SQLite allows one writer, so our threads take turns politely
     instead of colliding into SQLITE_BUSY; PostgreSQL needs no lock."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, *, storage: StorageHealth | None = None) -> None:
         self.engine = engine
         self.is_sqlite = engine.dialect.name == "sqlite"
         self._write_lock = threading.Lock() if self.is_sqlite else None
+        self.storage = storage or StorageHealth(sqlite_directory(engine))
 
     @contextmanager
     def write(self) -> Iterator[Connection]:
-        """A connection in a transaction that commits on success and rolls back on error."""
-        if self._write_lock is None:
-            with self.engine.begin() as conn:
+        """A connection in a transaction that commits on success and rolls back on error.
+
+        A full disk (on the body's statements or the commit) raises :class:`StorageFull`; the
+        transaction is rolled back, so nothing of it was stored.
+        """
+        try:
+            with self._write_lock or nullcontext(), self.engine.begin() as conn:
                 yield conn
-            return
-        with self._write_lock, self.engine.begin() as conn:
-            yield conn
+        except DRIVER_ERRORS as exc:
+            reason = disk_full_reason(exc, self.storage.directory)
+            if reason is None:
+                raise
+            self.storage.failed(reason)
+            raise StorageFull(reason) from exc
 
     @contextmanager
     def read(self) -> Iterator[Connection]:

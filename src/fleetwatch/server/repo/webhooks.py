@@ -18,6 +18,7 @@ from fleetwatch.server.schemas.webhooks import (
     WebhookCreate,
     WebhookPublic,
 )
+from fleetwatch.server.secret_box import SecretBox
 from fleetwatch.server.webhooks import alert_document
 
 __all__ = [
@@ -44,7 +45,10 @@ def _public(row: object) -> WebhookPublic:
     )
 
 
-def create_webhook(conn: Connection, body: WebhookCreate, *, now: datetime) -> WebhookPublic:
+def create_webhook(
+    conn: Connection, body: WebhookCreate, *, now: datetime, secrets: SecretBox
+) -> WebhookPublic:
+    """Store a subscription; its secret encrypted with the server's newest key."""
     parts = urlsplit(body.url)
     if parts.scheme not in ("http", "https") or not parts.netloc:
         raise InvalidInput(
@@ -56,6 +60,7 @@ def create_webhook(conn: Connection, body: WebhookCreate, *, now: datetime) -> W
             "a pagerduty webhook needs secret: the integration's routing key",
             [{"loc": ["body", "secret"], "msg": "required for kind pagerduty (routing key)"}],
         )
+    sealed = secrets.seal(body.secret) if body.secret else None
     taken = conn.execute(
         select(webhook_subscriptions.c.id).where(webhook_subscriptions.c.name == body.name)
     ).first()
@@ -67,7 +72,7 @@ def create_webhook(conn: Connection, body: WebhookCreate, *, now: datetime) -> W
             name=body.name,
             kind=body.kind,
             url=body.url,
-            secret=body.secret,
+            secret=sealed,
             filters=body.filters.model_dump(exclude_none=True),
             enabled=True,
             created_at=now,

@@ -12,6 +12,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response
 from fleetwatch.config import ServerSettings
 from fleetwatch.reports.weekly import compute_weekly
 from fleetwatch.reports.weeks import IsoWeek, parse_week
+from fleetwatch.server.csp import report_headers
 from fleetwatch.server.db.session import Database
 from fleetwatch.server.deps import DatabaseDep, ReadAuth, SettingsDep
 from fleetwatch.server.schemas.common import ErrorResponse
@@ -32,7 +33,7 @@ def _build(db: Database, settings: ServerSettings, week: IsoWeek, fmt: Format) -
 
     html = render_html(report)
     if fmt == "html":
-        return HTMLResponse(html)
+        return HTMLResponse(html, headers=report_headers(html))
     headers = {"Content-Disposition": f'inline; filename="fleetwatch-{week}.pdf"'}
     return Response(render_pdf(report, html), media_type="application/pdf", headers=headers)
 

@@ -43,9 +43,11 @@ def _wake_outbox(request: Request) -> None:
     tags=["webhooks"],
     summary="Subscribe a webhook (generic, slack, pagerduty, alertmanager) to alerts",
 )
-def add_webhook(body: WebhookCreate, db: DatabaseDep, _token: AdminAuth) -> WebhookPublic:
+def add_webhook(
+    body: WebhookCreate, request: Request, db: DatabaseDep, _token: AdminAuth
+) -> WebhookPublic:
     with db.write() as conn:
-        return create_webhook(conn, body, now=utcnow())
+        return create_webhook(conn, body, now=utcnow(), secrets=request.app.state.secret_box)
 
 
 @router.get(

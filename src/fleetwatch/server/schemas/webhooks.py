@@ -43,7 +43,8 @@ class WebhookCreate(BaseModel):
     secret: str | None = Field(
         default=None,
         max_length=256,
-        description="HMAC key (generic, signs each delivery); the routing key (pagerduty)",
+        description="HMAC key (generic, signs each delivery); the routing key (pagerduty). "
+        "Stored encrypted; at most 256 bytes (UTF-8)",
     )
     filters: WebhookFilters = Field(default_factory=WebhookFilters)
 
