@@ -7,6 +7,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from fleetwatch.server.schemas.fields import AwareInstant
+
 __all__ = [
     "JobDetailPublic",
     "JobPublic",
@@ -32,7 +34,7 @@ class StepReport(BaseModel):
         allow_inf_nan=False,
         description="Wall time of this rank's step, milliseconds",
     )
-    ts: datetime = Field(description="When the step ended, with a UTC offset")
+    ts: AwareInstant = Field(description="When the step ended, with a UTC offset")
     stage: int | None = Field(
         default=None, strict=True, ge=0, le=100_000, description="Pipeline-parallel stage"
     )
