@@ -83,6 +83,11 @@ async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
 
 async def _http_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StarletteHTTPException)
+    if exc.status_code == 400 and isinstance(exc.__cause__, UnicodeDecodeError):
+        # FastAPI answers a JSON body that is not UTF-8 with a bare 400; every other malformed
+        # body is a 422 naming it, so this one is too.
+        detail = [{"loc": ["body"], "msg": "not UTF-8", "type": "json_invalid"}]
+        return JSONResponse(error_body("invalid request: body: not UTF-8", detail), 422)
     return JSONResponse(
         error_body(str(exc.detail)), status_code=exc.status_code, headers=exc.headers
     )
