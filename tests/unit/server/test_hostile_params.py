@@ -286,3 +286,16 @@ def test_openapi_documents_the_error_body_for_every_error_status(client: TestCli
                     )
             if "{" in path and method != "post" or path.endswith(("/ack", "/complete")):
                 assert "404" in responses, (method, path)
+
+
+@pytest.mark.parametrize("where", ["query", "form", "header"])
+def test_token_with_a_nul_is_refused_as_malformed(client: TestClient, where: str) -> None:
+    """The page's ?token=, its sign-in form and the bearer header all reach the token lookup."""
+    token = "fwt_0123456789ab_\x00secret"
+    if where == "query":
+        response = client.get("/", params={"token": token}, follow_redirects=False)
+    elif where == "form":
+        response = client.post("/signin", data={"token": token}, follow_redirects=False)
+    else:
+        response = client.get("/v1/nodes", headers={"Authorization": f"Bearer {token}"})
+    assert response.status_code == 401, response.text
