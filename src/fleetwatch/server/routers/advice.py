@@ -53,7 +53,7 @@ def _finite(value: float) -> float | None:
 
 
 @router.get("/advice/checkpoint", response_model=CheckpointAdvicePublic,
-            responses=error_responses(s404="No such job"),
+            responses=error_responses(described={404: "No such job"}),
             summary="Optimal checkpoint interval for a job or a set of nodes")  # fmt: skip
 def get_checkpoint_advice(
     request: Request,

@@ -39,7 +39,10 @@ __all__ = ["router"]
 router = APIRouter(tags=["evictions"])
 
 _CHANGE_ERRORS = error_responses(
-    404, s409="Another scheduler holds the lease, or the eviction's state does not allow this"
+    404,
+    described={
+        409: "Another scheduler holds the lease, or the eviction's state does not allow this"
+    },
 )
 
 

@@ -62,10 +62,12 @@ class LifetimeEnd(BaseModel):
 
 
 _IMPORT_ERRORS = error_responses(
-    s413=f"Body larger than {IMPORT_LIMIT_BYTES} bytes",
-    s415="Content-Type is not text/csv",
-    s422="Bad header, mapping or pattern, a NUL in the file, or a refused row with strict=true; "
-    "nothing stored",
+    described={
+        413: f"Body larger than {IMPORT_LIMIT_BYTES} bytes",
+        415: "Content-Type is not text/csv",
+        422: "Bad header, mapping or pattern, a NUL in the file, or a refused row with "
+        "strict=true; nothing stored",
+    }
 )
 
 
@@ -160,7 +162,7 @@ async def post_inventory_import(
 @router.post(
     "/lifetimes/{serial}/events",
     response_model=LifetimePublic,
-    responses=error_responses(s404="No open lifetime or GPU with this serial"),
+    responses=error_responses(described={404: "No open lifetime or GPU with this serial"}),
     summary="Record a failure, repair or retirement",
 )
 def post_lifetime_event(

@@ -32,7 +32,7 @@ def get_models(
 @router.get(
     "/{version}",
     response_model=ModelVersionPublic,
-    responses=error_responses(s404="No such version"),
+    responses=error_responses(described={404: "No such version"}),
     summary="One risk-model version",
 )
 def get_model_version(version: RowId, db: DatabaseDep, _token: ReadAuth) -> ModelVersionPublic:
@@ -45,7 +45,7 @@ def get_model_version(version: RowId, db: DatabaseDep, _token: ReadAuth) -> Mode
     "/refit",
     status_code=202,
     response_model=RefitAccepted,
-    responses=error_responses(s409="A refit is already running"),
+    responses=error_responses(described={409: "A refit is already running"}),
     summary="Refit the risk models now, in the background",
 )
 async def post_refit(request: Request, _token: AdminAuth) -> RefitAccepted | JSONResponse:

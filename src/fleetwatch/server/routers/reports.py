@@ -47,7 +47,9 @@ def _build(db: Database, settings: ServerSettings, week: IsoWeek, fmt: Format) -
             "content": {"application/json": {}, "text/html": {}, "application/pdf": {}},
             "description": "The report in the requested format",
         },
-        **error_responses(s422="Not an ISO week such as 2026-W48 between 1970 and 9998"),
+        **error_responses(
+            described={422: "Not an ISO week such as 2026-W48 between 1970 and 9998"}
+        ),
     },
 )
 async def get_weekly_report(

@@ -43,7 +43,7 @@ def _wake_outbox(request: Request) -> None:
     response_model=WebhookPublic,
     status_code=201,
     tags=["webhooks"],
-    responses=error_responses(s409="A webhook with this name exists"),
+    responses=error_responses(described={409: "A webhook with this name exists"}),
     summary="Subscribe a webhook (generic, slack, pagerduty, alertmanager) to alerts",
 )
 def add_webhook(body: WebhookCreate, db: DatabaseDep, _token: AdminAuth) -> WebhookPublic:

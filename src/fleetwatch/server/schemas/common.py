@@ -66,16 +66,16 @@ ERROR_DESCRIPTIONS: dict[int, str] = {
 }
 
 
-def error_responses(*codes: int, **described: str) -> dict[int | str, dict[str, Any]]:
+def error_responses(
+    *codes: int, described: dict[int, str] | None = None
+) -> dict[int | str, dict[str, Any]]:
     """OpenAPI ``responses`` documenting ``codes`` with the :class:`ErrorResponse` body.
 
-    ``described`` overrides a description by status, e.g. ``error_responses(404, s409="...")``.
+    ``described`` adds statuses with this route's own description, e.g.
+    ``error_responses(404, described={409: "A refit is already running"})``.
     """
-    wanted = [*codes, *(int(key.removeprefix("s")) for key in described)]
+    own = described or {}
     return {
-        code: {
-            "model": ErrorResponse,
-            "description": described.get(f"s{code}", ERROR_DESCRIPTIONS[code]),
-        }
-        for code in wanted
+        code: {"model": ErrorResponse, "description": own.get(code, ERROR_DESCRIPTIONS[code])}
+        for code in (*codes, *own)
     }
