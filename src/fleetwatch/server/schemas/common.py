@@ -23,7 +23,6 @@ class ErrorDetail(BaseModel):
     )
     msg: str = Field(description="What is wrong there, for a person")
     type: str = Field(
-        default="value_error",
         description="What kind of problem, for a program: pydantic's error type for a request "
         "that does not parse (missing, int_parsing, ...), else value_error",
     )
@@ -48,7 +47,7 @@ class IngestResponse(BaseModel):
 
 def error_body(message: str, detail: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     return ErrorResponse(
-        error=message, detail=[ErrorDetail(**d) for d in (detail or [])]
+        error=message, detail=[ErrorDetail(**{"type": "value_error", **d}) for d in (detail or [])]
     ).model_dump()
 
 
