@@ -78,6 +78,8 @@ def _st_run(
     url: str, token: str | None, report: Path, work: Path, phases: str, examples: int,
     *exclude: str,
 ) -> None:  # fmt: skip
+    if not ST.exists():
+        pytest.fail(f"schemathesis' st not found at {ST}: install the dev extra (.[dev])")
     auth = ["-H", f"Authorization: Bearer {token}"] if token else []
     excluded = [arg for path in exclude for arg in ("--exclude-path", path)]
     command = [
