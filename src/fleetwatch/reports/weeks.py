@@ -10,7 +10,10 @@ from fleetwatch.errors import InvalidInput
 
 __all__ = ["IsoWeek", "parse_week"]
 
-_PATTERN = re.compile(r"^(\d{4})-W(\d{2})$")
+_PATTERN = re.compile(r"^(\d{4})-W(\d{2})$", re.ASCII)
+# A report reads the week before too (trends) and ends a week later: years at the calendar's edges
+# would overflow a datetime, and nothing FleetWatch stores predates 1970.
+FIRST_YEAR, LAST_YEAR = 1970, 9998
 
 
 @dataclass(frozen=True, order=True)
@@ -53,7 +56,10 @@ def parse_week(text: str) -> IsoWeek:
         year, week = int(match[1]), int(match[2])
         try:
             date.fromisocalendar(year, week, 1)
-            return IsoWeek(year, week)
         except ValueError:
             problem = f"{year} has no ISO week {week}"
+        else:
+            if FIRST_YEAR <= year <= LAST_YEAR:
+                return IsoWeek(year, week)
+            problem = f"the year must lie between {FIRST_YEAR} and {LAST_YEAR}"
     raise InvalidInput(f"week {text!r}: {problem}", [{"loc": ["query", "week"], "msg": problem}])

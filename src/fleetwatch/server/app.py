@@ -52,6 +52,7 @@ from fleetwatch.server.planner import EvictionPlanner
 from fleetwatch.server.refit import Refitter
 from fleetwatch.server.risk_exposition import render_risk
 from fleetwatch.server.routers import api_router
+from fleetwatch.server.schemas.common import error_responses
 from fleetwatch.server.secret_box import SecretBox, load_secret_box, reseal_secrets
 from fleetwatch.server.straggler_detector import StragglerDetector, render_stragglers
 from fleetwatch.telemetry import Batch
@@ -272,6 +273,7 @@ def _add_operational_routes(app: FastAPI, settings: ServerSettings) -> None:
         summary="Prometheus metrics: per-GPU latest state, node liveness, Xid counts, ingest",
         response_class=Response,
         dependencies=[Depends(read_auth)] if settings.metrics_require_token else [],
+        responses=error_responses(401, 403) if settings.metrics_require_token else None,
     )
     async def metrics(request: Request) -> Response:
         fleet: FleetExposition = request.app.state.fleet

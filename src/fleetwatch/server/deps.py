@@ -12,7 +12,7 @@ from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from fleetwatch.config import ServerSettings
-from fleetwatch.errors import StorageFull
+from fleetwatch.errors import StorageFull, Unauthenticated
 from fleetwatch.server.auth import (
     Permission,
     TokenInfo,
@@ -80,8 +80,13 @@ def require(permission: Permission) -> Callable[..., TokenInfo]:
     def dependency(db: DatabaseDep, settings: SettingsDep, credentials: Credentials) -> TokenInfo:
         if settings.insecure_no_auth:
             return _NO_AUTH
+        presented = credentials.credentials if credentials else None
+        if presented is not None and "\x00" in presented:
+            # No token holds one, and PostgreSQL cannot even look it up (the page's ?token= and
+            # sign-in form reach here too): refused as malformed before any query.
+            raise Unauthenticated("malformed token")
         with db.read() as conn:
-            info = authenticate(conn, credentials.credentials if credentials else None)
+            info = authenticate(conn, presented)
         check_permission(info.scope, permission)
         _record_use(db, info.token_id)
         return info

@@ -1,6 +1,7 @@
 """One table from domain errors to HTTP statuses, and the handlers that apply it.
 
-Every error body has the same shape: ``{"error": "...", "detail": [{"loc": [...], "msg": ...}]}``.
+Every error body has the same shape, documented in the OpenAPI as ``ErrorResponse``:
+``{"error": "...", "detail": [{"loc": [...], "msg": "...", "type": "..."}]}``.
 """
 
 from __future__ import annotations
@@ -68,15 +69,27 @@ async def _domain_error(request: Request, exc: Exception) -> JSONResponse:
 async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
     detail = [
-        {"loc": [str(p) if not isinstance(p, int) else p for p in err["loc"]], "msg": err["msg"]}
+        {
+            "loc": [str(p) if not isinstance(p, int) else p for p in err["loc"]],
+            "msg": str(err["msg"]).removeprefix("Value error, "),
+            "type": str(err["type"]),
+        }
         for err in exc.errors()
     ]
-    where = ", ".join(".".join(str(p) for p in d["loc"]) for d in detail[:5])
-    return JSONResponse(error_body(f"invalid request: {where}", detail), status_code=422)
+    first = detail[0] if detail else {"loc": ["request"], "msg": "invalid"}
+    where = ".".join(str(p) for p in first["loc"])
+    more = f" (and {len(detail) - 1} more)" if len(detail) > 1 else ""
+    message = f"invalid request: {where}: {first['msg']}{more}"
+    return JSONResponse(error_body(message, detail), status_code=422)
 
 
 async def _http_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StarletteHTTPException)
+    if exc.status_code == 400 and isinstance(exc.__cause__, UnicodeDecodeError):
+        # FastAPI answers a JSON body that is not UTF-8 with a bare 400; every other malformed
+        # body is a 422 naming it, so this one is too.
+        detail = [{"loc": ["body"], "msg": "not UTF-8", "type": "json_invalid"}]
+        return JSONResponse(error_body("invalid request: body: not UTF-8", detail), 422)
     return JSONResponse(
         error_body(str(exc.detail)), status_code=exc.status_code, headers=exc.headers
     )

@@ -84,7 +84,9 @@ def test_models_refit_conflicts_while_one_runs(
         busy = client.post("/v1/models/refit", headers=admin)
         assert busy.status_code == 409, busy.text
         assert "already running" in busy.json()["error"]
-        assert busy.json()["detail"] == [{"loc": ["refit"], "msg": "already running"}]
+        assert busy.json()["detail"] == [
+            {"loc": ["refit"], "msg": "already running", "type": "value_error"}
+        ]
     finally:
         job.release.set()
     assert client.app.state.refitter.wait(10)  # type: ignore[attr-defined]

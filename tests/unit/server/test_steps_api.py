@@ -91,7 +91,9 @@ def test_steps_batch_over_the_limit_is_refused_whole(
     body = {"steps": [step(rank=r) for r in range(4)]}
     response = small.post("/v1/jobs/j-1/steps", json=body, headers=bearer(tokens["agent"]))
     assert response.status_code == 422
-    assert response.json()["detail"] == [{"loc": ["body", "steps"], "msg": "more than 3 steps"}]
+    assert response.json()["detail"] == [
+        {"loc": ["body", "steps"], "msg": "more than 3 steps", "type": "value_error"}
+    ]
     assert counts(db) == (0, 0)
 
 

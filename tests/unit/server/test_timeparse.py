@@ -59,8 +59,36 @@ def test_timeparse_junk_names_the_query_parameter(raw: str, name: str) -> None:
     assert str(caught.value).startswith(f"{name}:")
     assert repr(raw) in str(caught.value)
     assert caught.value.detail == [
-        {"loc": ["query", name], "msg": "expected ISO 8601 time or duration like 1h"}
+        {
+            "loc": ["query", name],
+            "msg": "expected an ISO 8601 time (2026-11-30T05:00:00Z) or a duration (1h)",
+        }
     ]
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        "99999999999d",  # past year 1
+        "1" * 400 + "s",  # float('1' * 400) is inf
+        "0001-01-01T00:00:00+14:00",  # year 0 once in UTC
+        "9999-12-31T23:59:59-14:00",  # year 10000 once in UTC
+        "1969-12-31T23:59:59Z",
+        "9999-01-01T00:00:00Z",
+    ],
+)
+def test_timeparse_refuses_times_outside_the_calendar(raw: str) -> None:
+    with pytest.raises(InvalidInput) as caught:
+        parse_instant(raw, name="since", now=NOW)
+    assert caught.value.detail[0]["loc"] == ["query", "since"]
+    assert str(caught.value).startswith("since:")
+
+
+def test_timeparse_keeps_the_edges_of_the_calendar() -> None:
+    assert parse_instant("1970-01-01T00:00:00Z", name="since", now=NOW) == datetime(
+        1970, 1, 1, tzinfo=UTC
+    )
+    assert parse_instant("9998-12-31T23:59:59Z", name="since", now=NOW) is not None
 
 
 @pytest.mark.parametrize("raw", ["7x", "h", "1.h", "five minutes"])

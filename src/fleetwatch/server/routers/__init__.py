@@ -1,4 +1,8 @@
-"""One router per resource, all mounted under /v1 by the app factory."""
+"""One router per resource, all mounted under /v1 by the app factory.
+
+Every /v1 route needs a token and reaches the database, so each documents the errors any of them
+may answer (401, 403, 422, 503, 507) with the one error body; a route adds its own (404, 409).
+"""
 
 from __future__ import annotations
 
@@ -19,10 +23,11 @@ from fleetwatch.server.routers import (
     tokens,
     webhooks,
 )
+from fleetwatch.server.schemas.common import error_responses
 
 __all__ = ["api_router"]
 
-api_router = APIRouter(prefix="/v1")
+api_router = APIRouter(prefix="/v1", responses=error_responses(401, 403, 422, 503, 507))
 _ROUTERS = (
     ingest,
     nodes,

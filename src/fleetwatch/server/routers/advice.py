@@ -13,6 +13,8 @@ from fleetwatch.server.background import Assessor
 from fleetwatch.server.checkpoint import GpuHazard, advise
 from fleetwatch.server.deps import DatabaseDep, ReadAuth
 from fleetwatch.server.repo.jobs import get_job
+from fleetwatch.server.schemas.common import error_responses
+from fleetwatch.server.schemas.fields import Text
 
 __all__ = ["router"]
 
@@ -51,14 +53,15 @@ def _finite(value: float) -> float | None:
 
 
 @router.get("/advice/checkpoint", response_model=CheckpointAdvicePublic,
+            responses=error_responses(described={404: "No such job"}),
             summary="Optimal checkpoint interval for a job or a set of nodes")  # fmt: skip
 def get_checkpoint_advice(
     request: Request,
     db: DatabaseDep,
     _token: ReadAuth,
     checkpoint_cost_s: Annotated[float, Query(gt=0, le=1e7, description="Seconds per checkpoint")],
-    job: Annotated[str | None, Query(description="a job that reported steps")] = None,
-    nodes: Annotated[str | None, Query(description="comma-separated node names")] = None,
+    job: Annotated[Text | None, Query(description="a job that reported steps")] = None,
+    nodes: Annotated[Text | None, Query(description="comma-separated node names")] = None,
     restart_cost_s: Annotated[float, Query(ge=0, le=1e7, description="Seconds to restart")] = 0.0,
 ) -> CheckpointAdvicePublic:
     """Young/Daly interval from the summed one-day hazard of the nodes' GPUs (see

@@ -10,6 +10,7 @@ from fleetwatch.server.db.base import utcnow
 from fleetwatch.server.deps import DatabaseDep, ReadAuth
 from fleetwatch.server.repo.events import list_events
 from fleetwatch.server.routers.gpus import TimeArg
+from fleetwatch.server.schemas.fields import INT32_MAX, Text
 from fleetwatch.server.schemas.fleet import EventsPublic
 from fleetwatch.server.timeparse import parse_instant
 
@@ -24,10 +25,10 @@ def read_events(
     _token: ReadAuth,
     since: TimeArg = None,
     until: TimeArg = None,
-    node: str | None = None,
-    kind: Annotated[str | None, Query(description="xid, gpu_lost, node_boot, ...")] = None,
-    xid: Annotated[int | None, Query(ge=0)] = None,
-    uuid: Annotated[str | None, Query(description="GPU uuid")] = None,
+    node: Text | None = None,
+    kind: Annotated[Text | None, Query(description="xid, gpu_lost, node_boot, ...")] = None,
+    xid: Annotated[int | None, Query(ge=0, le=INT32_MAX)] = None,
+    uuid: Annotated[Text | None, Query(description="GPU uuid")] = None,
     limit: Annotated[int, Query(ge=1, le=100_000)] = 1000,
 ) -> EventsPublic:
     """Events matching every filter given, newest first."""

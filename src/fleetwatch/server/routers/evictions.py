@@ -21,6 +21,7 @@ from fleetwatch.server.repo.evictions import (
     reject_eviction,
     return_node,
 )
+from fleetwatch.server.schemas.common import error_responses
 from fleetwatch.server.schemas.evictions import (
     AckBody,
     ApproveBody,
@@ -31,10 +32,18 @@ from fleetwatch.server.schemas.evictions import (
     ReturnBody,
     State,
 )
+from fleetwatch.server.schemas.fields import RowId, Text
 
 __all__ = ["router"]
 
 router = APIRouter(tags=["evictions"])
+
+_CHANGE_ERRORS = error_responses(
+    404,
+    described={
+        409: "Another scheduler holds the lease, or the eviction's state does not allow this"
+    },
+)
 
 
 @router.get("/evictions", response_model=EvictionsPublic,
@@ -43,7 +52,7 @@ def read_evictions(
     db: DatabaseDep,
     _token: ReadAuth,
     state: Annotated[State | None, Query(description="only this state")] = None,
-    node: Annotated[str | None, Query(description="only this node")] = None,
+    node: Annotated[Text | None, Query(description="only this node")] = None,
     limit: Annotated[int, Query(ge=1, le=100_000)] = 1000,
 ) -> EvictionsPublic:
     with db.read() as conn:
@@ -52,16 +61,18 @@ def read_evictions(
 
 
 @router.get("/evictions/{eviction_id}", response_model=EvictionDetail,
+            responses=error_responses(404),
             summary="One eviction with its evidence and audit trail")  # fmt: skip
-def read_eviction(eviction_id: int, db: DatabaseDep, _token: ReadAuth) -> EvictionDetail:
+def read_eviction(eviction_id: RowId, db: DatabaseDep, _token: ReadAuth) -> EvictionDetail:
     with db.read() as conn:
         return get_eviction(conn, eviction_id)
 
 
 @router.post("/evictions/{eviction_id}/ack", response_model=EvictionPublic,
+             responses=_CHANGE_ERRORS,
              summary="Claim a pending eviction for lease_s seconds")  # fmt: skip
 def ack(
-    eviction_id: int, db: DatabaseDep, token: SchedulerAuth,
+    eviction_id: RowId, db: DatabaseDep, token: SchedulerAuth,
     body: Annotated[AckBody | None, Body()] = None,
 ) -> EvictionPublic:  # fmt: skip
     """409 while another scheduler holds an unexpired lease. Acking again as the same scheduler
@@ -72,16 +83,16 @@ def ack(
 
 
 @router.post("/evictions/{eviction_id}/complete", response_model=EvictionPublic,
-             summary="The claimer drained the node")  # fmt: skip
-def complete(eviction_id: int, db: DatabaseDep, token: SchedulerAuth) -> EvictionPublic:
+             responses=_CHANGE_ERRORS, summary="The claimer drained the node")  # fmt: skip
+def complete(eviction_id: RowId, db: DatabaseDep, token: SchedulerAuth) -> EvictionPublic:
     with db.write() as conn:
         return complete_eviction(conn, eviction_id, claimer=token.name, now=utcnow())
 
 
 @router.post("/evictions/{eviction_id}/reject", response_model=EvictionPublic,
-             summary="Refuse the drain, with a reason")  # fmt: skip
+             responses=_CHANGE_ERRORS, summary="Refuse the drain, with a reason")  # fmt: skip
 def reject(
-    eviction_id: int, body: RejectBody, db: DatabaseDep, token: SchedulerAuth
+    eviction_id: RowId, body: RejectBody, db: DatabaseDep, token: SchedulerAuth
 ) -> EvictionPublic:
     with db.write() as conn:
         return reject_eviction(conn, eviction_id, actor=token.name, reason=body.reason,
@@ -89,9 +100,10 @@ def reject(
 
 
 @router.post("/evictions/{eviction_id}/approve", response_model=EvictionPublic,
+             responses=_CHANGE_ERRORS,
              summary="Let a paged (over-budget) or dry-run eviction drain (admin)")  # fmt: skip
 def approve(
-    eviction_id: int, body: ApproveBody, db: DatabaseDep, token: AdminAuth
+    eviction_id: RowId, body: ApproveBody, db: DatabaseDep, token: AdminAuth
 ) -> EvictionPublic:
     """On-call, paged because the fleet drain budget was exhausted, decides this node must drain
     anyway: the eviction becomes pending for the schedulers, and the audit log says who and why."""
@@ -101,9 +113,10 @@ def approve(
 
 
 @router.post("/nodes/{name}/return", response_model=EvictionPublic,
+             responses=_CHANGE_ERRORS,
              summary="The drained node is back in service (records returned_at)")  # fmt: skip
 def return_to_service(
-    name: str, db: DatabaseDep, token: SchedulerAuth,
+    name: Text, db: DatabaseDep, token: SchedulerAuth,
     body: Annotated[ReturnBody | None, Body()] = None,
 ) -> EvictionPublic:  # fmt: skip
     with db.write() as conn:

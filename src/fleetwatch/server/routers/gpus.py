@@ -9,6 +9,8 @@ from fastapi import APIRouter, Query
 from fleetwatch.server.db.base import utcnow
 from fleetwatch.server.deps import DatabaseDep, ReadAuth
 from fleetwatch.server.repo.gpus import get_gpu, list_gpus, list_samples, parse_fields
+from fleetwatch.server.schemas.common import error_responses
+from fleetwatch.server.schemas.fields import Text
 from fleetwatch.server.schemas.fleet import GpuDetail, GpuSummary, SamplesPublic
 from fleetwatch.server.timeparse import parse_instant
 
@@ -17,7 +19,11 @@ __all__ = ["router"]
 router = APIRouter(prefix="/gpus", tags=["gpus"])
 
 TimeArg = Annotated[
-    str | None, Query(description="ISO 8601 time (2026-11-30T05:00:00Z) or a duration ago (1h)")
+    Text | None,
+    Query(
+        description="ISO 8601 time (2026-11-30T05:00:00Z) or a duration ago (1h), "
+        "between 1970-01-01 and 9999-01-01"
+    ),
 ]
 
 
@@ -25,7 +31,7 @@ TimeArg = Annotated[
 def read_gpus(
     db: DatabaseDep,
     _token: ReadAuth,
-    node: str | None = None,
+    node: Text | None = None,
     limit: Annotated[int, Query(ge=1, le=200_000)] = 10_000,
 ) -> list[GpuSummary]:
     """GPUs sorted by node and index."""
@@ -33,22 +39,24 @@ def read_gpus(
         return list_gpus(conn, node=node, limit=limit)
 
 
-@router.get("/{uuid}", response_model=GpuDetail, summary="One GPU: identity, latest, recent events")
-def read_gpu(uuid: str, db: DatabaseDep, _token: ReadAuth) -> GpuDetail:
+@router.get("/{uuid}", response_model=GpuDetail, responses=error_responses(404),
+            summary="One GPU: identity, latest, recent events")  # fmt: skip
+def read_gpu(uuid: Text, db: DatabaseDep, _token: ReadAuth) -> GpuDetail:
     """The GPU's identity, its newest sample and its 20 most recent events."""
     with db.read() as conn:
         return get_gpu(conn, uuid=uuid)
 
 
-@router.get("/{uuid}/samples", response_model=SamplesPublic, summary="A GPU's samples over time")
+@router.get("/{uuid}/samples", response_model=SamplesPublic, responses=error_responses(404),
+            summary="A GPU's samples over time")  # fmt: skip
 def read_samples(
-    uuid: str,
+    uuid: Text,
     db: DatabaseDep,
     _token: ReadAuth,
     since: TimeArg = None,
     until: TimeArg = None,
     fields: Annotated[
-        str | None, Query(description="Comma-separated canonical fields; default all")
+        Text | None, Query(description="Comma-separated canonical fields; default all")
     ] = None,
     limit: Annotated[int, Query(ge=1, le=100_000)] = 1000,
     rates: Annotated[bool, Query(description="Add per-second rates of counter fields")] = False,

@@ -8,8 +8,7 @@ header lacks a mapped column, or a bad pattern or mapping, is refused whole (422
 from __future__ import annotations
 
 import io
-from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query, Request
 from fastapi.concurrency import run_in_threadpool
@@ -27,7 +26,8 @@ from fleetwatch.server.db.base import utcnow
 from fleetwatch.server.db.session import Database
 from fleetwatch.server.deps import AdminAuth, DatabaseDep, ReadAuth
 from fleetwatch.server.repo.lifetimes import import_lifetimes, list_lifetimes, record_lifetime_end
-from fleetwatch.server.schemas.common import ErrorResponse
+from fleetwatch.server.schemas.common import error_responses
+from fleetwatch.server.schemas.fields import AwareInstant, Text
 from fleetwatch.server.schemas.lifetimes import LifetimePublic, LifetimesPublic
 
 __all__ = ["router"]
@@ -54,30 +54,21 @@ class ImportResult(BaseModel):
 
 class LifetimeEnd(BaseModel):
     kind: Literal["failure", "repair", "retirement"]
-    cause: str | None = Field(default=None, max_length=4000, examples=["DBE"])
-    at: datetime | None = Field(default=None, description="When it ended; default now")
-    installed_at: datetime | None = Field(
+    cause: Text | None = Field(default=None, max_length=4000, examples=["DBE"])
+    at: AwareInstant | None = Field(default=None, description="When it ended; default now")
+    installed_at: AwareInstant | None = Field(
         default=None, description="Start of the stint, when no open lifetime is on record"
     )
 
 
-_IMPORT_ERRORS: dict[int | str, dict[str, Any]] = {
-    code: {"model": ErrorResponse, "description": text}
-    for code, text in (
-        (413, f"Body larger than {IMPORT_LIMIT_BYTES} bytes"),
-        (415, "Content-Type is not text/csv"),
-        (422, "Bad header, mapping or pattern, or a refused row with strict=true; nothing stored"),
-    )
-}
-
-
-def _aware(value: datetime, name: str) -> datetime:
-    if value.tzinfo is None:
-        raise InvalidInput(
-            f"{name} needs a UTC offset, e.g. 2024-05-01T12:00:00Z",
-            [{"loc": ["body", name], "msg": "no UTC offset"}],
-        )
-    return value
+_IMPORT_ERRORS = error_responses(
+    described={
+        413: f"Body larger than {IMPORT_LIMIT_BYTES} bytes",
+        415: "Content-Type is not text/csv",
+        422: "Bad header, mapping or pattern, a NUL in the file, or a refused row with "
+        "strict=true; nothing stored",
+    }
+)
 
 
 async def _read_csv(request: Request) -> str:
@@ -94,11 +85,18 @@ async def _read_csv(request: Request) -> str:
             raise PayloadTooLarge(IMPORT_LIMIT_BYTES)
         chunks.append(chunk)
     try:
-        return b"".join(chunks).decode("utf-8-sig")
+        text = b"".join(chunks).decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise InvalidInput(
             f"the CSV is not UTF-8: {exc}", [{"loc": ["body"], "msg": "not UTF-8"}]
         ) from exc
+    if "\x00" in text:  # no database column may hold one; refuse the file, naming the line
+        line = text.count("\n", 0, text.index("\x00")) + 1
+        raise InvalidInput(
+            f"the CSV holds a NUL character (\\u0000) on line {line}; nothing stored",
+            [{"loc": ["body", "line", line], "msg": "NUL character"}],
+        )
+    return text
 
 
 def _import(
@@ -141,14 +139,14 @@ async def post_inventory_import(
     db: DatabaseDep,
     _token: AdminAuth,
     map: Annotated[
-        list[str],
+        list[Text],
         Query(
             description="FIELD=COLUMN overrides, e.g. serial=SN; fields: serial, location, "
             "inserted, removed, event, out (empty COLUMN drops an optional one)"
         ),
     ] = [],  # noqa: B006  (FastAPI copies defaults per request)
     location_pattern: Annotated[
-        str, Query(description="Regex with named groups; empty to keep locations unparsed")
+        Text, Query(description="Regex with named groups; empty to keep locations unparsed")
     ] = TITAN_LOCATION_PATTERN,
     strict: Annotated[bool, Query(description="Refuse the whole file if any row is refused")] = (
         False
@@ -164,14 +162,15 @@ async def post_inventory_import(
 @router.post(
     "/lifetimes/{serial}/events",
     response_model=LifetimePublic,
+    responses=error_responses(described={404: "No open lifetime or GPU with this serial"}),
     summary="Record a failure, repair or retirement",
 )
 def post_lifetime_event(
-    serial: str, body: LifetimeEnd, db: DatabaseDep, token: AdminAuth
+    serial: Text, body: LifetimeEnd, db: DatabaseDep, token: AdminAuth
 ) -> LifetimePublic:
     """Close the serial's open stint (or write one) with the operator's verdict."""
-    at = _aware(body.at, "at") if body.at is not None else utcnow()
-    installed = _aware(body.installed_at, "installed_at") if body.installed_at else None
+    at = body.at if body.at is not None else utcnow()
+    installed = body.installed_at
     with db.write() as conn:
         lifetime = record_lifetime_end(
             conn,
@@ -189,7 +188,7 @@ def post_lifetime_event(
 def get_lifetimes(
     db: DatabaseDep,
     _token: ReadAuth,
-    serial: str | None = None,
+    serial: Text | None = None,
     end_kind: Annotated[
         Literal["failure", "repair", "retirement"] | None, Query(description="Only this ending")
     ] = None,

@@ -10,7 +10,8 @@ from fastapi.responses import JSONResponse
 from fleetwatch.server.deps import AdminAuth, DatabaseDep, ReadAuth
 from fleetwatch.server.refit import Refitter
 from fleetwatch.server.repo.models import get_model, list_models
-from fleetwatch.server.schemas.common import ErrorResponse, error_body
+from fleetwatch.server.schemas.common import error_body, error_responses
+from fleetwatch.server.schemas.fields import RowId
 from fleetwatch.server.schemas.models import ModelVersionPublic, ModelVersionsPublic, RefitAccepted
 
 __all__ = ["router"]
@@ -31,10 +32,10 @@ def get_models(
 @router.get(
     "/{version}",
     response_model=ModelVersionPublic,
-    responses={404: {"model": ErrorResponse, "description": "No such version"}},
+    responses=error_responses(described={404: "No such version"}),
     summary="One risk-model version",
 )
-def get_model_version(version: int, db: DatabaseDep, _token: ReadAuth) -> ModelVersionPublic:
+def get_model_version(version: RowId, db: DatabaseDep, _token: ReadAuth) -> ModelVersionPublic:
     """The version's trigger, status, metrics and error."""
     with db.read() as conn:
         return get_model(conn, version)
@@ -44,7 +45,7 @@ def get_model_version(version: int, db: DatabaseDep, _token: ReadAuth) -> ModelV
     "/refit",
     status_code=202,
     response_model=RefitAccepted,
-    responses={409: {"model": ErrorResponse, "description": "A refit is already running"}},
+    responses=error_responses(described={409: "A refit is already running"}),
     summary="Refit the risk models now, in the background",
 )
 async def post_refit(request: Request, _token: AdminAuth) -> RefitAccepted | JSONResponse:

@@ -10,6 +10,8 @@ from fleetwatch.errors import InvalidInput
 from fleetwatch.server.db.base import utcnow
 from fleetwatch.server.deps import DatabaseDep, ReadAuth, SettingsDep
 from fleetwatch.server.repo.nodes import get_node, list_nodes
+from fleetwatch.server.schemas.common import error_responses
+from fleetwatch.server.schemas.fields import INT32_MAX, Text
 from fleetwatch.server.schemas.fleet import NodeDetail, NodesPublic
 
 __all__ = ["router"]
@@ -36,9 +38,9 @@ def read_nodes(
     settings: SettingsDep,
     _token: ReadAuth,
     state: Literal["up", "unreachable"] | None = None,
-    label: Annotated[list[str], Query(description="Filter by label, e.g. rack=r12")] = [],  # noqa: B006
+    label: Annotated[list[Text], Query(description="Filter by label, e.g. rack=r12")] = [],  # noqa: B006
     limit: Annotated[int, Query(ge=1, le=100_000)] = 10_000,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Annotated[int, Query(ge=0, le=INT32_MAX)] = 0,
 ) -> NodesPublic:
     """Nodes sorted by name; a node is unreachable after 3 silent intervals."""
     with db.read() as conn:
@@ -54,8 +56,9 @@ def read_nodes(
     return NodesPublic(data=found, count=len(found))
 
 
-@router.get("/{name}", response_model=NodeDetail, summary="One node and its GPUs")
-def read_node(name: str, db: DatabaseDep, settings: SettingsDep, _token: ReadAuth) -> NodeDetail:
+@router.get("/{name}", response_model=NodeDetail, responses=error_responses(404),
+            summary="One node and its GPUs")  # fmt: skip
+def read_node(name: Text, db: DatabaseDep, settings: SettingsDep, _token: ReadAuth) -> NodeDetail:
     """The node's state, labels and boot id, with each GPU's identity and latest sample."""
     with db.read() as conn:
         return get_node(conn, name=name, now=utcnow(), factor=settings.unreachable_after_intervals)

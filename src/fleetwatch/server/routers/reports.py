@@ -15,7 +15,8 @@ from fleetwatch.reports.weeks import IsoWeek, parse_week
 from fleetwatch.server.csp import report_headers
 from fleetwatch.server.db.session import Database
 from fleetwatch.server.deps import DatabaseDep, ReadAuth, SettingsDep
-from fleetwatch.server.schemas.common import ErrorResponse
+from fleetwatch.server.schemas.common import error_responses
+from fleetwatch.server.schemas.fields import Text
 
 __all__ = ["router"]
 
@@ -47,7 +48,9 @@ def _build(db: Database, settings: ServerSettings, week: IsoWeek, fmt: Format) -
             "content": {"application/json": {}, "text/html": {}, "application/pdf": {}},
             "description": "The report in the requested format",
         },
-        422: {"model": ErrorResponse, "description": "Not an ISO week such as 2026-W48"},
+        **error_responses(
+            described={422: "Not an ISO week such as 2026-W48 between 1970 and 9998"}
+        ),
     },
 )
 async def get_weekly_report(
@@ -55,7 +58,7 @@ async def get_weekly_report(
     settings: SettingsDep,
     _token: ReadAuth,
     week: Annotated[
-        str | None, Query(description="ISO week, e.g. 2026-W48; default the last complete one")
+        Text | None, Query(description="ISO week, e.g. 2026-W48; default the last complete one")
     ] = None,
     format: Annotated[Format, Query(description="json, html or pdf")] = "json",
 ) -> Response:

@@ -10,6 +10,8 @@ from fleetwatch.errors import InvalidInput, NotFound
 from fleetwatch.server.assessment import FleetAssessment, GpuRisk, risk_order
 from fleetwatch.server.background import Assessor
 from fleetwatch.server.deps import ReadAuth
+from fleetwatch.server.schemas.common import error_responses
+from fleetwatch.server.schemas.fields import Text
 from fleetwatch.server.schemas.risk import (
     FactorPublic,
     GpuRiskPublic,
@@ -24,7 +26,7 @@ __all__ = ["gpu_risk_public", "router"]
 router = APIRouter(tags=["risk"])
 
 HorizonArg = Annotated[
-    str, Query(description="How far ahead: a duration like 24h or 7d (at most 365d)")
+    Text, Query(description="How far ahead: a duration like 24h or 7d (at most 365d)")
 ]
 _MAX_HORIZON_DAYS = 365.0
 
@@ -75,7 +77,7 @@ def read_risk(
     horizon: HorizonArg = "24h",
     scope: Annotated[Literal["gpu", "node"], Query(description="rank GPUs or nodes")] = "gpu",
     limit: Annotated[int, Query(ge=1, le=100_000)] = 50,
-    node: Annotated[str | None, Query(description="only this node's GPUs")] = None,
+    node: Annotated[Text | None, Query(description="only this node's GPUs")] = None,
 ) -> RiskPage:
     """Riskiest first. Rules come first: a GPU a rule takes out of service has probability 1
     (basis ``rule``); the others carry the model's P(failure within the horizon | age,
@@ -103,10 +105,10 @@ def read_risk(
     return page
 
 
-@router.get("/gpus/{uuid}/risk", response_model=GpuRiskPublic,
+@router.get("/gpus/{uuid}/risk", response_model=GpuRiskPublic, responses=error_responses(404),
             summary="One GPU's failure probability, factors and verdicts")  # fmt: skip
 def read_gpu_risk(
-    uuid: str, request: Request, _token: ReadAuth, horizon: HorizonArg = "24h"
+    uuid: Text, request: Request, _token: ReadAuth, horizon: HorizonArg = "24h"
 ) -> GpuRiskPublic:
     days = _horizon_days(horizon)
     snap = _snapshot(request)

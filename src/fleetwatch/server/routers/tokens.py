@@ -10,6 +10,8 @@ from pydantic import BaseModel, Field
 
 from fleetwatch.server.auth import create_token, list_tokens, revoke_token
 from fleetwatch.server.deps import AdminAuth, DatabaseDep
+from fleetwatch.server.schemas.common import error_responses
+from fleetwatch.server.schemas.fields import Text
 
 __all__ = ["router"]
 
@@ -17,7 +19,7 @@ router = APIRouter(prefix="/tokens", tags=["tokens"])
 
 
 class TokenCreate(BaseModel):
-    name: str = Field(min_length=1, max_length=128, examples=["pool-a"])
+    name: Text = Field(min_length=1, max_length=128, examples=["pool-a"])
     scope: Literal["agent", "read", "scheduler", "admin"]
 
 
@@ -53,8 +55,9 @@ def get_tokens(
         ]
 
 
-@router.delete("/{key}", response_model=TokenPublic, summary="Revoke a token by id or name")
-def delete_token(key: str, db: DatabaseDep, _token: AdminAuth) -> TokenPublic:
+@router.delete("/{key}", response_model=TokenPublic, responses=error_responses(404),
+               summary="Revoke a token by id or name")  # fmt: skip
+def delete_token(key: Text, db: DatabaseDep, _token: AdminAuth) -> TokenPublic:
     """Revoke at once: the next request with it answers 401."""
     with db.write() as conn:
         return TokenPublic(**revoke_token(conn, key).__dict__)

@@ -16,6 +16,8 @@ from fleetwatch.server.repo.webhooks import (
     list_webhooks,
     queue_test,
 )
+from fleetwatch.server.schemas.common import error_responses
+from fleetwatch.server.schemas.fields import RowId
 from fleetwatch.server.schemas.webhooks import (
     AlertsPublic,
     DeliveriesPublic,
@@ -41,6 +43,7 @@ def _wake_outbox(request: Request) -> None:
     response_model=WebhookPublic,
     status_code=201,
     tags=["webhooks"],
+    responses=error_responses(described={409: "A webhook with this name exists"}),
     summary="Subscribe a webhook (generic, slack, pagerduty, alertmanager) to alerts",
 )
 def add_webhook(
@@ -66,9 +69,10 @@ def read_webhooks(db: DatabaseDep, _token: AdminAuth) -> WebhooksPublic:
     "/webhooks/{webhook_id}",
     response_model=WebhookPublic,
     tags=["webhooks"],
+    responses=error_responses(404),
     summary="Remove a subscription and its queued deliveries",
 )
-def remove_webhook(webhook_id: int, db: DatabaseDep, _token: AdminAuth) -> WebhookPublic:
+def remove_webhook(webhook_id: RowId, db: DatabaseDep, _token: AdminAuth) -> WebhookPublic:
     with db.write() as conn:
         return delete_webhook(conn, webhook_id)
 
@@ -78,10 +82,11 @@ def remove_webhook(webhook_id: int, db: DatabaseDep, _token: AdminAuth) -> Webho
     response_model=TestQueued,
     status_code=202,
     tags=["webhooks"],
+    responses=error_responses(404),
     summary="Queue a test delivery to this webhook",
 )
 def test_webhook(
-    webhook_id: int, request: Request, db: DatabaseDep, _token: AdminAuth
+    webhook_id: RowId, request: Request, db: DatabaseDep, _token: AdminAuth
 ) -> TestQueued:
     with db.write() as conn:
         queued = queue_test(conn, webhook_id, now=utcnow())
@@ -93,10 +98,11 @@ def test_webhook(
     "/webhooks/{webhook_id}/deliveries",
     response_model=DeliveriesPublic,
     tags=["webhooks"],
+    responses=error_responses(404),
     summary="This webhook's deliveries, newest first",
 )
 def read_deliveries(
-    webhook_id: int,
+    webhook_id: RowId,
     db: DatabaseDep,
     _token: AdminAuth,
     state: Annotated[Literal["pending", "delivered", "dead"] | None, Query()] = None,

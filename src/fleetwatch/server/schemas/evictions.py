@@ -11,6 +11,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from fleetwatch.server.schemas.fields import Text
+
 __all__ = [
     "STATES",
     "AckBody",
@@ -82,12 +84,12 @@ class AckBody(BaseModel):
 
 
 class RejectBody(BaseModel):
-    reason: str = Field(min_length=1, max_length=2000, description="why the drain is refused")
+    reason: Text = Field(min_length=1, max_length=2000, description="why the drain is refused")
 
 
 class ApproveBody(BaseModel):
-    note: str = Field(min_length=1, max_length=2000, description="why it must drain anyway")
+    note: Text = Field(min_length=1, max_length=2000, description="why it must drain anyway")
 
 
 class ReturnBody(BaseModel):
-    note: str | None = Field(default=None, max_length=2000, description="what was done")
+    note: Text | None = Field(default=None, max_length=2000, description="what was done")

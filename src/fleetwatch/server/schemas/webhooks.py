@@ -7,6 +7,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from fleetwatch.server.schemas.fields import Text
+
 __all__ = [
     "AlertPublic",
     "AlertsPublic",
@@ -25,10 +27,10 @@ Severity = Literal["info", "warning", "critical", "fatal"]
 
 class WebhookFilters(BaseModel):
     min_severity: Severity = Field(default="warning", description="send alerts at least this bad")
-    clusters: list[str] | None = Field(
+    clusters: list[Text] | None = Field(
         default=None, description="only nodes whose label cluster is one of these"
     )
-    kinds: list[str] | None = Field(
+    kinds: list[Text] | None = Field(
         default=None,
         description="only these alert kinds: xid, health, unreachable, straggler, drain_budget, "
         "wear_out",
@@ -37,10 +39,10 @@ class WebhookFilters(BaseModel):
 
 
 class WebhookCreate(BaseModel):
-    name: str = Field(min_length=1, max_length=128)
+    name: Text = Field(min_length=1, max_length=128)
     kind: Kind
-    url: str = Field(min_length=1, description="http(s) URL; Alertmanager: its base URL")
-    secret: str | None = Field(
+    url: Text = Field(min_length=1, description="http(s) URL; Alertmanager: its base URL")
+    secret: Text | None = Field(
         default=None,
         max_length=256,
         description="HMAC key (generic, signs each delivery); the routing key (pagerduty). "
