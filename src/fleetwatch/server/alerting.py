@@ -12,7 +12,17 @@ Each pass derives the set of active conditions, each with a dedup key:
 
 and compares it with the firing alerts. A new condition opens an alert (``firing``) and queues a
 ``trigger`` for each matching subscription; one still active only counts ``occurrences`` (a
-flood of Xids is one page); one gone resolves its alert and queues a ``resolve``. When more than
+flood of Xids is one page) and moves the alert's ``updated_at`` (its last-seen time); one gone
+resolves its alert and queues a ``resolve``, but only on evidence that covers the alert:
+
+- a process with no assessment yet resolves nothing (a pass right after a start must not page
+  on-call "resolved" and then fire again);
+- a GPU alert resolves only from an assessment made after the alert was last seen
+  (``snapshot.at > updated_at``): with several workers, one whose snapshot is older than another's
+  newest pass must not resolve what that pass fired or still saw;
+- an unreachable alert does not resolve while its node is *unheard* (silent, but this process has
+  not been up long enough to tell, see :mod:`fleetwatch.server.liveness`): it resolves when the
+  node reports again. When more than
 ``alert_group_threshold`` new alerts match one subscription in one pass, they go as one grouped
 delivery listing them (an Xid storm over 100 nodes is one page, not 100); their resolves are
 grouped the same way, and for generic, Slack and PagerDuty the group resolves once all its
@@ -48,7 +58,7 @@ from fleetwatch.server.db.tables import (
     webhook_subscriptions,
 )
 from fleetwatch.server.isolation import ItemGuard
-from fleetwatch.server.liveness import node_state
+from fleetwatch.server.liveness import is_unheard, node_state
 from fleetwatch.server.outbox import enqueue
 from fleetwatch.server.webhooks import alert_document
 
@@ -95,8 +105,10 @@ def derive_conditions(
     *,
     now: datetime,
     settings: ServerSettings,
+    heard_since: datetime | None = None,
 ) -> dict[str, Condition]:
-    """Every condition active at ``now``, by dedup key."""
+    """Every condition active at ``now``, by dedup key (a node is unreachable only after its
+    intervals of silence since ``heard_since`` too: see :mod:`fleetwatch.server.liveness`)."""
     found: dict[str, Condition] = {}
     node_rows = list(
         conn.execute(select(nodes.c.name, nodes.c.labels, nodes.c.last_seen, nodes.c.interval_s))
@@ -137,7 +149,7 @@ def derive_conditions(
                 )
     factor = settings.unreachable_after_intervals
     for row in node_rows:
-        if node_state(row.last_seen, row.interval_s, factor, now) == "unreachable":
+        if node_state(row.last_seen, row.interval_s, factor, now, heard_since) == "unreachable":
             silent = (now - row.last_seen).total_seconds()
             key = f"node:{row.name}:unreachable"
             found[key] = Condition(
@@ -254,8 +266,11 @@ class Alerter:
         assessment: Callable[[], FleetAssessment | None],
         on_queued: Callable[[], None] = lambda: None,
         guard: ItemGuard | None = None,
+        heard_since: datetime | None = None,
     ) -> None:
         self.db = db
+        # When this process started listening (None: judge silence by last_seen alone).
+        self.heard_since = heard_since
         self.guard = guard or ItemGuard("alerts")
         self.settings = settings
         self.assessment = assessment
@@ -272,9 +287,11 @@ class Alerter:
                 ).scalar()
             ):
                 return AlertPass()
-            result = self._pass(
-                conn, derive_conditions(conn, snapshot, now=now, settings=self.settings), now
+            active = derive_conditions(
+                conn, snapshot, now=now, settings=self.settings, heard_since=self.heard_since
             )
+            covered = self._coverage(conn, snapshot, now)
+            result = self._pass(conn, active, now, covered)
         if result.queued:
             self.on_queued()
         logger.debug(
@@ -286,7 +303,42 @@ class Alerter:
         )
         return result
 
-    def _pass(self, conn: Connection, active: dict[str, Condition], now: datetime) -> AlertPass:
+    def _coverage(
+        self, conn: Connection, snapshot: FleetAssessment | None, now: datetime
+    ) -> Callable[[Any], bool]:
+        """Whether this pass's evidence covers a firing alert, so that its absence resolves it."""
+        if snapshot is None:
+            return lambda row: False  # no assessment yet: nothing is known to have cleared
+        unheard: set[str] = set()
+        if self.heard_since is not None:
+            factor = self.settings.unreachable_after_intervals
+            rows = conn.execute(
+                select(nodes.c.name, nodes.c.last_seen, nodes.c.interval_s).where(
+                    nodes.c.last_seen < self.heard_since
+                )
+            )
+            unheard = {
+                row.name
+                for row in rows
+                if is_unheard(row.last_seen, row.interval_s, factor, now, self.heard_since)
+            }
+
+        def covers(row: Any) -> bool:
+            if row.dedup_key.startswith("gpu:"):
+                return bool(snapshot.at > row.updated_at)
+            if row.kind == "unreachable":
+                return row.node not in unheard
+            return True  # derived from the database at this pass's own ``now``
+
+        return covers
+
+    def _pass(
+        self,
+        conn: Connection,
+        active: dict[str, Condition],
+        now: datetime,
+        covered: Callable[[Any], bool] = lambda row: True,
+    ) -> AlertPass:
         result = AlertPass()
         firing = {
             row.dedup_key: row
@@ -306,7 +358,7 @@ class Alerter:
                 result.fired += 1
                 result.ids.append(doc["id"])
                 new_docs.append(doc)
-        gone = [row for key, row in firing.items() if key not in active]
+        gone = [row for key, row in firing.items() if key not in active and covered(row)]
         for _, doc in self.guard.each(
             conn, gone, lambda row: self._resolve(conn, row, now), ident=lambda row: row.dedup_key
         ):

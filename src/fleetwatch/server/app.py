@@ -13,6 +13,7 @@ import logging
 import threading
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from datetime import UTC, datetime
 from typing import Any
 
 from fastapi import Depends, FastAPI, Request
@@ -127,6 +128,9 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
         prepare_database(db, settings)
         app.state.secret_box = secret_box = load_secret_box(settings)
         _seal_plaintext_secrets(db, secret_box)
+        # Silence before this moment was not heard by this process: a node's unreachable clock
+        # starts here at the earliest (server.liveness), so a restart marks no node unreachable.
+        app.state.heard_since = heard_since = datetime.now(UTC)
         registry = CollectorRegistry()
         registry.register(StorageCollector(storage))
         app.state.db = db
@@ -150,7 +154,7 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
 
         app.state.assessor = Assessor(db, settings, catalog, thresholds, guard=guard("assessment"))
         app.state.planner = EvictionPlanner(
-            db, settings, app.state.assessor, guard=guard("planner")
+            db, settings, app.state.assessor, guard=guard("planner"), heard_since=heard_since
         )
         app.state.stragglers = StragglerDetector(db, settings, guard=guard("stragglers"))
         app.state.waker = waker = Waker()
@@ -159,11 +163,17 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
         outbox_waker.bind()
         app.state.alerter = Alerter(
             db, settings, lambda: app.state.assessor.latest, on_queued=outbox_waker.poke,
-            guard=guard("alerts"),
+            guard=guard("alerts"), heard_since=heard_since,
         )  # fmt: skip
         app.state.outbox = OutboxWorker(db, settings, guard=guard("webhooks"), secrets=secret_box)
         tasks: list[asyncio.Task[None]] = []
         if settings.background_jobs:
+            # Each assessment is followed by a plan; a fatal Xid or a lost GPU arriving wakes
+            # both at once instead of waiting for the next tick. It starts first: the alerts
+            # and the planner act on its snapshot (an alert pass with none resolves nothing).
+            judge = ("assessment", settings.assess_interval_s, _judge_and_plan(app), waker,
+                     failures("assessment"))  # fmt: skip
+            tasks.append(asyncio.create_task(periodic(*judge), name="assessment"))
             jobs = [
                 ("rollups", settings.rollup_interval_s,
                  RollupJob(db, catalog, guard=guard("rollups"))),
@@ -175,18 +185,13 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
                 ("weekly_report", 600.0,
                  WeeklyReportJob(db, settings, catalog, guard=guard("weekly_report"))),
             ]  # fmt: skip
-            tasks = [
+            tasks += [
                 asyncio.create_task(periodic(*job, failures=failures(job[0])), name=job[0])
                 for job in jobs
             ]
             deliver = ("webhooks", settings.webhook_delivery_interval_s, app.state.outbox.run_once,
                        outbox_waker, failures("webhooks"))  # fmt: skip
             tasks.append(asyncio.create_task(periodic(*deliver), name="webhooks"))
-            # Each assessment is followed by a plan; a fatal Xid or a lost GPU arriving wakes
-            # both at once instead of waiting for the next tick.
-            judge = ("assessment", settings.assess_interval_s, _judge_and_plan(app), waker,
-                     failures("assessment"))  # fmt: skip
-            tasks.append(asyncio.create_task(periodic(*judge), name="assessment"))
         app.state.refitter = refitter = Refitter(db, settings, failures=failures("refit"))
         if settings.background_jobs and settings.refit_interval_s > 0:
             schedule = refitter.run_schedule(settings.refit_interval_s)

@@ -4,9 +4,10 @@ Each pass (every ``planner_interval_s``, in the background) proposes at most one
 for the strongest of three reasons:
 
 1. ``rule``: a GPU has a verdict that takes it out of service (a fatal Xid, a row-remap failure),
-   or the node is unreachable (nothing for ``unreachable_after_intervals`` of its intervals). A
-   fact: drain now. Verdicts last seen before the node's latest return are history (it was
-   repaired since) and do not count.
+   or the node is unreachable (nothing for ``unreachable_after_intervals`` of its intervals, heard
+   while this process was up: a restart of the server is not every node's silence, see
+   ``server.liveness``). A fact: drain now. Verdicts last seen before the node's latest return
+   are history (it was repaired since) and do not count.
 2. ``straggler``: a ``hardware`` straggler verdict on the node has been open for at least
    ``straggler_drain_after_s``.
 3. ``risk``: the model's P(node fails within ``drain_horizon_h``) makes a drain cheaper than the
@@ -57,7 +58,7 @@ from fleetwatch.server.db.session import Database
 from fleetwatch.server.db.tables import events, evictions, nodes, stragglers
 from fleetwatch.server.isolation import ItemGuard
 from fleetwatch.server.judging import Verdict
-from fleetwatch.server.liveness import unreachable_deadline
+from fleetwatch.server.liveness import is_unheard, unreachable_deadline
 from fleetwatch.server.repo.evictions import (
     DRAINING_STATES,
     OPEN_STATES,
@@ -172,17 +173,19 @@ def rule_candidates(
 def unreachable_candidates(
     conn: Connection, *, now: datetime, factor: float, costs: DrainCosts,
     gpu_count: Counter[str], within: timedelta = timedelta(days=1),
+    heard_since: datetime | None = None,
 ) -> dict[str, Candidate]:  # fmt: skip
     """Nodes silent for ``factor`` of their intervals (agent or node dead): drain them so nothing
     new is scheduled there. Nodes silent for longer than ``within`` are left alone: decommissioned
-    or long known, not news."""
+    or long known, not news. Silence before ``heard_since`` (this process's start) is not
+    counted."""
     rows = conn.execute(
         select(nodes.c.name, nodes.c.last_seen, nodes.c.interval_s)
         .where(nodes.c.last_seen >= now - within)
     )  # fmt: skip
     found = {}
     for row in rows:
-        deadline = unreachable_deadline(row.last_seen, row.interval_s, factor)
+        deadline = unreachable_deadline(row.last_seen, row.interval_s, factor, heard_since)
         if now <= deadline:
             continue
         silent = (now - row.last_seen).total_seconds()
@@ -196,11 +199,27 @@ def unreachable_candidates(
     return found
 
 
-def next_unreachable_s(conn: Connection, *, now: datetime, factor: float) -> float | None:
+def unheard_nodes(
+    conn: Connection, *, now: datetime, factor: float, heard_since: datetime | None
+) -> set[str]:
+    """Nodes silent past their deadline, but only since before this process could hear them: their
+    open unreachable evictions stay as they are until the grace ends (neither new nor cancelled)."""
+    if heard_since is None:
+        return set()
+    rows = conn.execute(
+        select(nodes.c.name, nodes.c.last_seen, nodes.c.interval_s)
+        .where(nodes.c.last_seen < heard_since)
+    )  # fmt: skip
+    return {r.name for r in rows if is_unheard(r.last_seen, r.interval_s, factor, now, heard_since)}
+
+
+def next_unreachable_s(
+    conn: Connection, *, now: datetime, factor: float, heard_since: datetime | None = None
+) -> float | None:
     """Seconds until the next node still up turns unreachable (None: no node is up)."""
     rows = conn.execute(select(nodes.c.last_seen, nodes.c.interval_s))
     ahead = [
-        (unreachable_deadline(r.last_seen, r.interval_s, factor) - now).total_seconds()
+        (unreachable_deadline(r.last_seen, r.interval_s, factor, heard_since) - now).total_seconds()
         for r in rows
     ]
     upcoming = [s for s in ahead if s >= 0]
@@ -287,9 +306,11 @@ class EvictionPlanner:
 
     def __init__(
         self, db: Database, settings: ServerSettings, assessor: Assessor,
-        guard: ItemGuard | None = None,
+        guard: ItemGuard | None = None, heard_since: datetime | None = None,
     ) -> None:  # fmt: skip
         self.guard = guard or ItemGuard("planner")
+        # When this process started listening (None: judge silence by last_seen alone).
+        self.heard_since = heard_since
         self.db = db
         self.settings = settings
         self.assessor = assessor
@@ -330,7 +351,9 @@ class EvictionPlanner:
         settings = self.settings
         result = PlanResult(expired=expire_leases(conn, now=now))
         factor = settings.unreachable_after_intervals
-        result.next_run_s = next_unreachable_s(conn, now=now, factor=factor)
+        heard = self.heard_since
+        result.next_run_s = next_unreachable_s(conn, now=now, factor=factor, heard_since=heard)
+        unheard = unheard_nodes(conn, now=now, factor=factor, heard_since=heard)
         returned: dict[str, datetime] = {
             row.node: row.at
             for row in conn.execute(
@@ -342,8 +365,8 @@ class EvictionPlanner:
         gpu_count = Counter(g.node for g in snapshot.gpus)
         rules = {
             **unreachable_candidates(
-                conn, now=now, factor=settings.unreachable_after_intervals, costs=self.costs,
-                gpu_count=gpu_count,
+                conn, now=now, factor=factor, costs=self.costs, gpu_count=gpu_count,
+                heard_since=heard,
             ),
             **rule_candidates(snapshot, self.costs, returned),
         }  # fmt: skip
@@ -358,6 +381,8 @@ class EvictionPlanner:
         still_open = set()
         for row in open_rows:
             reason_left = row.node in rules or row.node in slow or row.node in risky_now
+            # Silent since before this process started: not known to have come back yet.
+            reason_left |= row.reason.startswith("node_unreachable") and row.node in unheard
             unknown = row.reason_kind != "straggler" and row.node not in gpu_count
             cancelled = False
             if not reason_left and not unknown:
