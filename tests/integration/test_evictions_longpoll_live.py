@@ -7,6 +7,7 @@ request that A's planner created the eviction.
 
 from __future__ import annotations
 
+import signal
 import threading
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -16,11 +17,12 @@ import pytest
 
 from tests.conftest import _truncate
 from tests.factories import make_batch
-from tests.integration.live import create_token, live_server
+from tests.integration.live import create_token, fleetwatch, live_server
 
-pytestmark = [pytest.mark.slow, pytest.mark.postgres]
+pytestmark = pytest.mark.slow
 
 
+@pytest.mark.postgres
 def test_long_poll_on_one_replica_is_released_by_an_eviction_made_on_another(
     migrated_postgres_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -65,3 +67,30 @@ def test_long_poll_on_one_replica_is_released_by_an_eviction_made_on_another(
                 found, replica_a.log.read_text()[-3000:], replica_b.log.read_text()[-3000:]
             )  # fmt: skip
             assert found[0]["reason_kind"] == "rule"
+
+
+def test_a_waiting_long_poll_does_not_hold_up_shutdown(tmp_path: Path) -> None:
+    """uvicorn lets open requests finish before it stops: SIGTERM must release the long-poll
+    (answered, empty) instead of the server waiting out its 60 s."""
+    url = f"sqlite:///{tmp_path / 'fleetwatch.db'}"
+    fleetwatch("db", "upgrade", "--database-url", url)
+    scheduler = create_token(url, "scheduler")
+    with live_server(url, tmp_path) as server:
+        answer: list[httpx.Response] = []
+
+        def poll() -> None:
+            with server.client(scheduler) as sched:
+                sched.timeout = httpx.Timeout(90.0)
+                answer.append(sched.get("/v1/evictions", params={"state": "pending", "wait": 60}))
+
+        waiting = threading.Thread(target=poll, daemon=True)
+        waiting.start()
+        waiting.join(timeout=1.0)
+        assert waiting.is_alive(), f"the long-poll did not wait: {answer}"
+        server.process.terminate()
+        waiting.join(timeout=30)
+        assert answer, "the long-poll was not answered when the server was told to stop"
+        assert answer[0].status_code == 200 and answer[0].json() == {"count": 0, "data": []}
+        # uvicorn re-raises the SIGTERM it caught once it has shut down
+        exited = server.process.wait(timeout=30)
+        assert exited in (0, -signal.SIGTERM), server.log.read_text()[-2000:]

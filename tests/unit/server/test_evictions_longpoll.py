@@ -17,6 +17,9 @@ from fastapi.testclient import TestClient
 from sqlalchemy import create_engine
 from tests.conftest import bearer
 
+from fleetwatch.config import ServerSettings
+from fleetwatch.server.app import create_app
+from fleetwatch.server.auth import create_token
 from fleetwatch.server.db.base import utcnow
 from fleetwatch.server.db.session import Database
 from fleetwatch.server.eviction_watch import EvictionWatch
@@ -122,3 +125,16 @@ def test_long_poll_ends_when_the_server_stops(client: TestClient, tokens: dict[s
     poll.join(timeout=30)
     assert poll.response is not None, "the long-poll outlived the server's stop"
     assert poll.response.json() == {"count": 0, "data": []}
+
+
+def test_long_poll_is_held_no_longer_than_long_poll_max_s(settings: ServerSettings) -> None:
+    capped = settings.model_copy(update={"long_poll_max_s": 0.1})
+    with TestClient(create_app(capped)) as client:
+        db: Database = client.app.state.db  # type: ignore[attr-defined]
+        with db.write() as conn:
+            token, _ = create_token(conn, name="sched", scope="scheduler")
+        # wait=60 would hold the test for a minute without the cap
+        response = client.get("/v1/evictions", params={"state": "pending", "wait": 60},
+                              headers=bearer(token))  # fmt: skip
+        assert response.status_code == 200, response.text
+        assert response.json() == {"count": 0, "data": []}

@@ -77,7 +77,8 @@ async def read_evictions(
     waits; it ends early when the client goes away or the server shuts down."""
     watch: EvictionWatch | None = getattr(request.app.state, "eviction_watch", None)
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + wait
+    held_s = min(wait, request.app.state.settings.long_poll_max_s)
+    deadline = loop.time() + held_s
     while True:
         # Taken before the read: a change between the read and the wait still wakes us.
         woken = watch.waiter() if watch is not None else None
