@@ -107,6 +107,13 @@ class ServerSettings(BaseSettings):
         description="Run the background jobs (rollups, lifetimes, assessment, model refits); "
         "off only in tests that drive them by hand",
     )
+    long_poll_max_s: float = Field(
+        default=60.0,
+        ge=0,
+        le=60,
+        description="The longest GET /v1/evictions?wait= is held (wait is still accepted up to "
+        "60); lower only where a client cannot wait, e.g. an API fuzzer",
+    )
     assess_interval_s: float = Field(
         default=30.0,
         gt=0,

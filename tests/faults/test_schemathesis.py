@@ -165,6 +165,8 @@ def test_schemathesis_finds_no_server_error_and_no_schema_violation(
     tokens = _create_tokens(url)
     # No background jobs: webhooks the run subscribes must not be delivered to generated URLs.
     monkeypatch.setenv("FLEETWATCH_SERVER_BACKGROUND_JOBS", "false")
+    # Generated `wait=` values must not hold GET /v1/evictions up to 60 s each.
+    monkeypatch.setenv("FLEETWATCH_SERVER_LONG_POLL_MAX_S", "0.2")
     findings = Findings()
     database = url.split(":", 1)[0].split("+")[0]
     with live_server(url, tmp_path) as server:

@@ -3,6 +3,7 @@
 The contract (bearer token with scope ``scheduler``)::
 
     GET  /v1/evictions?state=pending&limit=N   -> {"count": n, "data": [eviction, ...]}
+    GET  /v1/evictions?state=pending&wait=S    -> the same, held up to S s until one matches
     POST /v1/evictions/{id}/ack      {"lease_s": 300}  -> 200 eviction | 409 held by another
     POST /v1/evictions/{id}/complete                   -> 200 eviction
     POST /v1/evictions/{id}/reject   {"reason": ...}   -> 200 eviction
@@ -78,6 +79,19 @@ class SchedulerClient:
 
     def list_evictions(self, state: str, limit: int = 500) -> list[Eviction]:
         body = self._call("GET", "/v1/evictions", params={"state": state, "limit": limit})
+        return [Eviction.model_validate(item) for item in body.get("data", [])]
+
+    def wait_for_evictions(self, state: str, wait_s: float, limit: int = 500) -> list[Eviction]:
+        """The long-poll: answered as soon as an eviction in ``state`` exists, else after
+        ``wait_s`` (0 to 60) with an empty list. A server older than the long-poll ignores
+        ``wait`` and answers at once; the caller must not treat that as news."""
+        configured = self._http.timeout
+        # The server holds the answer up to wait_s: the read timeout must outlast it.
+        read_s = (configured.read if configured.read is not None else 10.0) + wait_s
+        timeout = httpx.Timeout(configured.connect, read=read_s, write=configured.write,
+                                pool=configured.pool)  # fmt: skip
+        params = {"state": state, "limit": limit, "wait": f"{wait_s:g}"}
+        body = self._call("GET", "/v1/evictions", params=params, timeout=timeout)
         return [Eviction.model_validate(item) for item in body.get("data", [])]
 
     def ack(self, eviction_id: int, lease_s: int = 300) -> Eviction:

@@ -15,6 +15,12 @@ A pass, in order:
      ``POST /v1/nodes/{name}/return``: the repair happened;
    - ``returned`` whose node FleetWatch still holds -> release it (resume/uncordon).
 
+Between passes the engine long-polls ``GET /v1/evictions?state=pending&wait=<interval>``: a new
+eviction starts the next pass at once, and the completed/returned side is still looked at every
+interval. A server that ignores ``wait`` (older than the long-poll), a failed long-poll, or
+pending evictions the last pass already saw (claimed elsewhere, a dry run) never make the loop
+spin: it then sleeps out the rest of the interval, as before.
+
 Only holds that are FleetWatch's own are ever released. ``dry_run`` changes nothing, neither in
 the scheduler nor in FleetWatch: each pass logs what it would do.
 """
@@ -91,6 +97,8 @@ class PassReport:
 
 _Step = Callable[[Eviction, PassReport], None]
 
+MAX_WAIT_S = 60.0  # the longest long-poll the server grants
+
 
 class SyncEngine:
     """Runs sync passes of one backend against the scheduler API."""
@@ -109,12 +117,15 @@ class SyncEngine:
         self._dry_run = dry_run
         self._lease_s = lease_s
         self._limit = limit
+        self._seen_pending: set[int] = set()  # pending ids the last pass saw
 
     def run_pass(self) -> PassReport:
         """One pass; raises ``SchedulerApiError`` only when the eviction lists cannot be read."""
         started = time.monotonic()
         report = PassReport()
-        for eviction in self._client.list_evictions("pending", self._limit):
+        pending = self._client.list_evictions("pending", self._limit)
+        self._seen_pending = {eviction.id for eviction in pending}
+        for eviction in pending:
             self._guard(self._evict, eviction, report)
         finished = self._client.list_evictions("completed", self._limit)
         finished += self._client.list_evictions("returned", self._limit)
@@ -137,7 +148,8 @@ class SyncEngine:
         return report
 
     def run_forever(self, stop: threading.Event, interval_s: float) -> None:
-        """A pass every ``interval_s`` until ``stop`` is set; failed passes are logged."""
+        """Passes until ``stop`` is set: at once when a new eviction is pending, else every
+        ``interval_s``; failed passes are logged."""
         while not stop.is_set():
             try:
                 self.run_pass()
@@ -145,7 +157,28 @@ class SyncEngine:
                 logger.error("%s sync pass failed: %s", self._backend.name, exc)
             except Exception:  # the loop outlives anything one pass hits
                 logger.exception("%s sync pass crashed", self._backend.name)
-            stop.wait(interval_s)
+            else:
+                self.wait_for_work(stop, interval_s)
+                continue
+            stop.wait(interval_s)  # the server is not answering: no long-poll either
+
+    def wait_for_work(self, stop: threading.Event, interval_s: float) -> bool:
+        """Until a pending eviction the last pass did not see exists (True), else until
+        ``interval_s`` has passed or ``stop`` is set (False)."""
+        deadline = time.monotonic() + interval_s
+        if stop.is_set():
+            return False
+        try:
+            pending = self._client.wait_for_evictions(
+                "pending", min(interval_s, MAX_WAIT_S), self._limit
+            )
+        except FleetWatchError as exc:
+            logger.debug("%s long-poll failed (%s); sleeping the interval", self._backend.name, exc)
+            pending = []
+        if any(eviction.id not in self._seen_pending for eviction in pending):
+            return True
+        stop.wait(max(0.0, deadline - time.monotonic()))
+        return False
 
     @staticmethod
     def _guard(step: _Step, eviction: Eviction, report: PassReport) -> None:

@@ -45,6 +45,7 @@ from fleetwatch.server.deps import require
 from fleetwatch.server.docs import add_offline_docs
 from fleetwatch.server.errors import install_error_handlers
 from fleetwatch.server.eviction_exposition import render_evictions
+from fleetwatch.server.eviction_watch import EvictionWatch
 from fleetwatch.server.exposition import FleetExposition
 from fleetwatch.server.isolation import ItemGuard
 from fleetwatch.server.outbox import OutboxWorker
@@ -126,6 +127,9 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
         )
         db = Database(engine, storage=storage)
         prepare_database(db, settings)
+        # Wakes long-polls of GET /v1/evictions?wait= on an eviction change from any replica.
+        app.state.eviction_watch = eviction_watch = EvictionWatch(engine)
+        eviction_watch.start()
         app.state.secret_box = secret_box = load_secret_box(settings)
         _seal_plaintext_secrets(db, secret_box)
         # Silence before this moment was not heard by this process: a node's unreachable clock
@@ -202,6 +206,7 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
         try:
             yield
         finally:
+            eviction_watch.stop()
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)

@@ -100,3 +100,76 @@ def test_engine_releases_only_for_the_newest_eviction_of_a_node() -> None:
     report = SyncEngine(SchedulerClient(http), backend).run_pass()
     assert backend.actions == [("release", "n2")]
     assert report.released == ["n2"] and report.errors == []
+
+
+class CountingStop(threading.Event):
+    """A stop event that records how long the loop sleeps, and stops it after ``sleeps``."""
+
+    def __init__(self, sleeps: int) -> None:
+        super().__init__()
+        self.sleeps: list[float] = []
+        self._left = sleeps
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.sleeps.append(-1.0 if timeout is None else timeout)
+        self._left -= 1
+        if self._left <= 0:
+            self.set()
+        return self.is_set()
+
+
+def test_engine_waits_on_the_long_poll_with_a_read_timeout_that_outlasts_it() -> None:
+    seen: list[httpx.Request] = []
+
+    def server(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(200, json={"count": 0, "data": []})
+
+    http = httpx.Client(base_url="http://fw", timeout=10.0, transport=httpx.MockTransport(server))
+    engine = SyncEngine(SchedulerClient(http), MemoryBackend({}))
+    assert engine.wait_for_work(CountingStop(sleeps=1), interval_s=5.0) is False
+    [poll] = seen
+    assert poll.url.params["wait"] == "5" and poll.url.params["state"] == "pending"
+    assert poll.extensions["timeout"]["read"] == 15.0  # 10 s of the client + the 5 s held
+
+
+def test_engine_passes_at_once_when_the_long_poll_brings_a_new_eviction() -> None:
+    pending = [eviction(1, "n1", "pending")]
+
+    def server(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/v1/evictions" and "wait" in request.url.params:
+            return httpx.Response(200, json={"count": 1, "data": [eviction(2, "n2", "pending")]})
+        state = request.url.params.get("state")
+        data = pending if state == "pending" else []
+        return httpx.Response(200, json={"count": len(data), "data": data})
+
+    http = httpx.Client(base_url="http://fw", transport=httpx.MockTransport(server))
+    engine = SyncEngine(SchedulerClient(http), MemoryBackend({}), dry_run=True)
+    engine.run_pass()  # sees eviction 1 only
+    stop = CountingStop(sleeps=1)
+    assert engine.wait_for_work(stop, interval_s=5.0) is True
+    assert stop.sleeps == [], "a new eviction must not wait out the interval"
+
+
+@pytest.mark.parametrize("answer", ["ignores_wait", "same_pending", "error"])
+def test_engine_never_spins_when_the_long_poll_answers_early(answer: str) -> None:
+    """An old server that ignores ``wait``, pending evictions the pass cannot take (here a dry
+    run), or a failing long-poll: every pass is followed by a sleep of the interval."""
+    gets: list[str] = []
+
+    def server(request: httpx.Request) -> httpx.Response:
+        gets.append(str(request.url))
+        if "wait" in request.url.params and answer == "error":
+            return httpx.Response(500, json={"message": "boom"})
+        data = [eviction(1, "n1", "pending")] if answer == "same_pending" else []
+        if request.url.params.get("state") != "pending":
+            data = []
+        return httpx.Response(200, json={"count": len(data), "data": data})
+
+    http = httpx.Client(base_url="http://fw", transport=httpx.MockTransport(server))
+    engine = SyncEngine(SchedulerClient(http), MemoryBackend({}), dry_run=True)
+    stop = CountingStop(sleeps=3)
+    engine.run_forever(stop, interval_s=0.5)
+    polls = [url for url in gets if "wait=" in url]
+    assert len(polls) == 3, gets  # one long-poll per pass, each followed by a sleep
+    assert len(stop.sleeps) == 3 and all(0 < s <= 0.5 for s in stop.sleeps), stop.sleeps

@@ -10,6 +10,10 @@ States and who moves them::
 A change is a conditional ``UPDATE ... WHERE state = <the state read>`` (plus the claim condition
 for an ack) whose row count says whether it won: two schedulers acking at once, on PostgreSQL
 too, leave exactly one claimer. The loser reads the row again and gets a 409 naming its state.
+
+Every creation and change also sends ``NOTIFY fleetwatch_evictions`` on PostgreSQL, in the same
+transaction, so it is delivered on commit: long-polls of ``GET /v1/evictions`` on every replica
+wake at once (``server/eviction_watch.py``).
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, Row, and_, insert, or_, select, update
+from sqlalchemy import Connection, Row, and_, insert, or_, select, text, update
 
 from fleetwatch.errors import Conflict, NotFound
 from fleetwatch.server.db.tables import eviction_audit, evictions
@@ -66,6 +70,13 @@ def list_evictions(
         query = query.where(evictions.c.node == node)
     query = query.order_by(evictions.c.id.desc()).limit(limit)
     return [eviction_from_row(row) for row in conn.execute(query)]
+
+
+def _announce(conn: Connection) -> None:
+    """Tell every replica's long-polls that evictions changed, on commit (PostgreSQL only; a
+    SQLite server is one process and its long-polls re-read the database)."""
+    if conn.dialect.name == "postgresql":
+        conn.execute(text("SELECT pg_notify('fleetwatch_evictions', '')"))
 
 
 def _row(conn: Connection, eviction_id: int) -> Row[Any]:
@@ -134,6 +145,7 @@ def create_eviction(
     ).scalar_one()  # fmt: skip
     _audit(conn, eviction_id=eviction_id, node=node, now=now, from_state=None, to_state=state,
            actor=actor, detail={"reason_kind": reason_kind, "reason": reason})  # fmt: skip
+    _announce(conn)
     return int(eviction_id)
 
 
@@ -157,6 +169,7 @@ def _change(
     )
     if result.rowcount != 1:
         return False
+    _announce(conn)
     if seen.state != to_state or audit is not None:
         _audit(conn, eviction_id=seen.id, node=seen.node, now=now, from_state=seen.state,
                to_state=to_state, actor=actor, detail=audit)  # fmt: skip

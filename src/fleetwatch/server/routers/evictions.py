@@ -2,16 +2,24 @@
 
 Reading needs read scope (scheduler and admin tokens have it); every change needs scheduler
 scope, and the token's name is recorded as the actor and the claimer.
+
+``GET /v1/evictions?wait=N`` is a long-poll: a scheduler hears of a new eviction the moment it
+is created, on whichever replica it asks (``server/eviction_watch.py`` says how).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from typing import Annotated
 
-from fastapi import APIRouter, Body, Query
+from fastapi import APIRouter, Body, Query, Request
+from fastapi.concurrency import run_in_threadpool
 
 from fleetwatch.server.db.base import utcnow
+from fleetwatch.server.db.session import Database
 from fleetwatch.server.deps import AdminAuth, DatabaseDep, ReadAuth, SchedulerAuth
+from fleetwatch.server.eviction_watch import EvictionWatch
 from fleetwatch.server.repo.evictions import (
     ack_eviction,
     approve_eviction,
@@ -46,18 +54,54 @@ _CHANGE_ERRORS = error_responses(
 )
 
 
+_WAIT_DESCRIPTION = (
+    "Long-poll: seconds (0 to 60) to hold the request while nothing matches. The answer comes "
+    "at once when an eviction matches, else as soon as one is created or changes to match (on "
+    "any replica), else after `wait` seconds with an empty list (200). 0 (the default) answers "
+    "at once. Example: `state=pending&wait=30` is what a scheduler adapter waits on."
+)
+
+
 @router.get("/evictions", response_model=EvictionsPublic,
             summary="Evictions, newest first; state=pending is what to drain now")  # fmt: skip
-def read_evictions(
+async def read_evictions(
+    request: Request,
     db: DatabaseDep,
     _token: ReadAuth,
     state: Annotated[State | None, Query(description="only this state")] = None,
     node: Annotated[Text | None, Query(description="only this node")] = None,
     limit: Annotated[int, Query(ge=1, le=100_000)] = 1000,
+    wait: Annotated[float, Query(ge=0, le=60, description=_WAIT_DESCRIPTION)] = 0,
 ) -> EvictionsPublic:
-    with db.read() as conn:
-        found = list_evictions(conn, state=state, node=node, limit=limit)
+    """With ``wait``, the request holds no database connection and no worker thread while it
+    waits; it ends early when the client goes away or the server shuts down."""
+    watch: EvictionWatch | None = getattr(request.app.state, "eviction_watch", None)
+    loop = asyncio.get_running_loop()
+    held_s = min(wait, request.app.state.settings.long_poll_max_s)
+    deadline = loop.time() + held_s
+    while True:
+        # Taken before the read: a change between the read and the wait still wakes us.
+        woken = watch.waiter() if watch is not None else None
+        try:
+            found = await run_in_threadpool(_matching, db, state, node, limit)
+            remaining = deadline - loop.time()
+            if found or remaining <= 0 or woken is None or watch is None or watch.stopping:
+                break
+            if await request.is_disconnected():
+                break
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(woken), min(remaining, watch.recheck_s))
+        finally:
+            if woken is not None and watch is not None:
+                watch.discard(woken)
     return EvictionsPublic(count=len(found), data=found)
+
+
+def _matching(
+    db: Database, state: str | None, node: str | None, limit: int
+) -> list[EvictionPublic]:
+    with db.read() as conn:
+        return list_evictions(conn, state=state, node=node, limit=limit)
 
 
 @router.get("/evictions/{eviction_id}", response_model=EvictionDetail,
