@@ -152,6 +152,9 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
         def failures(job: str) -> Counter:
             return metrics.background_job_failures.labels(job=job)
 
+        def runs(job: str) -> Counter:
+            return metrics.background_runs.labels(job=job)
+
         app.state.assessor = Assessor(db, settings, catalog, thresholds, guard=guard("assessment"))
         app.state.planner = EvictionPlanner(
             db, settings, app.state.assessor, guard=guard("planner")
@@ -183,11 +186,13 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
                  WeeklyReportJob(db, settings, catalog, guard=guard("weekly_report"))),
             ]  # fmt: skip
             leader_tasks.extend(
-                asyncio.create_task(_lead(app, *job, failures=failures(job[0])), name=job[0])
+                asyncio.create_task(
+                    _lead(app, *job, failures=failures(job[0]), runs=runs(job[0])), name=job[0]
+                )
                 for job in jobs
             )
             deliver = ("webhooks", settings.webhook_delivery_interval_s, app.state.outbox.run_once,
-                       outbox_waker, failures("webhooks"))  # fmt: skip
+                       outbox_waker, failures("webhooks"), runs("webhooks"))  # fmt: skip
             leader_tasks.append(asyncio.create_task(periodic(*deliver), name="webhooks"))
             if settings.refit_interval_s > 0:
                 schedule = refitter.run_schedule(settings.refit_interval_s)
@@ -215,7 +220,7 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
             # Each assessment is followed, on the leader, by a plan and the alerts; a fatal Xid
             # or a lost GPU arriving (here or, through NOTIFY, on any replica) wakes them at once.
             judge = ("assessment", settings.assess_interval_s, _judge_and_plan(app), waker,
-                     failures("assessment"))  # fmt: skip
+                     failures("assessment"), runs("assessment"))  # fmt: skip
             tasks.append(asyncio.create_task(periodic(*judge), name="assessment"))
         if elector is not None:
             elector.start()
@@ -255,7 +260,7 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
 
 
 async def _lead(app: FastAPI, name: str, interval_s: float, job: Callable[[], Any],
-                failures: Counter) -> None:  # fmt: skip
+                failures: Counter, runs: Counter) -> None:  # fmt: skip
     """Run a leader's job on its timer; the planner and the alerts first wait for a fresh
     assessment, as a standby's snapshot may predate what the old leader acted on (acting on it
     would cancel evictions and resolve alerts whose condition still holds)."""
@@ -267,7 +272,7 @@ async def _lead(app: FastAPI, name: str, interval_s: float, job: Callable[[], An
             failures.inc()
             logger.exception("%s: no fresh assessment yet; retry in %.0f s", name, interval_s)
             await asyncio.sleep(interval_s)
-    await periodic(name, interval_s, job, failures=failures)
+    await periodic(name, interval_s, job, failures=failures, runs=runs)
 
 
 def _judge_and_plan(app: FastAPI) -> Callable[[], Any]:
