@@ -38,6 +38,16 @@ logger = logging.getLogger(__name__)
 
 LEADER_LOCK = 0x46575F4C454144  # "FW_LEAD": the one key every process competes for
 WAKE_CHANNEL = "fleetwatch_wake"
+# A leader cut off by the network (no reset, no answer) notices within about 10 s and stops
+# leading; the database frees its lock on its own keepalive settings (tcp_keepalives_*).
+_KEEPALIVE = {
+    "connect_timeout": 5,
+    "keepalives": 1,
+    "keepalives_idle": 5,
+    "keepalives_interval": 2,
+    "keepalives_count": 2,
+    "tcp_user_timeout": 10_000,
+}
 
 
 def single_process_problem(settings: ServerSettings) -> str | None:
@@ -130,11 +140,13 @@ class LeaderElector:
 
     def _run(self) -> None:
         import psycopg  # only PostgreSQL deployments need the driver
+        import psycopg.conninfo
 
         assert self.conninfo is not None
         while not self._stop.is_set():
             try:
-                with psycopg.connect(self.conninfo, autocommit=True, connect_timeout=5) as conn:
+                conninfo = psycopg.conninfo.make_conninfo(self.conninfo, **_KEEPALIVE)
+                with psycopg.connect(conninfo, autocommit=True) as conn:
                     self._compete(conn)
             except Exception:  # noqa: BLE001 - any failure: not leading; try again shortly
                 logger.warning("leader election connection lost; retrying", exc_info=True)
