@@ -13,7 +13,7 @@ import os
 import socket
 import tomllib
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -35,6 +35,11 @@ class ServerSettings(BaseSettings):
     host: str = Field(default="127.0.0.1", description="Address to listen on")
     port: int = Field(default=8400, ge=1, le=65535, description="Port to listen on")
     workers: int = Field(default=1, ge=1, le=64, description="Worker processes (uvicorn)")
+    role: Literal["api", "worker", "all"] = Field(
+        default="all",
+        description="api: serve requests (and keep a read-only assessment fresh); worker or all: "
+        "also compete to be the one leader that runs the write jobs (PostgreSQL for more than one)",
+    )
     insecure_no_auth: bool = Field(
         default=False,
         description="Accept requests without a token, as admin. Local experiments only.",

@@ -135,3 +135,11 @@ class ServerMetrics:
             ["job"],
             registry=registry,
         )
+        # Passes on the job's own timer (a wake-up's assessment, plan and alerts count under
+        # "assessment"): on a replica that is not the leader only the assessment runs.
+        self.background_runs = Counter(
+            "fleetwatch_background_runs_total",
+            "Background passes completed on the job's timer or a wake-up, by job.",
+            ["job"],
+            registry=registry,
+        )

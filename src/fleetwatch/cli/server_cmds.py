@@ -27,7 +27,14 @@ database_option = click.option(
 @click.option("--host", help="Address to listen on [default 127.0.0.1]")
 @click.option("--port", type=int, help="Port [default 8400]")
 @database_option
-@click.option("--workers", type=int, help="Worker processes [default 1]")
+@click.option("--workers", type=int, help="Worker processes [default 1; PostgreSQL for more]")
+@click.option(
+    "--role",
+    type=click.Choice(["api", "worker", "all"]),
+    envvar="FLEETWATCH_SERVER_ROLE",
+    help="api: requests only; worker/all: also the background jobs, on one elected leader "
+    "[default all] [env FLEETWATCH_SERVER_ROLE]",
+)
 @click.option(
     "--insecure-no-auth",
     is_flag=True,
@@ -39,18 +46,27 @@ def server(
     port: int | None,
     database_url: str | None,
     workers: int | None,
+    role: str | None,
     insecure_no_auth: bool | None,
 ) -> None:
     """Run the central service (REST API, ingest, /metrics)."""
     import uvicorn
+
+    from fleetwatch.errors import ConfigError
+    from fleetwatch.server.leader import single_process_problem
 
     settings = load_server_settings(
         host=host,
         port=port,
         database_url=database_url,
         workers=workers,
+        role=role,
         insecure_no_auth=insecure_no_auth,
     )
+    # SQLite serves one process: refuse before anything starts, naming the way out.
+    problem = single_process_problem(settings)
+    if problem is not None:
+        raise ConfigError(problem)
     # Workers are separate processes that build their own app from the environment.
     # None is left unset (str(None) would read back as the text "None"); lists go as JSON.
     # Secrets have no flag: workers read them from the same environment (a dump would mask them).

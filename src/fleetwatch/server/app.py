@@ -20,12 +20,12 @@ from fastapi import Depends, FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse, Response
-from prometheus_client import CollectorRegistry, Counter, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from sqlalchemy import text
 
 import fleetwatch
 from fleetwatch.config import ServerSettings, load_server_settings
-from fleetwatch.errors import SchemaOutOfDate, StorageFull
+from fleetwatch.errors import ConfigError, SchemaOutOfDate, StorageFull
 from fleetwatch.metrics import ServerMetrics
 from fleetwatch.reports.schedule import WeeklyReportJob
 from fleetwatch.server.alerting import Alerter
@@ -48,6 +48,7 @@ from fleetwatch.server.eviction_exposition import render_evictions
 from fleetwatch.server.eviction_watch import EvictionWatch
 from fleetwatch.server.exposition import FleetExposition
 from fleetwatch.server.isolation import ItemGuard
+from fleetwatch.server.leader import LeaderElector, single_process_problem
 from fleetwatch.server.outbox import OutboxWorker
 from fleetwatch.server.page import router as page_router
 from fleetwatch.server.planner import EvictionPlanner
@@ -112,6 +113,9 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
 
 def create_app(settings: ServerSettings | None = None) -> FastAPI:
     settings = settings or load_server_settings()
+    problem = single_process_problem(settings)
+    if problem is not None:
+        raise ConfigError(problem)
     if settings.insecure_no_auth:
         logger.warning(
             "authentication is OFF (--insecure-no-auth): anyone who can reach this port is admin"
@@ -156,6 +160,9 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
         def failures(job: str) -> Counter:
             return metrics.background_job_failures.labels(job=job)
 
+        def runs(job: str) -> Counter:
+            return metrics.background_runs.labels(job=job)
+
         app.state.assessor = Assessor(db, settings, catalog, thresholds, guard=guard("assessment"))
         app.state.planner = EvictionPlanner(
             db, settings, app.state.assessor, guard=guard("planner"), heard_since=heard_since
@@ -170,14 +177,11 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
             guard=guard("alerts"), heard_since=heard_since,
         )  # fmt: skip
         app.state.outbox = OutboxWorker(db, settings, guard=guard("webhooks"), secrets=secret_box)
-        tasks: list[asyncio.Task[None]] = []
-        if settings.background_jobs:
-            # Each assessment is followed by a plan; a fatal Xid or a lost GPU arriving wakes
-            # both at once instead of waiting for the next tick. It starts first: the alerts
-            # and the planner act on its snapshot (an alert pass with none resolves nothing).
-            judge = ("assessment", settings.assess_interval_s, _judge_and_plan(app), waker,
-                     failures("assessment"))  # fmt: skip
-            tasks.append(asyncio.create_task(periodic(*judge), name="assessment"))
+        app.state.refitter = refitter = Refitter(db, settings, failures=failures("refit"))
+        # Write jobs run on the one leader only; every process keeps its own assessment fresh.
+        leader_tasks: list[asyncio.Task[None]] = []
+
+        def start_leading() -> None:
             jobs = [
                 ("rollups", settings.rollup_interval_s,
                  RollupJob(db, catalog, guard=guard("rollups"))),
@@ -189,17 +193,45 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
                 ("weekly_report", 600.0,
                  WeeklyReportJob(db, settings, catalog, guard=guard("weekly_report"))),
             ]  # fmt: skip
-            tasks += [
-                asyncio.create_task(periodic(*job, failures=failures(job[0])), name=job[0])
+            leader_tasks.extend(
+                asyncio.create_task(
+                    _lead(app, *job, failures=failures(job[0]), runs=runs(job[0])), name=job[0]
+                )
                 for job in jobs
-            ]
+            )
             deliver = ("webhooks", settings.webhook_delivery_interval_s, app.state.outbox.run_once,
-                       outbox_waker, failures("webhooks"))  # fmt: skip
-            tasks.append(asyncio.create_task(periodic(*deliver), name="webhooks"))
-        app.state.refitter = refitter = Refitter(db, settings, failures=failures("refit"))
-        if settings.background_jobs and settings.refit_interval_s > 0:
-            schedule = refitter.run_schedule(settings.refit_interval_s)
-            tasks.append(asyncio.create_task(schedule, name="refit"))
+                       outbox_waker, failures("webhooks"), runs("webhooks"))  # fmt: skip
+            leader_tasks.append(asyncio.create_task(periodic(*deliver), name="webhooks"))
+            if settings.refit_interval_s > 0:
+                schedule = refitter.run_schedule(settings.refit_interval_s)
+                leader_tasks.append(asyncio.create_task(schedule, name="refit"))
+            waker.poke()  # a new leader judges and plans at once, not one interval later
+
+        def stop_leading() -> None:
+            # At once: a pass already in its worker thread finishes its transaction, no new one
+            # starts (the write jobs are idempotent and claim their rows in the database).
+            for task in leader_tasks:
+                task.cancel()
+            leader_tasks.clear()
+
+        def leadership_changed(leading: bool) -> None:
+            (start_leading if leading else stop_leading)()
+
+        app.state.elector = elector = None
+        if settings.background_jobs and settings.role != "api":
+            app.state.elector = elector = LeaderElector.for_engine(
+                engine, on_change=leadership_changed, on_wake=waker.poke
+            )
+        _register_leader_gauge(registry, settings, lambda: elector)
+        tasks: list[asyncio.Task[None]] = []
+        if settings.background_jobs:
+            # Each assessment is followed, on the leader, by a plan and the alerts; a fatal Xid
+            # or a lost GPU arriving (here or, through NOTIFY, on any replica) wakes them at once.
+            judge = ("assessment", settings.assess_interval_s, _judge_and_plan(app), waker,
+                     failures("assessment"), runs("assessment"))  # fmt: skip
+            tasks.append(asyncio.create_task(periodic(*judge), name="assessment"))
+        if elector is not None:
+            elector.start()
         logger.info(
             "FleetWatch %s serving on %s", fleetwatch.__version__, db.engine.url.render_as_string()
         )
@@ -207,6 +239,10 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
             yield
         finally:
             eviction_watch.stop()
+            if elector is not None:
+                await asyncio.to_thread(elector.stop)
+            tasks.extend(leader_tasks)
+            stop_leading()
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
@@ -232,9 +268,28 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
     return app
 
 
+async def _lead(app: FastAPI, name: str, interval_s: float, job: Callable[[], Any],
+                failures: Counter, runs: Counter) -> None:  # fmt: skip
+    """Run a leader's job on its timer; the planner and the alerts first wait for a fresh
+    assessment, as a standby's snapshot may predate what the old leader acted on (acting on it
+    would cancel evictions and resolve alerts whose condition still holds)."""
+    while name in ("planner", "alerts"):
+        try:
+            await asyncio.to_thread(app.state.assessor.run_once)
+            break
+        except Exception:
+            failures.inc()
+            logger.exception("%s: no fresh assessment yet; retry in %.0f s", name, interval_s)
+            await asyncio.sleep(interval_s)
+    await periodic(name, interval_s, job, failures=failures, runs=runs)
+
+
 def _judge_and_plan(app: FastAPI) -> Callable[[], Any]:
     def run() -> None:
         app.state.assessor.run_once()
+        elector: LeaderElector | None = app.state.elector
+        if elector is None or not elector.is_leader:
+            return  # a replica's snapshot answers its requests; the leader plans and alerts
         # The planner and the alerts have their own loops too: one failing must not keep the
         # other from acting on this assessment (each failure is logged and counted there).
         for job, step in (("planner", app.state.planner), ("alerts", app.state.alerter)):
@@ -245,6 +300,25 @@ def _judge_and_plan(app: FastAPI) -> Callable[[], Any]:
                 logger.exception("background job %s (after the assessment) failed", job)
 
     return run
+
+
+def _register_leader_gauge(
+    registry: CollectorRegistry,
+    settings: ServerSettings,
+    elector: Callable[[], LeaderElector | None],
+) -> None:
+    gauge = Gauge(
+        "fleetwatch_leader",
+        "1 while this process is the leader that runs the write jobs, else 0",
+        ["role"],
+        registry=registry,
+    )
+
+    def leading() -> float:
+        current = elector()
+        return 1.0 if current is not None and current.is_leader else 0.0
+
+    gauge.labels(role=settings.role).set_function(leading)
 
 
 def _add_operational_routes(app: FastAPI, settings: ServerSettings) -> None:
@@ -275,7 +349,11 @@ def _add_operational_routes(app: FastAPI, settings: ServerSettings) -> None:
         full = db.storage.problem()
         if full is not None:
             return JSONResponse({"status": "unavailable", "reason": full}, status_code=503)
-        return JSONResponse({"status": "ready", "schema": current})
+        elector: LeaderElector | None = getattr(request.app.state, "elector", None)
+        leader = elector is not None and elector.is_leader
+        return JSONResponse(
+            {"status": "ready", "schema": current, "role": settings.role, "leader": leader}
+        )
 
     @app.get(
         "/metrics",

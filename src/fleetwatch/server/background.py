@@ -2,9 +2,9 @@
 
 Each job runs in a worker thread (``asyncio.to_thread``) so that requests keep being served, and
 a failing pass is logged and retried at the next tick, never fatal to the server. Jobs that write
-(rollups, lifetimes) take a PostgreSQL advisory lock for their transaction, so with several
-workers or replicas only one does the work; they are idempotent, so a lost race costs nothing.
-The assessment is per worker: each keeps its own snapshot in memory for its requests.
+run on the one leader (server/leader.py); they also take a PostgreSQL advisory lock for their
+transaction, so a leader change mid-pass never has two doing the same work. The assessment is
+per process: each keeps its own snapshot in memory for its requests, refreshed on its timer.
 """
 
 from __future__ import annotations
@@ -171,15 +171,19 @@ async def periodic(
     job: Callable[[], Any],
     waker: Waker | None = None,
     failures: _Counter | None = None,
+    runs: _Counter | None = None,
 ) -> None:
     """Run ``job`` in a thread now and then every ``interval_s`` (sooner when ``waker`` is
-    poked), until cancelled. A failed pass is logged, counted on ``failures`` and retried."""
+    poked), until cancelled. A failed pass is logged, counted on ``failures`` and retried; a
+    completed one is counted on ``runs``."""
     while True:
         started = asyncio.get_running_loop().time()
         hint: float | None = None
         try:
             result = await asyncio.to_thread(job)
             logger.debug("%s: %s", name, result)
+            if runs is not None:
+                runs.inc()
             # A job may know when it next has work (the planner: a node about to go silent).
             hint = getattr(result, "next_run_s", None)
         except Exception:

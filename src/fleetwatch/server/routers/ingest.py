@@ -22,6 +22,7 @@ from fleetwatch.server.db.session import Database
 from fleetwatch.server.deps import IngestAuth
 from fleetwatch.server.errors import status_for
 from fleetwatch.server.ingest_checks import collapse_duplicate_samples, locate_unreadable
+from fleetwatch.server.leader import notify_wake
 from fleetwatch.server.repo.ingest import store_batch
 from fleetwatch.server.schemas.common import ErrorResponse, IngestAccepted, IngestResponse
 from fleetwatch.telemetry import BATCH_EXAMPLE, Batch, IngestLimits
@@ -200,6 +201,8 @@ async def ingest(request: Request, _token: IngestAuth) -> IngestResponse:
         )
         if urgent:
             request.app.state.waker.poke()
+            # The leader may be another process or replica: tell it through the database.
+            await run_in_threadpool(notify_wake, request.app.state.db.engine)
     except InvalidInput as exc:
         metrics.ingest_batches.labels("rejected").inc()
         metrics.ingest_rejections.labels(str(status_for(exc))).inc()
