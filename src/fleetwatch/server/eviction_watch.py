@@ -5,8 +5,10 @@ in-process event is not enough:
 
 - PostgreSQL: every eviction change sends ``NOTIFY fleetwatch_evictions`` in its own transaction
   (delivered on commit; see ``repo/evictions.py``). One listener thread per process holds a
-  ``LISTEN`` connection and wakes every waiting request. A waiting request also re-reads the
-  database every ``recheck_s`` (1 s), so a notification lost to a reconnect costs at most that.
+  ``LISTEN`` connection and wakes every waiting request; it starts with the first long-poll, so a
+  process nobody long-polls holds no such connection (and stops without waiting for one). A
+  waiting request also re-reads the database every ``recheck_s`` (1 s), so a notification lost
+  to a reconnect costs at most that.
 - SQLite (one process): waiting requests re-read the database every 0.25 s.
 
 Waiting requests hold neither a database connection nor a threadpool thread while they wait:
@@ -57,7 +59,9 @@ class EvictionWatch:
         """Call from the server's event loop (the app's lifespan)."""
         self._loop = asyncio.get_running_loop()
         self._watch_signals()
-        if self.is_postgres:
+
+    def _ensure_listener(self) -> None:
+        if self.is_postgres and self._thread is None and not self._stop.is_set():
             self._thread = threading.Thread(
                 target=self._listen, name="eviction-listener", daemon=True
             )
@@ -73,6 +77,7 @@ class EvictionWatch:
     def waiter(self) -> asyncio.Future[None]:
         """A future the next change resolves. Take it *before* reading, so that a change
         between the read and the wait is not missed; ``discard`` it when done."""
+        self._ensure_listener()
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         if self._stop.is_set():
             future.set_result(None)
