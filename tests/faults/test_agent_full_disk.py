@@ -15,13 +15,14 @@ import os
 import sqlite3
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from sqlalchemy import create_engine, text
 
 from fleetwatch.agent.spool import Spool
+from tests.faults.waiting import wait_for as _wait_for
 from tests.integration.live import (
     AgentProcess,
     create_token,
@@ -48,15 +49,6 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
         yield mount
     finally:
         subprocess.run(["umount", "--lazy", str(mount)], check=False)
-
-
-def _wait_for(what: str, check: Callable[[], object], timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
 def test_spool_deletes_and_keeps_spooling_on_a_full_tmpfs(small_disk: Path) -> None:

@@ -17,7 +17,7 @@ import json
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -27,6 +27,7 @@ import httpx
 import pytest
 from sqlalchemy import create_engine, text
 
+from tests.faults.waiting import wait_for as _wait_for
 from tests.integration.live import (
     AgentProcess,
     create_token,
@@ -101,15 +102,6 @@ def running(proxy: PoisonProxy) -> Iterator[str]:
         server.shutdown()
         server.server_close()
         proxy.close()
-
-
-def _wait_for(what: str, check: Callable[[], object], timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
 def _sim_agent(tmp_path: Path, url: str, token: str, kernel_log: Path, *extra: str) -> AgentProcess:

@@ -11,8 +11,6 @@ eviction, no background job counts a failure, and the server log holds no traceb
 from __future__ import annotations
 
 import sys
-import time
-from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -22,6 +20,7 @@ import pytest
 
 from tests.conftest import _truncate
 from tests.factories import make_batch, make_gpu, make_sample
+from tests.faults.waiting import wait_for as _wait_for
 from tests.integration.live import create_token, live_server
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres]
@@ -52,16 +51,6 @@ def _xid79(node: str) -> dict[str, Any]:
 def _say(line: str) -> None:
     """What the test checked, on stdout (pytest -s shows it; the CI log keeps it)."""
     sys.stdout.write(line + "\n")
-
-
-def _wait_for(what: str, check: Callable[[], Any], timeout_s: float = 90.0) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        found = check()
-        if found:
-            return found
-        time.sleep(0.2)
-    raise AssertionError(f"not within {timeout_s:.0f} s: {what}")
 
 
 def _series(client: httpx.Client, name: str) -> dict[str, float]:

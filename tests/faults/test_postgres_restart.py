@@ -11,9 +11,7 @@ node's telemetry is stored again; at the end every collected sample is stored ex
 from __future__ import annotations
 
 import threading
-import time
 from collections import Counter
-from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -25,6 +23,7 @@ from sqlalchemy.engine import make_url
 from fleetwatch.sim.spec import FleetSpec
 from tests.faults.ledger import tally
 from tests.faults.pgcluster import throwaway_cluster
+from tests.faults.waiting import wait_for as _until
 from tests.integration.live import (
     AgentProcess,
     LiveServer,
@@ -38,13 +37,6 @@ pytestmark = pytest.mark.slow
 
 AGENTS = 3
 RESTARTS = ("fast", "immediate")
-
-
-def _until(what: str, condition: Callable[[], bool], timeout: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.2)
 
 
 def _stored_by_node(url: str) -> Counter[str]:

@@ -16,8 +16,7 @@ At the end every collected sample is stored exactly once: 0 lost, 0 duplicated.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
@@ -30,6 +29,7 @@ from fleetwatch.server.db.tables import metadata
 from fleetwatch.sim.spec import FleetSpec
 from tests.faults.holdproxy import HoldProxy
 from tests.faults.ledger import tally
+from tests.faults.waiting import wait_for as _until
 from tests.integration.live import (
     AgentProcess,
     LiveServer,
@@ -58,13 +58,6 @@ def empty_postgres(migrated_postgres_url: str) -> str:
 
 def _libpq(url: str) -> str:
     return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
-
-
-def _until(what: str, condition: Callable[[], bool], timeout: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
 
 
 def _stored(monitor: psycopg.Connection[tuple[int]]) -> int:
