@@ -3,9 +3,9 @@ a first pass that opens them all and steady passes that find them still firing, 
 database (PostgreSQL when ``--database-url`` says so).
 
 ``--bad 1`` adds one condition the database refuses (NOT NULL): the pass then falls back from one
-savepoint for all items to one per item (:mod:`fleetwatch.server.isolation`), which is what a
+savepoint for all items to one per item (:mod:`fleetwatch.server.jobs.isolation`), which is what a
 pass costs while a bad item is present. ``--compare FILE`` also times the ``_pass`` of another
-copy of ``alerting.py`` (e.g. ``git show REV:src/fleetwatch/server/alerting.py > old.py``).
+copy of ``alerting.py`` (e.g. ``git show REV:src/fleetwatch/server/tell/alerting.py > old.py``).
 
     .venv/bin/python benchmarks/background_isolation.py [--database-url postgresql://...]
 """
@@ -24,10 +24,10 @@ from typing import Any
 from sqlalchemy import delete
 
 from fleetwatch.config import ServerSettings
-from fleetwatch.server.alerting import Alerter, Condition
 from fleetwatch.server.db.migrate import upgrade
 from fleetwatch.server.db.session import Database, make_engine
 from fleetwatch.server.db.tables import alerts
+from fleetwatch.server.tell.alerting import Alerter, Condition
 
 
 def _conditions(n: int, bad: int) -> dict[str, Condition]:

@@ -32,13 +32,13 @@ sys.path.insert(0, str(REPO))
 from fleetwatch.config import ServerSettings  # noqa: E402
 from fleetwatch.models.registry import PARAMS_FORMAT  # noqa: E402
 from fleetwatch.reports.calibration import calibration  # noqa: E402
-from fleetwatch.reports.data import load_week  # noqa: E402
 from fleetwatch.reports.render import render_html, render_pdf  # noqa: E402
 from fleetwatch.reports.survival import km_by_sku  # noqa: E402
 from fleetwatch.reports.weekly import compute_weekly  # noqa: E402
 from fleetwatch.reports.weeks import parse_week  # noqa: E402
 from fleetwatch.server.db.migrate import upgrade  # noqa: E402
 from fleetwatch.server.db.session import Database, make_engine  # noqa: E402
+from fleetwatch.server.repo.report_rows import load_week  # noqa: E402
 
 WEEK = parse_week("2026-W48")
 START, END = WEEK.start, WEEK.end

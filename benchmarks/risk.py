@@ -39,9 +39,9 @@ from fleetwatch.models.registry import RiskBundle  # noqa: E402
 from fleetwatch.models.telemetry_features import FEATURE_NAMES  # noqa: E402
 from fleetwatch.rules.thresholds import HealthThresholds  # noqa: E402
 from fleetwatch.rules.xid_catalog import XidCatalog  # noqa: E402
-from fleetwatch.server.background import Assessor, RollupJob  # noqa: E402
 from fleetwatch.server.db.migrate import upgrade  # noqa: E402
 from fleetwatch.server.db.session import Database, make_engine  # noqa: E402
+from fleetwatch.server.judge.assessor import Assessor, RollupJob  # noqa: E402
 from fleetwatch.server.repo.models import store_model  # noqa: E402
 
 

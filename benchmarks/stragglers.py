@@ -2,7 +2,7 @@
 
 Each scenario simulates ``--jobs`` jobs (default 50) on the job's own clock and runs the
 detector exactly as the server does (windows of 10 s judged in order, 1.25x, robust z 3.5,
-3 windows), through :func:`fleetwatch.server.stragglers.judge_window` and ``JobDetector``:
+3 windows), through :func:`fleetwatch.models.stragglers.judge_window` and ``JobDetector``:
 
 * ``hw-8``: 64 ranks on 8 nodes, one node turns 1.3x slow at a random moment (60-180 s);
 * ``hw-64``: 512 ranks on 64 nodes (8 each), one node turns 1.3x slow likewise;
@@ -33,7 +33,7 @@ from datetime import UTC, datetime, timedelta
 
 import numpy as np
 
-from fleetwatch.server.stragglers import DetectorConfig, JobDetector, StepRow, judge_window
+from fleetwatch.models.stragglers import DetectorConfig, JobDetector, StepRow, judge_window
 
 START = datetime(2025, 1, 1, tzinfo=UTC)
 
@@ -122,8 +122,8 @@ def db_pass(rng: np.random.Generator) -> None:
     from fleetwatch.config import ServerSettings
     from fleetwatch.server.db.migrate import upgrade
     from fleetwatch.server.db.session import Database, make_engine
+    from fleetwatch.server.judge.straggler_detector import StragglerDetector
     from fleetwatch.server.repo.jobs import store_steps
-    from fleetwatch.server.straggler_detector import StragglerDetector
 
     with tempfile.TemporaryDirectory() as tmp:
         settings = ServerSettings(database_url=f"sqlite:///{Path(tmp) / 'b.db'}")

@@ -6,7 +6,7 @@ lock) records when each ``Idempotency-Key`` arrives. Against it:
 * ``ceiling``: a tight loop of signed-size httpx POSTs, sequential and with ``--concurrency``
   threads: what the receiver and loopback allow at all;
 * ``burst``: ``--alerts`` alerts (default 2,000) and their outbox rows created at once, drained by
-  :class:`fleetwatch.server.outbox.OutboxWorker` exactly as the server's job runs it (claim a
+  :class:`fleetwatch.server.tell.outbox.OutboxWorker` exactly as the server's job runs it (claim a
   batch of 256, send ``webhook_concurrency`` at a time, record outcomes): deliveries/s, and the
   latency from each alert's creation to its receipt;
 * ``steady``: ``--steady`` alerts created one at a time at ``--rate``/s, each pass of the alert job
@@ -33,11 +33,11 @@ import numpy as np
 from sqlalchemy import insert
 
 from fleetwatch.config import ServerSettings
+from fleetwatch.notify.webhooks import alert_document
 from fleetwatch.server.db.migrate import upgrade
 from fleetwatch.server.db.session import Database, make_engine
 from fleetwatch.server.db.tables import alerts, metadata, webhook_subscriptions
-from fleetwatch.server.outbox import OutboxWorker, enqueue
-from fleetwatch.server.webhooks import alert_document
+from fleetwatch.server.tell.outbox import OutboxWorker, enqueue
 
 
 def _serve(port_queue: Any) -> None:

@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 import pytest
 
-from fleetwatch.server.webhooks import verify_signature
+from fleetwatch.notify.webhooks import verify_signature
 from tests.conftest import TEST_SECRET_KEY, require_tool
 from tests.factories import make_batch
 from tests.integration.live import create_token, fleetwatch, free_port, live_server

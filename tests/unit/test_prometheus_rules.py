@@ -31,8 +31,8 @@ def exported_metric_names() -> set[str]:
     names = {m.name for m in GPU_METRICS}
     for path in (
         SOURCES / "metrics.py",
-        *SOURCES.glob("server/*exposition.py"),
-        SOURCES / "server/straggler_detector.py",
+        *SOURCES.glob("server/metrics/*exposition.py"),
+        SOURCES / "server/judge/straggler_detector.py",
     ):
         names |= set(re.findall(r"\b(fleetwatch_[a-z0-9_]+?)(?:\{|\"| )", path.read_text()))
     return names

@@ -53,7 +53,7 @@ def server(
     import uvicorn
 
     from fleetwatch.errors import ConfigError
-    from fleetwatch.server.leader import single_process_problem
+    from fleetwatch.server.jobs.leader import single_process_problem
 
     settings = load_server_settings(
         host=host,

@@ -16,12 +16,12 @@ from sqlalchemy import Connection
 
 from fleetwatch.config import ServerSettings
 from fleetwatch.reports.calibration import calibration
-from fleetwatch.reports.data import CONFIRM_WINDOW, WeekData, load_week
 from fleetwatch.reports.reliability import availability, hours, mtbf_hours, mttr_hours
 from fleetwatch.reports.reliability import overlap_hours as overlap
 from fleetwatch.reports.survival import km_by_sku
 from fleetwatch.reports.weeks import IsoWeek
 from fleetwatch.rules.xid_catalog import XidCatalog
+from fleetwatch.server.repo.report_rows import CONFIRM_WINDOW, WeekData, load_week
 
 __all__ = ["HEADLINE", "WeeklyReport", "compute_weekly", "headline"]
 

@@ -4,7 +4,7 @@
 
 Input: one GPU's samples, oldest first, each a :class:`BootSample` ``(boot_id, sample)`` or a
 bare :class:`~fleetwatch.telemetry.GpuSample` (boot unknown). A boot id change means volatile
-counters restarted (rates use :func:`~fleetwatch.server.rates.counter_rates`) and the GPU was reset.
+counters restarted (rates use :func:`~fleetwatch.rules.rates.counter_rates`) and the GPU was reset.
 
 Verdicts describe the evidence *now*; none is sticky:
 
@@ -22,10 +22,10 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
+from fleetwatch.rules.rates import CounterReading, counter_rates
 from fleetwatch.rules.thresholds import HealthThresholds, source_of
 from fleetwatch.rules.xid import RECOVERY_ACTIONS
 from fleetwatch.rules.xid_catalog import Action, Severity
-from fleetwatch.server.rates import CounterReading, counter_rates
 from fleetwatch.telemetry import Event, GpuSample
 
 __all__ = ["BootSample", "HealthVerdict", "judge_health", "judge_missing_gpus"]

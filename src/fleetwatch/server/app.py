@@ -27,10 +27,20 @@ import fleetwatch
 from fleetwatch.config import ServerSettings, load_server_settings
 from fleetwatch.errors import ConfigError, SchemaOutOfDate, StorageFull
 from fleetwatch.metrics import ServerMetrics
-from fleetwatch.reports.schedule import WeeklyReportJob
-from fleetwatch.server.alerting import Alerter
+from fleetwatch.server.act.eviction_watch import EvictionWatch
+from fleetwatch.server.act.planner import EvictionPlanner
 from fleetwatch.server.auth import Permission
-from fleetwatch.server.background import (
+from fleetwatch.server.db.migrate import current_revision, head_revision, upgrade
+from fleetwatch.server.db.session import Database, make_engine, sqlite_directory
+from fleetwatch.server.db.storage import StorageCollector, StorageHealth
+from fleetwatch.server.deps import require
+from fleetwatch.server.docs import add_offline_docs
+from fleetwatch.server.errors import install_error_handlers
+from fleetwatch.server.jobs.isolation import ItemGuard
+from fleetwatch.server.jobs.leader import LeaderElector, single_process_problem
+from fleetwatch.server.jobs.refit import Refitter
+from fleetwatch.server.jobs.weekly_report import WeeklyReportJob
+from fleetwatch.server.judge.assessor import (
     Assessor,
     RollupJob,
     Waker,
@@ -38,26 +48,16 @@ from fleetwatch.server.background import (
     periodic,
     run_lifecycle,
 )
-from fleetwatch.server.db.migrate import current_revision, head_revision, upgrade
-from fleetwatch.server.db.session import Database, make_engine, sqlite_directory
-from fleetwatch.server.db.storage import StorageCollector, StorageHealth
-from fleetwatch.server.deps import require
-from fleetwatch.server.docs import add_offline_docs
-from fleetwatch.server.errors import install_error_handlers
-from fleetwatch.server.eviction_exposition import render_evictions
-from fleetwatch.server.eviction_watch import EvictionWatch
-from fleetwatch.server.exposition import FleetExposition
-from fleetwatch.server.isolation import ItemGuard
-from fleetwatch.server.leader import LeaderElector, single_process_problem
-from fleetwatch.server.outbox import OutboxWorker
+from fleetwatch.server.judge.straggler_detector import StragglerDetector, render_stragglers
+from fleetwatch.server.metrics.eviction_exposition import render_evictions
+from fleetwatch.server.metrics.exposition import FleetExposition
+from fleetwatch.server.metrics.risk_exposition import render_risk
 from fleetwatch.server.page import router as page_router
-from fleetwatch.server.planner import EvictionPlanner
-from fleetwatch.server.refit import Refitter
-from fleetwatch.server.risk_exposition import render_risk
 from fleetwatch.server.routers import api_router
 from fleetwatch.server.schemas.common import error_responses
 from fleetwatch.server.secret_box import SecretBox, load_secret_box, reseal_secrets
-from fleetwatch.server.straggler_detector import StragglerDetector, render_stragglers
+from fleetwatch.server.tell.alerting import Alerter
+from fleetwatch.server.tell.outbox import OutboxWorker
 from fleetwatch.telemetry import Batch
 
 __all__ = ["create_app", "prepare_database"]
@@ -137,7 +137,8 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
         app.state.secret_box = secret_box = load_secret_box(settings)
         _seal_plaintext_secrets(db, secret_box)
         # Silence before this moment was not heard by this process: a node's unreachable clock
-        # starts here at the earliest (server.liveness), so a restart marks no node unreachable.
+        # starts here at the earliest (server.judge.liveness), so a restart marks no node
+        # unreachable.
         app.state.heard_since = heard_since = datetime.now(UTC)
         registry = CollectorRegistry()
         registry.register(StorageCollector(storage))

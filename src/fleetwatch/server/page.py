@@ -34,7 +34,6 @@ from sqlalchemy import Connection, func, select
 from fleetwatch.config import ServerSettings
 from fleetwatch.errors import AuthError, Forbidden, Unauthenticated
 from fleetwatch.rules.xid_catalog import XidCatalog
-from fleetwatch.server.assessment import FleetAssessment, GpuRisk, risk_order
 from fleetwatch.server.auth import (
     SESSION_TTL,
     Permission,
@@ -43,13 +42,14 @@ from fleetwatch.server.auth import (
     check_permission,
     page_session,
 )
-from fleetwatch.server.background import Assessor
 from fleetwatch.server.csp import PAGE_HEADERS
 from fleetwatch.server.db.base import utcnow
 from fleetwatch.server.db.session import Database
 from fleetwatch.server.db.tables import events, evictions, gpus, nodes, stragglers
 from fleetwatch.server.deps import require
-from fleetwatch.server.liveness import node_state
+from fleetwatch.server.judge.assessment import FleetAssessment, GpuRisk, risk_order
+from fleetwatch.server.judge.assessor import Assessor
+from fleetwatch.server.judge.liveness import node_state
 
 __all__ = ["COOKIE", "authenticate_page", "router"]
 

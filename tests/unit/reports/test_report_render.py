@@ -17,11 +17,11 @@ from tests.unit.reports.conftest import NOW, START, WEEK
 from fleetwatch.cli import main
 from fleetwatch.config import ServerSettings
 from fleetwatch.reports.render import render_html, render_pdf
-from fleetwatch.reports.schedule import WeeklyReportJob
 from fleetwatch.reports.weekly import WeeklyReport, compute_weekly
 from fleetwatch.reports.weeks import parse_week
 from fleetwatch.rules.xid_catalog import XidCatalog
 from fleetwatch.server.db.session import Database
+from fleetwatch.server.jobs.weekly_report import WeeklyReportJob
 
 
 @pytest.fixture
@@ -169,8 +169,8 @@ def test_a_restarted_worker_does_not_rebuild_a_report_every_subscriber_has(
 ) -> None:
     from sqlalchemy import insert
 
-    from fleetwatch.reports import schedule
     from fleetwatch.server.db.tables import webhook_subscriptions
+    from fleetwatch.server.jobs import weekly_report as schedule
 
     when = START + timedelta(days=7, hours=settings.report_delay_h + 1)
     builds: list[str] = []

@@ -17,12 +17,12 @@ from tests.unit.server.conftest import Push
 from tests.unit.server.test_alerts_webhooks import _xid79
 
 from fleetwatch.config import ServerSettings
-from fleetwatch.server.alerting import Alerter
-from fleetwatch.server.assessment import FleetAssessment
+from fleetwatch.server.act.planner import EvictionPlanner
 from fleetwatch.server.db.session import Database
 from fleetwatch.server.db.tables import alerts, evictions
-from fleetwatch.server.liveness import is_unheard, node_state
-from fleetwatch.server.planner import EvictionPlanner
+from fleetwatch.server.judge.assessment import FleetAssessment
+from fleetwatch.server.judge.liveness import is_unheard, node_state
+from fleetwatch.server.tell.alerting import Alerter
 
 INTERVAL_S = 10.0  # make_batch's interval; unreachable after 3 of them (the default)
 

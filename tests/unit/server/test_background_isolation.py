@@ -20,14 +20,15 @@ from tests.conftest import bearer
 from tests.factories import make_batch, make_gpu, make_sample
 from tests.unit.server.conftest import Push
 
-from fleetwatch.server import alerting, planner
-from fleetwatch.server.alerting import Condition
-from fleetwatch.server.background import RollupJob, load_rules, periodic, run_lifecycle
+from fleetwatch.server.act import planner
 from fleetwatch.server.db.session import Database
 from fleetwatch.server.db.tables import alerts, evictions, gpu_lifetimes, webhook_outbox
-from fleetwatch.server.isolation import ItemGuard
-from fleetwatch.server.judging import FleetJudge
-from fleetwatch.server.outbox import OutboxWorker, enqueue
+from fleetwatch.server.jobs.isolation import ItemGuard
+from fleetwatch.server.judge.assessor import RollupJob, load_rules, periodic, run_lifecycle
+from fleetwatch.server.judge.judging import FleetJudge
+from fleetwatch.server.tell import alerting
+from fleetwatch.server.tell.alerting import Condition
+from fleetwatch.server.tell.outbox import OutboxWorker, enqueue
 
 # The longest values the wire accepts (tests/unit/server/test_column_lengths.py probes them).
 LONG_NODE = "n" + "x" * 252  # 253
@@ -146,7 +147,7 @@ def test_a_row_the_database_refuses_costs_one_alert_not_all(
 
     monkeypatch.setattr(alerting, "derive_conditions", with_a_bad_one)
     assert push(_xid79("node-b")).status_code == 200
-    caplog.set_level(logging.INFO, logger="fleetwatch.server.isolation")
+    caplog.set_level(logging.INFO, logger="fleetwatch.server.jobs.isolation")
     for _ in range(3):
         _passes(client, datetime.now(UTC))
     firing = _firing(db)
@@ -199,7 +200,7 @@ def test_one_failing_node_in_the_planner_and_the_judge_leaves_the_others_drained
 def test_one_delivery_that_cannot_render_does_not_hold_up_the_others(
     client: TestClient, db: Database, tokens: dict[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from fleetwatch.server import outbox
+    from fleetwatch.server.tell import outbox
 
     made = client.post(
         "/v1/webhooks",
@@ -304,7 +305,7 @@ def test_item_guard_writes_the_good_rows_and_isolates_a_known_bad_one_up_front(
 def test_one_failing_job_does_not_stop_the_straggler_pass(
     client: TestClient, tokens: dict[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from fleetwatch.server.straggler_detector import StragglerDetector
+    from fleetwatch.server.judge.straggler_detector import StragglerDetector
 
     start = datetime.now(UTC) - timedelta(minutes=10)
     for job in ("job-bad", "job-good"):

@@ -10,7 +10,7 @@ import pytest
 from fastapi.testclient import TestClient
 from tests.conftest import bearer
 
-from fleetwatch.server.checkpoint import GpuHazard, advise, daly_interval, goodput, hazard_per_day
+from fleetwatch.models.checkpoint import GpuHazard, advise, daly_interval, goodput, hazard_per_day
 
 P_001 = 1.0 - math.exp(-0.01)  # one-day probability of a GPU failing at 0.01 a day
 

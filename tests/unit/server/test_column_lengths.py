@@ -23,7 +23,7 @@ from fleetwatch.inventory import _MAX_LOCATION, _MAX_SERIAL
 from fleetwatch.rules.xid_catalog import ACTION_RANK, SEVERITY_RANK
 from fleetwatch.server.auth import SCOPES
 from fleetwatch.server.db.tables import metadata
-from fleetwatch.server.judging import Verdict
+from fleetwatch.server.judge.judging import Verdict
 from fleetwatch.server.repo.evictions import OPEN_STATES
 from fleetwatch.server.routers.jobs import JobId
 from fleetwatch.server.routers.lifetimes import LifetimeEnd

@@ -10,7 +10,7 @@ from tests.factories import make_batch
 from tests.unit.server.conftest import Push
 
 from fleetwatch.server.db.session import Database
-from fleetwatch.server.eviction_exposition import EVICTION_STATES
+from fleetwatch.server.metrics.eviction_exposition import EVICTION_STATES
 from fleetwatch.server.repo.evictions import create_eviction
 
 

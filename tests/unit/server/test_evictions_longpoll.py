@@ -18,11 +18,11 @@ from sqlalchemy import create_engine
 from tests.conftest import bearer
 
 from fleetwatch.config import ServerSettings
+from fleetwatch.server.act.eviction_watch import EvictionWatch
 from fleetwatch.server.app import create_app
 from fleetwatch.server.auth import create_token
 from fleetwatch.server.db.base import utcnow
 from fleetwatch.server.db.session import Database
-from fleetwatch.server.eviction_watch import EvictionWatch
 from fleetwatch.server.repo.evictions import create_eviction
 
 

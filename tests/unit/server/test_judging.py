@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 from fleetwatch.rules.health import BootSample, judge_health
 from fleetwatch.rules.thresholds import HealthThresholds
 from fleetwatch.rules.xid_catalog import XidCatalog
-from fleetwatch.server.judging import FleetJudge
+from fleetwatch.server.judge.judging import FleetJudge
 from fleetwatch.telemetry import GpuSample
 
 UUID = "GPU-11111111-2222-3333-4444-555555555555"

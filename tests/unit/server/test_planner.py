@@ -20,10 +20,10 @@ from tests.unit.server.conftest import Push
 from tests.unit.server.test_risk_api import _store_model, _xid_batch
 
 from fleetwatch.config import ServerSettings
+from fleetwatch.server.act.planner import DrainCosts, EvictionPlanner, PlanResult
 from fleetwatch.server.db.base import utcnow
 from fleetwatch.server.db.session import Database
 from fleetwatch.server.db.tables import events, eviction_audit, evictions, stragglers
-from fleetwatch.server.planner import DrainCosts, EvictionPlanner, PlanResult
 
 
 def _planner(client: TestClient, **overrides: Any) -> EvictionPlanner:

@@ -13,7 +13,7 @@ from fleetwatch.models.telemetry_features import GPU_CATEGORIES, HourRollup, win
 from fleetwatch.rules.xid_catalog import XidCatalog
 from fleetwatch.server.db.session import Database
 from fleetwatch.server.db.tables import gpu_hourly
-from fleetwatch.server.rollups import fleet_window_features, refresh_rollups, roll_up_hours
+from fleetwatch.server.jobs.rollups import fleet_window_features, refresh_rollups, roll_up_hours
 
 CATALOG = XidCatalog.load()
 NOW = datetime.now(UTC).replace(minute=30, second=0, microsecond=0) - timedelta(hours=1)

@@ -12,7 +12,7 @@ from tests.conftest import bearer
 from tests.factories import gpu_uuid, make_batch
 
 from fleetwatch.config import ServerSettings
-from fleetwatch.server.background import load_rules
+from fleetwatch.server.judge.assessor import load_rules
 
 
 def _xid_43_batch() -> dict:

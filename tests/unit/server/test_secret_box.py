@@ -17,13 +17,13 @@ from tests.conftest import TEST_SECRET_KEY, bearer
 
 from fleetwatch.cli import main
 from fleetwatch.config import ServerSettings
+from fleetwatch.notify.webhooks import verify_signature
 from fleetwatch.server.app import create_app
 from fleetwatch.server.db.base import utcnow
 from fleetwatch.server.db.session import Database
 from fleetwatch.server.db.tables import webhook_subscriptions
-from fleetwatch.server.outbox import OutboxWorker
 from fleetwatch.server.secret_box import PREFIX, SecretBox, key_file_for, load_secret_box
-from fleetwatch.server.webhooks import verify_signature
+from fleetwatch.server.tell.outbox import OutboxWorker
 
 SECRET = "hmac-key-for-the-receiver"
 

@@ -12,7 +12,7 @@ from fastapi.testclient import TestClient
 from tests.conftest import bearer
 from tests.factories import gpu_uuid, make_gpu, make_sample
 
-from fleetwatch.server.stragglers import (
+from fleetwatch.models.stragglers import (
     DetectorConfig,
     JobDetector,
     StepRow,
@@ -228,7 +228,7 @@ def test_straggler_hardware_verdict_carries_throttle_evidence(
 def test_straggler_restarted_detector_adopts_and_closes_open_verdict(
     client: TestClient, tokens: dict[str, str]
 ) -> None:
-    from fleetwatch.server.straggler_detector import StragglerDetector
+    from fleetwatch.server.judge.straggler_detector import StragglerDetector
 
     def spell(node: str, rank: int, t: float) -> float:
         return 1.4 if node == "n01" and 20.0 <= t < 50.0 else 1.0

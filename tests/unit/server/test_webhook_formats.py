@@ -9,9 +9,9 @@ from datetime import UTC, datetime
 
 import pytest
 
-from fleetwatch.server.alerting import matches
-from fleetwatch.server.outbox import backoff_s
-from fleetwatch.server.webhooks import render, sign, verify_signature
+from fleetwatch.notify.webhooks import render, sign, verify_signature
+from fleetwatch.server.tell.alerting import matches
+from fleetwatch.server.tell.outbox import backoff_s
 
 NOW = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
 

@@ -13,7 +13,7 @@ too, leave exactly one claimer. The loser reads the row again and gets a 409 nam
 
 Every creation and change also sends ``NOTIFY fleetwatch_evictions`` on PostgreSQL, in the same
 transaction, so it is delivered on commit: long-polls of ``GET /v1/evictions`` on every replica
-wake at once (``server/eviction_watch.py``).
+wake at once (``server/act/eviction_watch.py``).
 """
 
 from __future__ import annotations

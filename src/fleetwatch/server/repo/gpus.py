@@ -8,8 +8,8 @@ from typing import Any
 from sqlalchemy import Connection, Row, Select, select
 
 from fleetwatch.errors import InvalidInput, NotFound
+from fleetwatch.rules.rates import CounterReading, counter_rates
 from fleetwatch.server.db.tables import gpu_samples, gpus, nodes
-from fleetwatch.server.rates import CounterReading, counter_rates
 from fleetwatch.server.repo.events import list_events
 from fleetwatch.server.schemas.fleet import (
     GpuDetail,

@@ -12,6 +12,7 @@ from sqlalchemy import Connection, and_, insert, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
+from fleetwatch.models.stragglers import EWMA_WEIGHT, StepRow, Transition
 from fleetwatch.server.db.tables import (
     gpu_samples,
     job_steps,
@@ -20,7 +21,6 @@ from fleetwatch.server.db.tables import (
     nodes,
     stragglers,
 )
-from fleetwatch.server.stragglers import EWMA_WEIGHT, StepRow, Transition
 
 __all__ = [
     "JobRow",

@@ -9,7 +9,7 @@ from sqlalchemy import Connection, Row, func, select
 
 from fleetwatch.errors import NotFound
 from fleetwatch.server.db.tables import gpus, nodes
-from fleetwatch.server.liveness import node_state
+from fleetwatch.server.judge.liveness import node_state
 from fleetwatch.server.repo.gpus import gpu_summary_query, summary_from_row
 from fleetwatch.server.schemas.fleet import NodeDetail, NodePublic
 

@@ -9,8 +9,8 @@ from urllib.parse import urlsplit
 from sqlalchemy import Connection, delete, insert, select
 
 from fleetwatch.errors import Conflict, InvalidInput, NotFound
+from fleetwatch.notify.webhooks import alert_document
 from fleetwatch.server.db.tables import alerts, webhook_outbox, webhook_subscriptions
-from fleetwatch.server.outbox import enqueue
 from fleetwatch.server.schemas.webhooks import (
     AlertPublic,
     DeliveryPublic,
@@ -19,7 +19,7 @@ from fleetwatch.server.schemas.webhooks import (
     WebhookPublic,
 )
 from fleetwatch.server.secret_box import SecretBox
-from fleetwatch.server.webhooks import alert_document
+from fleetwatch.server.tell.outbox import enqueue
 
 __all__ = [
     "create_webhook",

@@ -9,9 +9,9 @@ from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel, Field
 
 from fleetwatch.errors import InvalidInput, NotFound
-from fleetwatch.server.background import Assessor
-from fleetwatch.server.checkpoint import GpuHazard, advise
+from fleetwatch.models.checkpoint import GpuHazard, advise
 from fleetwatch.server.deps import DatabaseDep, ReadAuth
+from fleetwatch.server.judge.assessor import Assessor
 from fleetwatch.server.repo.jobs import get_job
 from fleetwatch.server.schemas.common import error_responses
 from fleetwatch.server.schemas.fields import Text
@@ -65,7 +65,7 @@ def get_checkpoint_advice(
     restart_cost_s: Annotated[float, Query(ge=0, le=1e7, description="Seconds to restart")] = 0.0,
 ) -> CheckpointAdvicePublic:
     """Young/Daly interval from the summed one-day hazard of the nodes' GPUs (see
-    ``fleetwatch.server.checkpoint`` for the formulas)."""
+    ``fleetwatch.models.checkpoint`` for the formulas)."""
     if (job is None) == (nodes is None):
         raise InvalidInput(
             "give exactly one of job= or nodes=",

@@ -4,7 +4,7 @@ Reading needs read scope (scheduler and admin tokens have it); every change need
 scope, and the token's name is recorded as the actor and the claimer.
 
 ``GET /v1/evictions?wait=N`` is a long-poll: a scheduler hears of a new eviction the moment it
-is created, on whichever replica it asks (``server/eviction_watch.py`` says how).
+is created, on whichever replica it asks (``server/act/eviction_watch.py`` says how).
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from typing import Annotated
 from fastapi import APIRouter, Body, Query, Request
 from fastapi.concurrency import run_in_threadpool
 
+from fleetwatch.server.act.eviction_watch import EvictionWatch
 from fleetwatch.server.db.base import utcnow
 from fleetwatch.server.db.session import Database
 from fleetwatch.server.deps import AdminAuth, DatabaseDep, ReadAuth, SchedulerAuth
-from fleetwatch.server.eviction_watch import EvictionWatch
 from fleetwatch.server.repo.evictions import (
     ack_eviction,
     approve_eviction,

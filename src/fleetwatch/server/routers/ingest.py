@@ -22,7 +22,7 @@ from fleetwatch.server.db.session import Database
 from fleetwatch.server.deps import IngestAuth
 from fleetwatch.server.errors import status_for
 from fleetwatch.server.ingest_checks import collapse_duplicate_samples, locate_unreadable
-from fleetwatch.server.leader import notify_wake
+from fleetwatch.server.jobs.leader import notify_wake
 from fleetwatch.server.repo.ingest import store_batch
 from fleetwatch.server.schemas.common import ErrorResponse, IngestAccepted, IngestResponse
 from fleetwatch.telemetry import BATCH_EXAMPLE, Batch, IngestLimits

@@ -16,6 +16,7 @@ from fastapi.concurrency import run_in_threadpool
 
 from fleetwatch.config import ServerSettings
 from fleetwatch.errors import InvalidInput, NotFound
+from fleetwatch.models.stragglers import judge_window
 from fleetwatch.server.db.base import utcnow
 from fleetwatch.server.db.session import Database
 from fleetwatch.server.deps import DatabaseDep, IngestAuth, ReadAuth, SettingsDep
@@ -32,7 +33,6 @@ from fleetwatch.server.schemas.jobs import (
     StragglerPublic,
     StragglersPublic,
 )
-from fleetwatch.server.stragglers import judge_window
 
 __all__ = ["router"]
 

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse
 
 from fleetwatch.server.deps import AdminAuth, DatabaseDep, ReadAuth
-from fleetwatch.server.refit import Refitter
+from fleetwatch.server.jobs.refit import Refitter
 from fleetwatch.server.repo.models import get_model, list_models
 from fleetwatch.server.schemas.common import error_body, error_responses
 from fleetwatch.server.schemas.fields import RowId

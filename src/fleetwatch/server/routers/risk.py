@@ -7,9 +7,9 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Query, Request
 
 from fleetwatch.errors import InvalidInput, NotFound
-from fleetwatch.server.assessment import FleetAssessment, GpuRisk, risk_order
-from fleetwatch.server.background import Assessor
 from fleetwatch.server.deps import ReadAuth
+from fleetwatch.server.judge.assessment import FleetAssessment, GpuRisk, risk_order
+from fleetwatch.server.judge.assessor import Assessor
 from fleetwatch.server.schemas.common import error_responses
 from fleetwatch.server.schemas.fields import Text
 from fleetwatch.server.schemas.risk import (

@@ -42,7 +42,7 @@ from sqlalchemy import Connection, and_, bindparam, func, or_, select, text, upd
 
 from fleetwatch.rules.xid import XidCatalog, XidVerdict, judge_xids
 from fleetwatch.server.db.tables import events, gpu_lifetimes, gpu_samples, gpus, nodes
-from fleetwatch.server.isolation import ItemGuard
+from fleetwatch.server.jobs.isolation import ItemGuard
 
 __all__ = ["LifecycleCounts", "sync_lifetimes"]
 

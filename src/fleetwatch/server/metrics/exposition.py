@@ -21,7 +21,7 @@ from fleetwatch.metrics import GPU_METRICS, THROTTLE_REASONS
 from fleetwatch.server.db.base import utcnow
 from fleetwatch.server.db.session import Database
 from fleetwatch.server.db.tables import events, gpus, nodes
-from fleetwatch.server.liveness import node_state
+from fleetwatch.server.judge.liveness import node_state
 
 __all__ = ["FleetExposition", "escape_label"]
 

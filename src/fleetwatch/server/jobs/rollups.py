@@ -21,7 +21,7 @@ from sqlalchemy import Connection, and_, case, delete, func, select
 from fleetwatch.models.telemetry_features import GPU_CATEGORIES, rollup_hour
 from fleetwatch.rules.xid_catalog import XidCatalog
 from fleetwatch.server.db.tables import events, gpu_hourly, gpu_samples, gpus
-from fleetwatch.server.isolation import ItemGuard
+from fleetwatch.server.jobs.isolation import ItemGuard
 
 __all__ = ["fleet_window_features", "floor_hour", "refresh_rollups", "roll_up_hours"]
 

@@ -1,6 +1,6 @@
 """Fleet assessment: every GPU's rule verdicts, age, covariates and failure probability.
 
-The background loop (:mod:`fleetwatch.server.background`) builds a :class:`FleetAssessment`
+The background loop (:mod:`fleetwatch.server.judge.assessor`) builds a :class:`FleetAssessment`
 every ``assess_interval_s`` in a worker thread; requests only read the newest one, so ``GET
 /v1/risk`` never queries telemetry or fits anything. Scores are computed once per horizon per
 snapshot and cached on it.
@@ -27,8 +27,8 @@ from sqlalchemy import Connection, func, select
 from fleetwatch.models.registry import Factor, RiskBundle
 from fleetwatch.models.telemetry_features import FEATURE_NAMES
 from fleetwatch.server.db.tables import gpu_lifetimes, gpus, nodes
-from fleetwatch.server.judging import FleetJudge, Verdict
-from fleetwatch.server.rollups import fleet_window_features
+from fleetwatch.server.jobs.rollups import fleet_window_features
+from fleetwatch.server.judge.judging import FleetJudge, Verdict
 
 __all__ = ["FleetAssessment", "GpuAssessment", "GpuRisk", "assess_fleet", "risk_order"]
 

@@ -1,7 +1,7 @@
 """Weekly delivery: once per week, after Monday 00:00 UTC + ``report_delay_h``, last week's JSON
 summary goes to the webhook outbox under the key ``weekly:<week>`` (the outbox dedupes on it).
 
-Delivery goes through ``fleetwatch.server.outbox.enqueue_report`` (to subscriptions whose
+Delivery goes through ``fleetwatch.server.tell.outbox.enqueue_report`` (to subscriptions whose
 filters say ``weekly_report: true``); tests pass their own ``enqueue``. The report is built only
 when a subscriber is still waiting for that week (a restart does not rebuild a sent report, and
 a fleet without report subscribers never builds one).
@@ -20,8 +20,8 @@ from fleetwatch.reports.weekly import compute_weekly
 from fleetwatch.reports.weeks import IsoWeek
 from fleetwatch.rules.xid_catalog import XidCatalog
 from fleetwatch.server.db.session import Database
-from fleetwatch.server.isolation import ItemGuard
-from fleetwatch.server.outbox import enqueue_report, report_recipients_waiting
+from fleetwatch.server.jobs.isolation import ItemGuard
+from fleetwatch.server.tell.outbox import enqueue_report, report_recipients_waiting
 
 __all__ = ["WeeklyReportJob", "summary"]
 

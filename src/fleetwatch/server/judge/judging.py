@@ -30,7 +30,7 @@ from fleetwatch.rules.thresholds import HealthThresholds
 from fleetwatch.rules.xid import XidVerdict, judge_xids
 from fleetwatch.rules.xid_catalog import XidCatalog
 from fleetwatch.server.db.tables import events, gpu_samples, gpus, nodes
-from fleetwatch.server.isolation import ItemGuard
+from fleetwatch.server.jobs.isolation import ItemGuard
 from fleetwatch.telemetry import SAMPLE_FIELD_NAMES, Event, GpuSample
 
 __all__ = ["FleetJudge", "Verdict"]
@@ -255,7 +255,7 @@ class FleetJudge:
         out: dict[str, list[Verdict]] = defaultdict(list)
         for node_id, members in by_node.items():
             # Node by node: one node whose data trips a rule up is logged and counted, and the
-            # rest of the fleet is still judged (server.isolation).
+            # rest of the fleet is still judged (server.jobs.isolation).
             found: dict[str, list[Verdict]] = defaultdict(list)
             with self.guard.item(None, f"node id {node_id}") as ok:
                 self._judge_node(members, node_events.get(node_id, []), as_of[node_id],

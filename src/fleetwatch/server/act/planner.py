@@ -6,7 +6,7 @@ for the strongest of three reasons:
 1. ``rule``: a GPU has a verdict that takes it out of service (a fatal Xid, a row-remap failure),
    or the node is unreachable (nothing for ``unreachable_after_intervals`` of its intervals, heard
    while this process was up: a restart of the server is not every node's silence, see
-   ``server.liveness``). A fact: drain now. Verdicts last seen before the node's latest return
+   ``server.judge.liveness``). A fact: drain now. Verdicts last seen before the node's latest return
    are history (it was repaired since) and do not count.
 2. ``straggler``: a ``hardware`` straggler verdict on the node has been open for at least
    ``straggler_drain_after_s``.
@@ -52,13 +52,13 @@ from typing import Any
 from sqlalchemy import Connection, func, insert, select, text
 
 from fleetwatch.config import ServerSettings
-from fleetwatch.server.assessment import FleetAssessment, GpuAssessment
-from fleetwatch.server.background import Assessor
 from fleetwatch.server.db.session import Database
 from fleetwatch.server.db.tables import events, evictions, nodes, stragglers
-from fleetwatch.server.isolation import ItemGuard
-from fleetwatch.server.judging import Verdict
-from fleetwatch.server.liveness import is_unheard, unreachable_deadline
+from fleetwatch.server.jobs.isolation import ItemGuard
+from fleetwatch.server.judge.assessment import FleetAssessment, GpuAssessment
+from fleetwatch.server.judge.assessor import Assessor
+from fleetwatch.server.judge.judging import Verdict
+from fleetwatch.server.judge.liveness import is_unheard, unreachable_deadline
 from fleetwatch.server.repo.evictions import (
     DRAINING_STATES,
     OPEN_STATES,
@@ -387,7 +387,7 @@ class EvictionPlanner:
             cancelled = False
             if not reason_left and not unknown:
                 # One eviction per item (a savepoint each; cancellations are few): a failing one
-                # stays open and is logged, the others are still planned (server.isolation).
+                # stays open and is logged, the others are still planned (server.jobs.isolation).
                 with self.guard.item(conn, f"eviction {row.id}"):
                     cancelled = cancel_eviction(conn, row, why="reason cleared", now=now)
             if cancelled:

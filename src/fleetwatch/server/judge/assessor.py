@@ -2,7 +2,7 @@
 
 Each job runs in a worker thread (``asyncio.to_thread``) so that requests keep being served, and
 a failing pass is logged and retried at the next tick, never fatal to the server. Jobs that write
-run on the one leader (server/leader.py); they also take a PostgreSQL advisory lock for their
+run on the one leader (server/jobs/leader.py); they also take a PostgreSQL advisory lock for their
 transaction, so a leader change mid-pass never has two doing the same work. The assessment is
 per process: each keeps its own snapshot in memory for its requests, refreshed on its timer.
 """
@@ -23,13 +23,13 @@ from fleetwatch.config import ServerSettings
 from fleetwatch.models.registry import RiskBundle
 from fleetwatch.rules.thresholds import HealthThresholds
 from fleetwatch.rules.xid_catalog import XidCatalog
-from fleetwatch.server.assessment import FleetAssessment, assess_fleet
 from fleetwatch.server.db.session import Database
-from fleetwatch.server.isolation import ItemGuard
-from fleetwatch.server.judging import FleetJudge
-from fleetwatch.server.lifecycle import sync_lifetimes
+from fleetwatch.server.jobs.isolation import ItemGuard
+from fleetwatch.server.jobs.lifecycle import sync_lifetimes
+from fleetwatch.server.jobs.rollups import refresh_rollups
+from fleetwatch.server.judge.assessment import FleetAssessment, assess_fleet
+from fleetwatch.server.judge.judging import FleetJudge
 from fleetwatch.server.repo.models import latest_ok_model
-from fleetwatch.server.rollups import refresh_rollups
 
 __all__ = ["Assessor", "RollupJob", "Waker", "load_rules", "periodic", "run_lifecycle"]
 

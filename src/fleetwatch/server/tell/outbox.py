@@ -28,11 +28,11 @@ import httpx
 from sqlalchemy import Connection, and_, func, insert, select, update
 
 from fleetwatch.config import ServerSettings
+from fleetwatch.notify.webhooks import render
 from fleetwatch.server.db.session import Database
 from fleetwatch.server.db.tables import webhook_outbox, webhook_subscriptions
-from fleetwatch.server.isolation import ItemGuard
+from fleetwatch.server.jobs.isolation import ItemGuard
 from fleetwatch.server.secret_box import SecretBox
-from fleetwatch.server.webhooks import render
 
 __all__ = [
     "DeliveryPass",

@@ -2,7 +2,7 @@
 
 Every ``straggler_interval_s`` it reads the jobs table, and for each job whose newest step is half a
 window past the next unjudged window, judges the windows in order
-(:mod:`fleetwatch.server.stragglers`). It writes verdict transitions and ``node_slowness`` in one
+(:mod:`fleetwatch.models.stragglers`). It writes verdict transitions and ``node_slowness`` in one
 transaction per job. A telemetry correlation is attached to hardware verdicts when they open.
 
 Detector state (runs of slow and normal windows) lives in this worker's memory. A worker that
@@ -23,9 +23,16 @@ from datetime import UTC, datetime
 from sqlalchemy import Connection, text
 
 from fleetwatch.config import ServerSettings
+from fleetwatch.models.stragglers import (
+    DetectorConfig,
+    JobDetector,
+    JobTrackers,
+    TrackedJob,
+    judge_window,
+)
 from fleetwatch.server.db.session import Database
-from fleetwatch.server.exposition import escape_label
-from fleetwatch.server.isolation import ItemGuard
+from fleetwatch.server.jobs.isolation import ItemGuard
+from fleetwatch.server.metrics.exposition import escape_label
 from fleetwatch.server.repo.jobs import (
     JobRow,
     apply_transitions,
@@ -35,13 +42,6 @@ from fleetwatch.server.repo.jobs import (
     read_steps,
     telemetry_evidence,
     update_slowness,
-)
-from fleetwatch.server.stragglers import (
-    DetectorConfig,
-    JobDetector,
-    JobTrackers,
-    TrackedJob,
-    judge_window,
 )
 
 __all__ = ["StragglerDetector", "render_stragglers"]

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from fleetwatch.server.assessment import FleetAssessment
-from fleetwatch.server.exposition import escape_label
+from fleetwatch.server.judge.assessment import FleetAssessment
+from fleetwatch.server.metrics.exposition import escape_label
 
 __all__ = ["render_risk"]
 

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from fleetwatch.server.rates import CounterReading, counter_rates
+from fleetwatch.rules.rates import CounterReading, counter_rates
 
 T0 = datetime(2026, 11, 30, 5, 0, tzinfo=UTC)
 

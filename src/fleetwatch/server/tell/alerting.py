@@ -21,8 +21,8 @@ resolves its alert and queues a ``resolve``, but only on evidence that covers th
   (``snapshot.at > updated_at``): with several workers, one whose snapshot is older than another's
   newest pass must not resolve what that pass fired or still saw;
 - an unreachable alert does not resolve while its node is *unheard* (silent, but this process has
-  not been up long enough to tell, see :mod:`fleetwatch.server.liveness`): it resolves when the
-  node reports again. When more than
+  not been up long enough to tell, see :mod:`fleetwatch.server.judge.liveness`): it resolves when
+  the node reports again. When more than
 ``alert_group_threshold`` new alerts match one subscription in one pass, they go as one grouped
 delivery listing them (an Xid storm over 100 nodes is one page, not 100); their resolves are
 grouped the same way, and for generic, Slack and PagerDuty the group resolves once all its
@@ -44,8 +44,8 @@ from typing import Any
 from sqlalchemy import Connection, and_, insert, select, text, update
 
 from fleetwatch.config import ServerSettings
+from fleetwatch.notify.webhooks import alert_document
 from fleetwatch.rules.xid_catalog import SEVERITY_RANK
-from fleetwatch.server.assessment import FleetAssessment
 from fleetwatch.server.db.session import Database
 from fleetwatch.server.db.tables import (
     alerts,
@@ -57,10 +57,10 @@ from fleetwatch.server.db.tables import (
     webhook_outbox,
     webhook_subscriptions,
 )
-from fleetwatch.server.isolation import ItemGuard
-from fleetwatch.server.liveness import is_unheard, node_state
-from fleetwatch.server.outbox import enqueue
-from fleetwatch.server.webhooks import alert_document
+from fleetwatch.server.jobs.isolation import ItemGuard
+from fleetwatch.server.judge.assessment import FleetAssessment
+from fleetwatch.server.judge.liveness import is_unheard, node_state
+from fleetwatch.server.tell.outbox import enqueue
 
 __all__ = ["AlertPass", "Alerter", "Condition", "derive_conditions", "matches"]
 
@@ -108,7 +108,7 @@ def derive_conditions(
     heard_since: datetime | None = None,
 ) -> dict[str, Condition]:
     """Every condition active at ``now``, by dedup key (a node is unreachable only after its
-    intervals of silence since ``heard_since`` too: see :mod:`fleetwatch.server.liveness`)."""
+    intervals of silence since ``heard_since`` too: see :mod:`fleetwatch.server.judge.liveness`)."""
     found: dict[str, Condition] = {}
     node_rows = list(
         conn.execute(select(nodes.c.name, nodes.c.labels, nodes.c.last_seen, nodes.c.interval_s))
@@ -345,7 +345,7 @@ class Alerter:
             for row in conn.execute(select(alerts).where(alerts.c.state == "firing"))
         }
         # Each alert, resolve and subscription is an item of its own: one the database refuses
-        # is logged and counted, and every other node still pages (see server.isolation).
+        # is logged and counted, and every other node still pages (see server.jobs.isolation).
         new_docs, gone_docs = [], []
         opened = self.guard.each(
             conn, active.items(), lambda item: self._open_or_touch(conn, item[1], firing, now),

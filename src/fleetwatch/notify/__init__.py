@@ -1,0 +1,1 @@
+"""Notification formats with no server in them: webhook payloads and their signatures."""

@@ -1,0 +1,1 @@
+"""Background work: the scheduler, leader election, and the jobs that keep the database current."""

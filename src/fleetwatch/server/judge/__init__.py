@@ -1,0 +1,1 @@
+"""Judging the fleet: rule verdicts, risk, node liveness and straggling training jobs."""

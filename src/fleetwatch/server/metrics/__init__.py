@@ -1,0 +1,1 @@
+"""The server's /metrics: the fleet, risk and evictions rendered for Prometheus."""

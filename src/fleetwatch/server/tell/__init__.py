@@ -1,0 +1,1 @@
+"""Telling people: alerts and the durable webhook outbox that delivers them."""
