@@ -41,7 +41,8 @@ from fleetwatch.rules.thresholds import HealthThresholds  # noqa: E402
 from fleetwatch.rules.xid_catalog import XidCatalog  # noqa: E402
 from fleetwatch.server.db.migrate import upgrade  # noqa: E402
 from fleetwatch.server.db.session import Database, make_engine  # noqa: E402
-from fleetwatch.server.judge.assessor import Assessor, RollupJob  # noqa: E402
+from fleetwatch.server.jobs.rollups import RollupJob  # noqa: E402
+from fleetwatch.server.judge.assessor import Assessor  # noqa: E402
 from fleetwatch.server.repo.models import store_model  # noqa: E402
 
 

@@ -1,16 +1,15 @@
-"""Prometheus metric names and definitions. Every constructor takes ``registry=``: no globals.
+"""The per-GPU Prometheus metric families: what the server exports and the dashboards query.
 
 Per-GPU metrics are named from the canonical fields in base units (Prometheus' convention):
-MHz become hertz, mJ joules, MiB bytes, percentages ratios.
+MHz become hertz, mJ joules, MiB bytes, percentages ratios. The server's own families (ingest,
+background jobs, leadership) are in :mod:`fleetwatch.server.metrics.families`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
-
-__all__ = ["GPU_METRICS", "GpuMetric", "ServerMetrics", "THROTTLE_REASONS"]
+__all__ = ["GPU_METRICS", "GpuMetric", "THROTTLE_REASONS"]
 
 
 @dataclass(frozen=True)
@@ -91,55 +90,3 @@ THROTTLE_REASONS: tuple[tuple[str, int], ...] = (
     ("hw_power_brake_slowdown", 0x80),
     ("display_clocks_setting", 0x100),
 )
-
-
-class ServerMetrics:
-    """The service's own counters, on a registry the app owns."""
-
-    def __init__(self, registry: CollectorRegistry) -> None:
-        self.ingest_batches = Counter(
-            "fleetwatch_ingest_batches_total",
-            "Ingest requests by outcome (accepted, duplicate, rejected).",
-            ["outcome"],
-            registry=registry,
-        )
-        self.ingest_samples = Counter(
-            "fleetwatch_ingest_samples_total", "GPU samples stored.", registry=registry
-        )
-        self.ingest_events = Counter(
-            "fleetwatch_ingest_events_total", "Events stored.", registry=registry
-        )
-        self.ingest_rejections = Counter(
-            "fleetwatch_ingest_rejections_total",
-            "Rejected ingest requests by HTTP status.",
-            ["status"],
-            registry=registry,
-        )
-        self.ingest_latency = Histogram(
-            "fleetwatch_ingest_request_duration_seconds",
-            "Time to validate and commit one ingest request.",
-            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0),
-            registry=registry,
-        )
-        # A background job isolates a bad item (one node, GPU, alert, delivery) and carries on;
-        # a whole pass failing is retried at the next tick. Both are counted, by job.
-        self.background_item_errors = Counter(
-            "fleetwatch_background_item_errors_total",
-            "Items a background pass skipped because they failed (the rest carried on), by job.",
-            ["job"],
-            registry=registry,
-        )
-        self.background_job_failures = Counter(
-            "fleetwatch_background_job_failures_total",
-            "Background passes that failed as a whole (retried at the next tick), by job.",
-            ["job"],
-            registry=registry,
-        )
-        # Passes on the job's own timer (a wake-up's assessment, plan and alerts count under
-        # "assessment"): on a replica that is not the leader only the assessment runs.
-        self.background_runs = Counter(
-            "fleetwatch_background_runs_total",
-            "Background passes completed on the job's timer or a wake-up, by job.",
-            ["job"],
-            registry=registry,
-        )

@@ -31,6 +31,7 @@ def exported_metric_names() -> set[str]:
     names = {m.name for m in GPU_METRICS}
     for path in (
         SOURCES / "metrics.py",
+        SOURCES / "server/metrics/families.py",
         *SOURCES.glob("server/metrics/*exposition.py"),
         SOURCES / "server/judge/straggler_detector.py",
     ):

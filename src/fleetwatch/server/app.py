@@ -1,63 +1,40 @@
 """The app factory. Nothing is built at import: ``create_app(settings)`` builds everything.
 
 Run with ``uvicorn --factory fleetwatch.server.app:create_app`` (settings from the environment) or
-``fleetwatch server``.
+``fleetwatch server``. The background jobs are listed in :mod:`fleetwatch.server.jobs.registry`,
+the ``/healthz``, ``/readyz`` and ``/metrics`` routes live in :mod:`fleetwatch.server.operations`.
 """
 
 from __future__ import annotations
 
-import asyncio
-import functools
-import gzip
 import logging
 import threading
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from typing import Any
 
-from fastapi import Depends, FastAPI, Request
-from fastapi.concurrency import run_in_threadpool
+from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
-from fastapi.responses import JSONResponse, Response
-from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
-from sqlalchemy import text
+from prometheus_client import CollectorRegistry
 
 import fleetwatch
 from fleetwatch.config import ServerSettings, load_server_settings
 from fleetwatch.errors import ConfigError, SchemaOutOfDate, StorageFull
-from fleetwatch.metrics import ServerMetrics
 from fleetwatch.server.act.eviction_watch import EvictionWatch
-from fleetwatch.server.act.planner import EvictionPlanner
-from fleetwatch.server.auth import Permission
 from fleetwatch.server.db.migrate import current_revision, head_revision, upgrade
 from fleetwatch.server.db.session import Database, make_engine, sqlite_directory
 from fleetwatch.server.db.storage import StorageCollector, StorageHealth
-from fleetwatch.server.deps import require
 from fleetwatch.server.docs import add_offline_docs
 from fleetwatch.server.errors import install_error_handlers
-from fleetwatch.server.jobs.isolation import ItemGuard
-from fleetwatch.server.jobs.leader import LeaderElector, single_process_problem
-from fleetwatch.server.jobs.refit import Refitter
-from fleetwatch.server.jobs.weekly_report import WeeklyReportJob
-from fleetwatch.server.judge.assessor import (
-    Assessor,
-    RollupJob,
-    Waker,
-    load_rules,
-    periodic,
-    run_lifecycle,
-)
-from fleetwatch.server.judge.straggler_detector import StragglerDetector, render_stragglers
-from fleetwatch.server.metrics.eviction_exposition import render_evictions
+from fleetwatch.server.jobs.leader import single_process_problem
+from fleetwatch.server.jobs.registry import BackgroundJobs
 from fleetwatch.server.metrics.exposition import FleetExposition
-from fleetwatch.server.metrics.risk_exposition import render_risk
+from fleetwatch.server.metrics.families import ServerMetrics
+from fleetwatch.server.operations import add_operational_routes
 from fleetwatch.server.page import router as page_router
 from fleetwatch.server.routers import api_router
-from fleetwatch.server.schemas.common import error_responses
 from fleetwatch.server.secret_box import SecretBox, load_secret_box, reseal_secrets
-from fleetwatch.server.tell.alerting import Alerter
-from fleetwatch.server.tell.outbox import OutboxWorker
 from fleetwatch.telemetry import Batch
 
 __all__ = ["create_app", "prepare_database"]
@@ -142,97 +119,33 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
         app.state.heard_since = heard_since = datetime.now(UTC)
         registry = CollectorRegistry()
         registry.register(StorageCollector(storage))
+        metrics = ServerMetrics(registry)
         app.state.db = db
         app.state.settings = settings
         app.state.registry = registry
-        app.state.metrics = ServerMetrics(registry)
+        app.state.metrics = metrics
         app.state.ingest_slots = threading.BoundedSemaphore(settings.max_concurrent_ingest)
         app.state.fleet = FleetExposition(
             db,
             ttl_s=settings.metrics_cache_ttl_s,
             unreachable_factor=settings.unreachable_after_intervals,
         )
-        catalog, thresholds = load_rules(settings)
-        metrics: ServerMetrics = app.state.metrics
-
-        def guard(job: str) -> ItemGuard:
-            return ItemGuard(job, metrics.background_item_errors.labels(job=job))
-
-        def failures(job: str) -> Counter:
-            return metrics.background_job_failures.labels(job=job)
-
-        def runs(job: str) -> Counter:
-            return metrics.background_runs.labels(job=job)
-
-        app.state.assessor = Assessor(db, settings, catalog, thresholds, guard=guard("assessment"))
-        app.state.planner = EvictionPlanner(
-            db, settings, app.state.assessor, guard=guard("planner"), heard_since=heard_since
+        jobs = BackgroundJobs(
+            db, settings, metrics=metrics, secrets=secret_box, heard_since=heard_since
         )
-        app.state.stragglers = StragglerDetector(db, settings, guard=guard("stragglers"))
-        app.state.waker = waker = Waker()
-        waker.bind()
-        app.state.outbox_waker = outbox_waker = Waker()
-        outbox_waker.bind()
-        app.state.alerter = Alerter(
-            db, settings, lambda: app.state.assessor.latest, on_queued=outbox_waker.poke,
-            guard=guard("alerts"), heard_since=heard_since,
-        )  # fmt: skip
-        app.state.outbox = OutboxWorker(db, settings, guard=guard("webhooks"), secrets=secret_box)
-        app.state.refitter = refitter = Refitter(db, settings, failures=failures("refit"))
-        # Write jobs run on the one leader only; every process keeps its own assessment fresh.
-        leader_tasks: list[asyncio.Task[None]] = []
-
-        def start_leading() -> None:
-            jobs = [
-                ("rollups", settings.rollup_interval_s,
-                 RollupJob(db, catalog, guard=guard("rollups"))),
-                ("lifecycle", settings.lifecycle_interval_s,
-                 functools.partial(run_lifecycle, db, settings, catalog, guard=guard("lifecycle"))),
-                ("planner", settings.planner_interval_s, app.state.planner.run_once),
-                ("stragglers", settings.straggler_interval_s, app.state.stragglers.run_once),
-                ("alerts", settings.alert_interval_s, app.state.alerter.run_once),
-                ("weekly_report", 600.0,
-                 WeeklyReportJob(db, settings, catalog, guard=guard("weekly_report"))),
-            ]  # fmt: skip
-            leader_tasks.extend(
-                asyncio.create_task(
-                    _lead(app, *job, failures=failures(job[0]), runs=runs(job[0])), name=job[0]
-                )
-                for job in jobs
-            )
-            deliver = ("webhooks", settings.webhook_delivery_interval_s, app.state.outbox.run_once,
-                       outbox_waker, failures("webhooks"), runs("webhooks"))  # fmt: skip
-            leader_tasks.append(asyncio.create_task(periodic(*deliver), name="webhooks"))
-            if settings.refit_interval_s > 0:
-                schedule = refitter.run_schedule(settings.refit_interval_s)
-                leader_tasks.append(asyncio.create_task(schedule, name="refit"))
-            waker.poke()  # a new leader judges and plans at once, not one interval later
-
-        def stop_leading() -> None:
-            # At once: a pass already in its worker thread finishes its transaction, no new one
-            # starts (the write jobs are idempotent and claim their rows in the database).
-            for task in leader_tasks:
-                task.cancel()
-            leader_tasks.clear()
-
-        def leadership_changed(leading: bool) -> None:
-            (start_leading if leading else stop_leading)()
-
-        app.state.elector = elector = None
-        if settings.background_jobs and settings.role != "api":
-            app.state.elector = elector = LeaderElector.for_engine(
-                engine, on_change=leadership_changed, on_wake=waker.poke
-            )
-        _register_leader_gauge(registry, settings, lambda: elector)
-        tasks: list[asyncio.Task[None]] = []
-        if settings.background_jobs:
-            # Each assessment is followed, on the leader, by a plan and the alerts; a fatal Xid
-            # or a lost GPU arriving (here or, through NOTIFY, on any replica) wakes them at once.
-            judge = ("assessment", settings.assess_interval_s, _judge_and_plan(app), waker,
-                     failures("assessment"), runs("assessment"))  # fmt: skip
-            tasks.append(asyncio.create_task(periodic(*judge), name="assessment"))
-        if elector is not None:
-            elector.start()
+        # The routes use some of the jobs' objects: the newest assessment, a refit on request,
+        # the wakers of the assessment and the webhook delivery.
+        app.state.assessor = jobs.assessor
+        app.state.planner = jobs.planner
+        app.state.stragglers = jobs.stragglers
+        app.state.alerter = jobs.alerter
+        app.state.outbox = jobs.outbox
+        app.state.refitter = jobs.refitter
+        app.state.waker = jobs.waker
+        app.state.outbox_waker = jobs.outbox_waker
+        metrics.track_leader(settings.role, lambda: jobs.is_leader)
+        jobs.start(engine)
+        app.state.elector = jobs.elector
         logger.info(
             "FleetWatch %s serving on %s", fleetwatch.__version__, db.engine.url.render_as_string()
         )
@@ -240,15 +153,7 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
             yield
         finally:
             eviction_watch.stop()
-            if elector is not None:
-                await asyncio.to_thread(elector.stop)
-            tasks.extend(leader_tasks)
-            stop_leading()
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            await asyncio.to_thread(refitter.wait, 60.0)  # a refit in flight ends before the engine
-            await asyncio.to_thread(app.state.outbox.close)
+            await jobs.stop()
             db.dispose()
 
     app = FastAPI(
@@ -264,122 +169,6 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
     install_error_handlers(app)
     app.include_router(api_router)
     app.include_router(page_router)  # the fleet page at /, outside /v1
-    _add_operational_routes(app, settings)
+    add_operational_routes(app, settings)
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     return app
-
-
-async def _lead(app: FastAPI, name: str, interval_s: float, job: Callable[[], Any],
-                failures: Counter, runs: Counter) -> None:  # fmt: skip
-    """Run a leader's job on its timer; the planner and the alerts first wait for a fresh
-    assessment, as a standby's snapshot may predate what the old leader acted on (acting on it
-    would cancel evictions and resolve alerts whose condition still holds)."""
-    while name in ("planner", "alerts"):
-        try:
-            await asyncio.to_thread(app.state.assessor.run_once)
-            break
-        except Exception:
-            failures.inc()
-            logger.exception("%s: no fresh assessment yet; retry in %.0f s", name, interval_s)
-            await asyncio.sleep(interval_s)
-    await periodic(name, interval_s, job, failures=failures, runs=runs)
-
-
-def _judge_and_plan(app: FastAPI) -> Callable[[], Any]:
-    def run() -> None:
-        app.state.assessor.run_once()
-        elector: LeaderElector | None = app.state.elector
-        if elector is None or not elector.is_leader:
-            return  # a replica's snapshot answers its requests; the leader plans and alerts
-        # The planner and the alerts have their own loops too: one failing must not keep the
-        # other from acting on this assessment (each failure is logged and counted there).
-        for job, step in (("planner", app.state.planner), ("alerts", app.state.alerter)):
-            try:
-                step.run_once()  # a fatal Xid drains and pages without waiting for their ticks
-            except Exception:
-                app.state.metrics.background_job_failures.labels(job=job).inc()
-                logger.exception("background job %s (after the assessment) failed", job)
-
-    return run
-
-
-def _register_leader_gauge(
-    registry: CollectorRegistry,
-    settings: ServerSettings,
-    elector: Callable[[], LeaderElector | None],
-) -> None:
-    gauge = Gauge(
-        "fleetwatch_leader",
-        "1 while this process is the leader that runs the write jobs, else 0",
-        ["role"],
-        registry=registry,
-    )
-
-    def leading() -> float:
-        current = elector()
-        return 1.0 if current is not None and current.is_leader else 0.0
-
-    gauge.labels(role=settings.role).set_function(leading)
-
-
-def _add_operational_routes(app: FastAPI, settings: ServerSettings) -> None:
-    read_auth = require(Permission.READ)
-
-    @app.get("/healthz", tags=["operations"], summary="Liveness: the process answers")
-    def healthz() -> dict[str, str]:
-        return {"status": "ok"}
-
-    @app.get(
-        "/readyz",
-        tags=["operations"],
-        summary="Readiness: the database answers, is migrated and its storage is not full",
-    )
-    def readyz(request: Request) -> JSONResponse:
-        db: Database = request.app.state.db
-        try:
-            with db.read() as conn:
-                conn.execute(text("SELECT 1"))
-            current, head = current_revision(db.engine), head_revision()
-        except Exception as exc:  # noqa: BLE001 - any failure here means "not ready", with the reason
-            return JSONResponse({"status": "unavailable", "reason": str(exc)}, status_code=503)
-        if current != head:
-            return JSONResponse(
-                {"status": "unavailable", "reason": f"schema at {current}, needs {head}"},
-                status_code=503,
-            )
-        full = db.storage.problem()
-        if full is not None:
-            return JSONResponse({"status": "unavailable", "reason": full}, status_code=503)
-        elector: LeaderElector | None = getattr(request.app.state, "elector", None)
-        leader = elector is not None and elector.is_leader
-        return JSONResponse(
-            {"status": "ready", "schema": current, "role": settings.role, "leader": leader}
-        )
-
-    @app.get(
-        "/metrics",
-        tags=["operations"],
-        summary="Prometheus metrics: per-GPU latest state, node liveness, Xid counts, ingest",
-        response_class=Response,
-        dependencies=[Depends(read_auth)] if settings.metrics_require_token else [],
-        responses=error_responses(401, 403) if settings.metrics_require_token else None,
-    )
-    async def metrics(request: Request) -> Response:
-        fleet: FleetExposition = request.app.state.fleet
-        body = await run_in_threadpool(fleet.render)
-        body += await run_in_threadpool(
-            render_risk, request.app.state.assessor.latest, settings.risk_horizons_h
-        )
-        body += await run_in_threadpool(
-            render_stragglers, request.app.state.stragglers, request.app.state.db
-        )
-        body += await run_in_threadpool(
-            render_evictions, request.app.state.db, settings.drain_budget_pct
-        )
-        payload = (generate_latest(request.app.state.registry).decode() + body).encode()
-        headers = {"Content-Type": "text/plain; version=0.0.4; charset=utf-8"}
-        if "gzip" in request.headers.get("accept-encoding", ""):
-            # Level 1: a 10,000-GPU page is tens of MB; speed matters more than the last byte.
-            payload = await run_in_threadpool(gzip.compress, payload, 1)
-            headers["Content-Encoding"] = "gzip"
-        return Response(payload, headers=headers)

@@ -20,11 +20,14 @@ from tests.conftest import bearer
 from tests.factories import make_batch, make_gpu, make_sample
 from tests.unit.server.conftest import Push
 
+from fleetwatch.rules.overrides import load_rules
 from fleetwatch.server.act import planner
 from fleetwatch.server.db.session import Database
 from fleetwatch.server.db.tables import alerts, evictions, gpu_lifetimes, webhook_outbox
 from fleetwatch.server.jobs.isolation import ItemGuard
-from fleetwatch.server.judge.assessor import RollupJob, load_rules, periodic, run_lifecycle
+from fleetwatch.server.jobs.lifecycle import run_lifecycle
+from fleetwatch.server.jobs.rollups import RollupJob
+from fleetwatch.server.jobs.scheduler import periodic
 from fleetwatch.server.judge.judging import FleetJudge
 from fleetwatch.server.tell import alerting
 from fleetwatch.server.tell.alerting import Condition
@@ -115,7 +118,7 @@ def test_longest_node_goes_unreachable_and_an_xid_79_elsewhere_still_drains_and_
     # Lifetimes and rollups take the longest values too: the serial key of a GPU without a
     # serial is its UUID, its location node/slot (266 characters).
     settings = _state(client).settings
-    catalog, _ = load_rules(settings)
+    catalog, _ = load_rules(settings.rules_file)
     run_lifecycle(db, settings, catalog, now=now)
     RollupJob(db, catalog)(now=now)
     with db.read() as conn:

@@ -11,8 +11,7 @@ from fastapi.testclient import TestClient
 from tests.conftest import bearer
 from tests.factories import gpu_uuid, make_batch
 
-from fleetwatch.config import ServerSettings
-from fleetwatch.server.judge.assessor import load_rules
+from fleetwatch.rules.overrides import load_rules
 
 
 def _xid_43_batch() -> dict:
@@ -51,7 +50,7 @@ def test_an_xid_override_turns_an_ignored_code_into_a_reset(
 def test_a_health_override_changes_the_threshold(tmp_path: Path) -> None:
     rules = tmp_path / "rules.toml"
     rules.write_text("[health]\ntemp_margin_c = 5.0\n")
-    _catalog, thresholds = load_rules(ServerSettings(rules_file=rules, _env_file=None))  # type: ignore[call-arg]
+    _catalog, thresholds = load_rules(rules)
     assert thresholds.temp_margin_c == 5.0
 
 
@@ -68,4 +67,4 @@ def test_a_bad_rules_file_is_refused_naming_the_problem(
     rules = tmp_path / "rules.toml"
     rules.write_text(text)
     with pytest.raises(ValueError, match=needle):
-        load_rules(ServerSettings(rules_file=rules, _env_file=None))  # type: ignore[call-arg]
+        load_rules(rules)

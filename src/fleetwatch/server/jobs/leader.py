@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 from sqlalchemy import Engine, text
 
 from fleetwatch.config import ServerSettings
+from fleetwatch.server.jobs.locks import LockKey
 
 if TYPE_CHECKING:
     import psycopg
@@ -36,7 +37,7 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-LEADER_LOCK = 0x46575F4C454144  # "FW_LEAD": the one key every process competes for
+LEADER_LOCK = int(LockKey.LEADER)  # the one key every process competes for
 WAKE_CHANNEL = "fleetwatch_wake"
 # A leader cut off by the network (no reset, no answer) notices within about 10 s and stops
 # leading; the database frees its lock on its own keepalive settings (tcp_keepalives_*).

@@ -34,23 +34,39 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from itertools import islice
 from typing import Any
 
-from sqlalchemy import Connection, and_, bindparam, func, or_, select, text, update
+from sqlalchemy import Connection, and_, bindparam, func, or_, select, update
 
+from fleetwatch.config import ServerSettings
 from fleetwatch.rules.xid import XidCatalog, XidVerdict, judge_xids
+from fleetwatch.server.db.session import Database
 from fleetwatch.server.db.tables import events, gpu_lifetimes, gpu_samples, gpus, nodes
 from fleetwatch.server.jobs.isolation import ItemGuard
+from fleetwatch.server.jobs.locks import LockKey, transaction_lock, try_transaction_lock
 
-__all__ = ["LifecycleCounts", "sync_lifetimes"]
+__all__ = ["LifecycleCounts", "run_lifecycle", "sync_lifetimes"]
 
 LOOKBACK = timedelta(hours=24)
 _CHUNK = 500  # uuids per IN (...) list, well under SQLite's bound-parameter limit
 _FATAL_SEVERITIES = frozenset({"critical", "fatal"})
 _ENDING = ("b_id", "removed_at", "end_kind", "cause", "evidence")
-_LOCK_KEY = 0x46575F4C4359  # "FW_LCY": one advisory lock for every lifecycle sync
+
+
+# What a fatal verdict is read from: Xid and gpu_lost events, as judge_xids reads them.
+_XID_EVENT_COLUMNS = (
+    events.c.kind,
+    events.c.xid,
+    events.c.ts,
+    events.c.pci_bus_id,
+    events.c.message,
+    events.c.gpu_uuid.label("uuid"),
+    events.c.pid,
+    events.c.process,
+    events.c.node_id,
+)
 
 
 @dataclass(frozen=True)
@@ -95,13 +111,36 @@ class _Fatal:
     evidence: dict[str, Any]
 
 
-def sync_lifetimes(
-    conn: Connection, *, now: datetime, catalog: XidCatalog, leave_after_s: float = 3600.0,
+def run_lifecycle(
+    db: Database,
+    settings: ServerSettings,
+    catalog: XidCatalog,
+    now: datetime | None = None,
     guard: ItemGuard | None = None,
-) -> LifecycleCounts:  # fmt: skip
+) -> LifecycleCounts | None:
+    """The leader's lifecycle job: one sync, skipped (None) while another process runs one."""
+    with db.write() as conn:
+        if not try_transaction_lock(conn, LockKey.LIFECYCLE_PASS):
+            return None
+        return sync_lifetimes(
+            conn,
+            now=now or datetime.now(UTC),
+            catalog=catalog,
+            leave_after_s=settings.gpu_leave_after_s,
+            guard=guard,
+        )
+
+
+def sync_lifetimes(
+    conn: Connection,
+    *,
+    now: datetime,
+    catalog: XidCatalog,
+    leave_after_s: float = 3600.0,
+    guard: ItemGuard | None = None,
+) -> LifecycleCounts:
     """Open, close and reopen ``observed`` lifetimes to match the fleet (see the module doc)."""
-    if conn.dialect.name == "postgresql":
-        conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _LOCK_KEY})
+    transaction_lock(conn, LockKey.LIFECYCLE)
     leave_after = timedelta(seconds=leave_after_s)
     fleet = _load_gpus(conn)
     newest = _newest_lifetimes(conn)
@@ -147,9 +186,11 @@ def sync_lifetimes(
         .values({k: bindparam(k) for k in _ENDING[1:]})
     )
     guard.many(
-        conn, [dict(zip(_ENDING, e, strict=True)) for e in endings],
-        lambda rows: conn.execute(ending, rows), ident=lambda row: f"lifetime {row['b_id']}",
-    )  # fmt: skip
+        conn,
+        [dict(zip(_ENDING, e, strict=True)) for e in endings],
+        lambda rows: conn.execute(ending, rows),
+        ident=lambda row: f"lifetime {row['b_id']}",
+    )
     returned = _returns(conn, fleet, newest, leave_after, guard)
     return LifecycleCounts(
         opened=opened,
@@ -161,10 +202,12 @@ def sync_lifetimes(
 
 def _load_gpus(conn: Connection) -> dict[str, _Gpu]:
     """Every GPU by serial key; when two rows share a key, the one seen last stands for it."""
-    query = select(
-        gpus.c.uuid, gpus.c.serial, gpus.c.node_id, gpus.c.index, gpus.c.pci_bus_id, gpus.c.name,
-        gpus.c.first_seen, gpus.c.last_seen, gpus.c.latest_ts, nodes.c.name.label("node_name"),
-    ).join(nodes, nodes.c.id == gpus.c.node_id)  # fmt: skip
+    g = gpus.c
+    columns = (g.uuid, g.serial, g.node_id, g.index, g.pci_bus_id, g.name)
+    seen = (g.first_seen, g.last_seen, g.latest_ts)
+    query = select(*columns, *seen, nodes.c.name.label("node_name")).join(
+        nodes, nodes.c.id == g.node_id
+    )
     fleet: dict[str, _Gpu] = {}
     for row in conn.execute(query.order_by(gpus.c.last_seen, gpus.c.uuid)):
         place = row.pci_bus_id or str(row.index)
@@ -186,12 +229,12 @@ def _load_gpus(conn: Connection) -> dict[str, _Gpu]:
 def _newest_lifetimes(conn: Connection) -> dict[str, _Stint]:
     """The newest lifetime of every serial key the fleet reports, by key."""
     keys = select(func.coalesce(gpus.c.serial, gpus.c.uuid))
+    lt = gpu_lifetimes.c
     query = (
-        select(gpu_lifetimes.c.id, gpu_lifetimes.c.serial, gpu_lifetimes.c.installed_at,
-               gpu_lifetimes.c.removed_at, gpu_lifetimes.c.source)
-        .where(gpu_lifetimes.c.serial.in_(keys))
-        .order_by(gpu_lifetimes.c.installed_at, gpu_lifetimes.c.id)
-    )  # fmt: skip
+        select(lt.id, lt.serial, lt.installed_at, lt.removed_at, lt.source)
+        .where(lt.serial.in_(keys))
+        .order_by(lt.installed_at, lt.id)
+    )
     newest: dict[str, _Stint] = {}
     for row in conn.execute(query):
         before = newest.get(row.serial)
@@ -201,8 +244,15 @@ def _newest_lifetimes(conn: Connection) -> dict[str, _Stint]:
 
 
 def _opening(g: _Gpu, installed_at: datetime) -> dict[str, Any]:
-    return {"serial": g.key, "gpu_uuid": g.uuid, "node_id": g.node_id, "location": g.location,
-            "sku": g.sku, "installed_at": installed_at, "source": "observed"}  # fmt: skip
+    return {
+        "serial": g.key,
+        "gpu_uuid": g.uuid,
+        "node_id": g.node_id,
+        "location": g.location,
+        "sku": g.sku,
+        "installed_at": installed_at,
+        "source": "observed",
+    }
 
 
 def _first_samples(conn: Connection, uuids: list[str]) -> dict[str, datetime]:
@@ -230,8 +280,12 @@ def _install(conn: Connection, new: Sequence[_Gpu], guard: ItemGuard) -> int:
 
 def _insert(conn: Connection, rows: list[dict[str, Any]], guard: ItemGuard) -> int:
     # All at once; a row the database refuses is logged and skipped, the others are stored.
-    return guard.many(conn, rows, lambda many: conn.execute(gpu_lifetimes.insert(), many),
-                      ident=lambda row: f"gpu {row['gpu_uuid']}")  # fmt: skip
+    return guard.many(
+        conn,
+        rows,
+        lambda many: conn.execute(gpu_lifetimes.insert(), many),
+        ident=lambda row: f"gpu {row['gpu_uuid']}",
+    )
 
 
 def _replacements(fleet: Iterable[_Gpu], open_observed: dict[str, _Stint]) -> dict[str, _Gpu]:
@@ -266,13 +320,11 @@ def _fatal_verdicts(
     for chunk in _chunks(list(by_uuid)):
         since = min(by_uuid[u].last_sample for u in chunk) - LOOKBACK
         node_ids = sorted({by_uuid[u].node_id for u in chunk})
-        query = select(
-            events.c.kind, events.c.xid, events.c.ts, events.c.pci_bus_id, events.c.message,
-            events.c.gpu_uuid.label("uuid"), events.c.pid, events.c.process, events.c.node_id,
-        ).where(
-            events.c.node_id.in_(node_ids), events.c.kind.in_(("xid", "gpu_lost")),
+        query = select(*_XID_EVENT_COLUMNS).where(
+            events.c.node_id.in_(node_ids),
+            events.c.kind.in_(("xid", "gpu_lost")),
             events.c.ts >= since,
-        )  # fmt: skip
+        )
         for row in conn.execute(query):
             uuid = row.uuid if row.uuid else by_slot.get((row.node_id, row.pci_bus_id or ""))
             if uuid in by_uuid:
@@ -285,12 +337,13 @@ def _fatal_verdicts(
             floor = max(floor, ended + leave_after)
         evs = [e for e in evs if e.ts >= floor]
         verdicts = judge_xids(evs, catalog=catalog, now=g.last_sample)
-        fatal = [_from_verdict(v, catalog) for v in verdicts
-                 if v.counts_against_gpu and v.severity in _FATAL_SEVERITIES]  # fmt: skip
+        fatal = [
+            _from_verdict(v, catalog)
+            for v in verdicts
+            if v.counts_against_gpu and v.severity in _FATAL_SEVERITIES
+        ]
         if lost := sorted(e.ts for e in evs if e.kind == "gpu_lost"):
-            facts = {"xids": [], "count": len(lost), "first_seen": lost[0].isoformat(),
-                     "action": "reboot_node", "rule": "gpu_lost", "source": "event"}  # fmt: skip
-            fatal.append(_Fatal(lost[0], "GPU lost from the bus (gpu_lost event)", facts))
+            fatal.append(_lost_from_bus(lost))
         if fatal:
             found[g.key] = min(fatal, key=lambda f: f.at)
     return found
@@ -302,16 +355,36 @@ def _from_verdict(v: XidVerdict, catalog: XidCatalog) -> _Fatal:
     folded = f" with Xid {', '.join(map(str, v.xids[1:]))}" if len(v.xids) > 1 else ""
     cause = f"Xid {v.xids[0]} ({primary.mnemonic}){folded} x{v.count}: rule {v.rule}, {v.action}"
     evidence = {
-        "xids": list(v.xids), "count": v.count, "first_seen": v.first_seen.isoformat(),
-        "action": v.action, "rule": v.rule, "source": v.source,
-    }  # fmt: skip
+        "xids": list(v.xids),
+        "count": v.count,
+        "first_seen": v.first_seen.isoformat(),
+        "action": v.action,
+        "rule": v.rule,
+        "source": v.source,
+    }
     return _Fatal(v.first_seen, cause, evidence)
 
 
+def _lost_from_bus(lost: list[datetime]) -> _Fatal:
+    """A GPU's ``gpu_lost`` events (sorted) as a fatal finding at the first of them."""
+    evidence = {
+        "xids": [],
+        "count": len(lost),
+        "first_seen": lost[0].isoformat(),
+        "action": "reboot_node",
+        "rule": "gpu_lost",
+        "source": "event",
+    }
+    return _Fatal(lost[0], "GPU lost from the bus (gpu_lost event)", evidence)
+
+
 def _returns(
-    conn: Connection, fleet: dict[str, _Gpu], newest: dict[str, _Stint], leave_after: timedelta,
+    conn: Connection,
+    fleet: dict[str, _Gpu],
+    newest: dict[str, _Stint],
+    leave_after: timedelta,
     guard: ItemGuard,
-) -> int:  # fmt: skip
+) -> int:
     """Reopen serials whose newest lifetime was closed before this run yet report again."""
     back = {
         g.uuid: (g, row.removed_at + leave_after)
@@ -321,13 +394,14 @@ def _returns(
         and g.last_sample > row.removed_at + leave_after
     }
     rows = []
+    gs = gpu_samples.c
     for chunk in _chunks(list(back)):
+        after_grace = or_(*(and_(gs.gpu_uuid == u, gs.ts > back[u][1]) for u in chunk))
         query = (
-            select(gpu_samples.c.gpu_uuid, func.min(gpu_samples.c.ts).label("first"))
-            .where(or_(*(and_(gpu_samples.c.gpu_uuid == u, gpu_samples.c.ts > back[u][1])
-                         for u in chunk)))
-            .group_by(gpu_samples.c.gpu_uuid)
-        )  # fmt: skip
+            select(gs.gpu_uuid, func.min(gs.ts).label("first"))
+            .where(after_grace)
+            .group_by(gs.gpu_uuid)
+        )
         for sample in conn.execute(query):
             rows.append(_opening(back[sample.gpu_uuid][0], sample.first))
     return _insert(conn, rows, guard)

@@ -16,13 +16,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from datetime import datetime, timedelta
 
 import pandas as pd
 from prometheus_client import Counter
-from sqlalchemy import insert, select, text
+from sqlalchemy import insert, select
 
 from fleetwatch.config import ServerSettings
 from fleetwatch.models.base import ModelFitError
@@ -31,6 +30,7 @@ from fleetwatch.models.wear_out import wear_out_onsets
 from fleetwatch.server.db.base import utcnow
 from fleetwatch.server.db.session import Database
 from fleetwatch.server.db.tables import events, risk_models
+from fleetwatch.server.jobs.locks import LockKey, session_lock
 from fleetwatch.server.jobs.training import training_frame
 from fleetwatch.server.repo.models import Trigger, latest_ok_model, store_model
 
@@ -38,30 +38,8 @@ __all__ = ["STARTUP_DELAY_S", "Refitter", "run_refit"]
 
 logger = logging.getLogger(__name__)
 
-_REFIT_LOCK_KEY = 0x46575F524649  # "FW_RFI": one advisory lock for every refit
 STARTUP_DELAY_S = 10.0
 """The first scheduled refit waits this long after startup, so the server answers first."""
-
-
-@contextmanager
-def _refit_lock(db: Database) -> Iterator[bool]:
-    """True when this process may refit now: always on SQLite, else if the lock was free."""
-    if db.is_sqlite:
-        yield True
-        return
-    with db.engine.connect() as conn:
-        got = bool(
-            conn.execute(text("SELECT pg_try_advisory_lock(:k)"), {"k": _REFIT_LOCK_KEY}).scalar()
-        )
-        conn.commit()
-        try:
-            yield got
-        finally:
-            if got:
-                # A session lock outlives transactions: it must be released before the
-                # connection goes back to the pool.
-                conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": _REFIT_LOCK_KEY})
-                conn.commit()
 
 
 def run_refit(
@@ -79,14 +57,15 @@ def run_refit(
     times). A failed fit is stored as ``failed`` and its exception re-raised.
     """
     now = now or utcnow()
-    with _refit_lock(db) as got:
+    with session_lock(db.engine, LockKey.REFIT) as got:
         if not got:
             logger.info("refit (%s) skipped: another replica is refitting", trigger)
             return None
         with db.read() as conn:
             if min_interval_s is not None:
-                newest = conn.execute(select(risk_models.c.trained_at).order_by(
-                    risk_models.c.version.desc()).limit(1)).scalar()  # fmt: skip
+                newest = conn.execute(
+                    select(risk_models.c.trained_at).order_by(risk_models.c.version.desc()).limit(1)
+                ).scalar()
                 if newest is not None and now - newest < timedelta(seconds=min_interval_s):
                     logger.info("refit (%s) skipped: version trained at %s", trigger, newest)
                     return None
@@ -144,9 +123,14 @@ def run_refit(
     logger.info(
         "refit (%s) stored version %d: %d lifetimes, %d failures, %d group fits, AFT %s, "
         "%d wear-out onsets",
-        trigger, version, len(frame), int(frame[EVENT].sum()), len(bundle.weibulls) - 1,
-        "yes" if bundle.has_aft else "no", len(onsets),
-    )  # fmt: skip
+        trigger,
+        version,
+        len(frame),
+        int(frame[EVENT].sum()),
+        len(bundle.weibulls) - 1,
+        "yes" if bundle.has_aft else "no",
+        len(onsets),
+    )
     return version
 
 

@@ -13,17 +13,25 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Connection, and_, case, delete, func, select
 
 from fleetwatch.models.telemetry_features import GPU_CATEGORIES, rollup_hour
 from fleetwatch.rules.xid_catalog import XidCatalog
+from fleetwatch.server.db.session import Database
 from fleetwatch.server.db.tables import events, gpu_hourly, gpu_samples, gpus
 from fleetwatch.server.jobs.isolation import ItemGuard
+from fleetwatch.server.jobs.locks import LockKey, try_transaction_lock
 
-__all__ = ["fleet_window_features", "floor_hour", "refresh_rollups", "roll_up_hours"]
+__all__ = [
+    "RollupJob",
+    "fleet_window_features",
+    "floor_hour",
+    "refresh_rollups",
+    "roll_up_hours",
+]
 
 _COLUMNS = (
     "gpu_temp_c",
@@ -67,9 +75,13 @@ def _xids_by_gpu_hour(
 
 
 def roll_up_hours(
-    conn: Connection, *, start: datetime, end: datetime, catalog: XidCatalog,
+    conn: Connection,
+    *,
+    start: datetime,
+    end: datetime,
+    catalog: XidCatalog,
     guard: ItemGuard | None = None,
-) -> int:  # fmt: skip
+) -> int:
     """Recompute the rollups of every GPU for the hours in ``[start, end)``; return rows written."""
     start, end = floor_hour(start), end
     cols = [gpu_samples.c[name] for name in _COLUMNS]
@@ -97,8 +109,12 @@ def roll_up_hours(
         guard.recovered(f"gpu {uuid}")
         out.append({**rollup.as_row(), "node_id": node_of[uuid]})
     conn.execute(delete(gpu_hourly).where(gpu_hourly.c.hour >= start, gpu_hourly.c.hour < end))
-    return guard.many(conn, out, lambda rows: conn.execute(gpu_hourly.insert(), rows),
-                      ident=lambda row: f"gpu {row['gpu_uuid']}")  # fmt: skip
+    return guard.many(
+        conn,
+        out,
+        lambda rows: conn.execute(gpu_hourly.insert(), rows),
+        ident=lambda row: f"gpu {row['gpu_uuid']}",
+    )
 
 
 def refresh_rollups(
@@ -146,6 +162,30 @@ def refresh_rollups(
             progress(1)
         hour += timedelta(hours=1)
     return written, newest_id
+
+
+class RollupJob:
+    """The leader's rollups job: keeps ``gpu_hourly`` current, remembering the newest sample id
+    between passes. A pass is skipped while another process runs one."""
+
+    def __init__(self, db: Database, catalog: XidCatalog, guard: ItemGuard | None = None) -> None:
+        self.db = db
+        self.catalog = catalog
+        self.guard = guard or ItemGuard("rollups")
+        self.after_id: int | None = None
+
+    def __call__(self, now: datetime | None = None) -> int | None:
+        with self.db.write() as conn:
+            if not try_transaction_lock(conn, LockKey.ROLLUPS):
+                return None
+            written, self.after_id = refresh_rollups(
+                conn,
+                now=now or datetime.now(UTC),
+                catalog=self.catalog,
+                after_id=self.after_id,
+                guard=self.guard,
+            )
+            return written
 
 
 def _rate(value_col: Any) -> Any:

@@ -1,23 +1,15 @@
-"""The server's background work: rollups, lifetimes, and the fleet assessment, on timers.
+"""This process's fleet assessment, rebuilt on the assessment timer and kept for its requests.
 
-Each job runs in a worker thread (``asyncio.to_thread``) so that requests keep being served, and
-a failing pass is logged and retried at the next tick, never fatal to the server. Jobs that write
-run on the one leader (server/jobs/leader.py); they also take a PostgreSQL advisory lock for their
-transaction, so a leader change mid-pass never has two doing the same work. The assessment is
-per process: each keeps its own snapshot in memory for its requests, refreshed on its timer.
+Every process (leader or not) keeps its own :class:`FleetAssessment` in memory, so every replica
+answers ``/v1/risk``, the fleet page and ``/metrics`` from a snapshot at most one interval old.
 """
 
 from __future__ import annotations
 
-import asyncio
-import logging
 import threading
-import tomllib
-from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from typing import Any, Protocol
 
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection
 
 from fleetwatch.config import ServerSettings
 from fleetwatch.models.registry import RiskBundle
@@ -25,85 +17,32 @@ from fleetwatch.rules.thresholds import HealthThresholds
 from fleetwatch.rules.xid_catalog import XidCatalog
 from fleetwatch.server.db.session import Database
 from fleetwatch.server.jobs.isolation import ItemGuard
-from fleetwatch.server.jobs.lifecycle import sync_lifetimes
-from fleetwatch.server.jobs.rollups import refresh_rollups
 from fleetwatch.server.judge.assessment import FleetAssessment, assess_fleet
 from fleetwatch.server.judge.judging import FleetJudge
 from fleetwatch.server.repo.models import latest_ok_model
 
-__all__ = ["Assessor", "RollupJob", "Waker", "load_rules", "periodic", "run_lifecycle"]
-
-logger = logging.getLogger(__name__)
-
-_ROLLUP_LOCK = 0x46575F524F4C  # "FW_ROL"
-_LIFECYCLE_LOCK = 0x46575F4C4946 + 1
-
-
-def load_rules(settings: ServerSettings) -> tuple[XidCatalog, HealthThresholds]:
-    """The Xid catalogue and health thresholds, with the fleet's overrides from ``rules_file``."""
-    if settings.rules_file is None:
-        return XidCatalog.load(), HealthThresholds()
-    data = tomllib.loads(settings.rules_file.read_text("utf-8"))
-    unknown = set(data) - {"xid", "health"}
-    if unknown:
-        raise ValueError(f"{settings.rules_file}: unknown table(s) {sorted(unknown)}")
-    return XidCatalog.load(data.get("xid")), HealthThresholds.from_mapping(data.get("health"))
-
-
-def _singleton(conn: Connection, key: int) -> bool:
-    """Whether this transaction may do a fleet-wide job (always, on SQLite: writers queue)."""
-    if conn.dialect.name != "postgresql":
-        return True
-    return bool(conn.execute(text("SELECT pg_try_advisory_xact_lock(:k)"), {"k": key}).scalar())
-
-
-class RollupJob:
-    """Keeps ``gpu_hourly`` current; remembers the newest sample id between passes."""
-
-    def __init__(self, db: Database, catalog: XidCatalog, guard: ItemGuard | None = None) -> None:
-        self.db = db
-        self.catalog = catalog
-        self.guard = guard or ItemGuard("rollups")
-        self.after_id: int | None = None
-
-    def __call__(self, now: datetime | None = None) -> int | None:
-        with self.db.write() as conn:
-            if not _singleton(conn, _ROLLUP_LOCK):
-                return None
-            written, self.after_id = refresh_rollups(
-                conn,
-                now=now or datetime.now(UTC),
-                catalog=self.catalog,
-                after_id=self.after_id,
-                guard=self.guard,
-            )
-            return written
-
-
-def run_lifecycle(
-    db: Database, settings: ServerSettings, catalog: XidCatalog, now: datetime | None = None,
-    guard: ItemGuard | None = None,
-) -> Any:  # fmt: skip
-    with db.write() as conn:
-        if not _singleton(conn, _LIFECYCLE_LOCK):
-            return None
-        return sync_lifetimes(
-            conn, now=now or datetime.now(UTC), catalog=catalog,
-            leave_after_s=settings.gpu_leave_after_s, guard=guard,
-        )  # fmt: skip
+__all__ = ["Assessor"]
 
 
 class Assessor:
     """Builds this worker's :class:`FleetAssessment` and keeps the newest one."""
 
-    def __init__(self, db: Database, settings: ServerSettings, catalog: XidCatalog,
-                 thresholds: HealthThresholds, guard: ItemGuard | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        db: Database,
+        settings: ServerSettings,
+        catalog: XidCatalog,
+        thresholds: HealthThresholds,
+        guard: ItemGuard | None = None,
+    ) -> None:
         self.db = db
         self.settings = settings
         self.judge = FleetJudge(
-            catalog=catalog, thresholds=thresholds,
-            unreachable_after_intervals=settings.unreachable_after_intervals, guard=guard,
-        )  # fmt: skip
+            catalog=catalog,
+            thresholds=thresholds,
+            unreachable_after_intervals=settings.unreachable_after_intervals,
+            guard=guard,
+        )
         self.latest: FleetAssessment | None = None
         self._bundle: tuple[int, RiskBundle] | None = None
         self._lock = threading.Lock()
@@ -120,82 +59,18 @@ class Assessor:
         now = now or datetime.now(UTC)
         with self._lock, self.db.read() as conn:
             model = self._model(conn)
+            version, bundle = model if model is not None else (None, None)
             snapshot = assess_fleet(
-                conn, self.judge, now=now,
-                bundle=model[1] if model else None, model_version=model[0] if model else None,
+                conn,
+                self.judge,
+                now=now,
+                bundle=bundle,
+                model_version=version,
                 feature_window=timedelta(days=self.settings.model_window_days),
-            )  # fmt: skip
+            )
         self.latest = snapshot
         return snapshot
 
     def current(self) -> FleetAssessment:
         """The newest snapshot, building one now if the loop has not run yet."""
         return self.latest if self.latest is not None else self.run_once()
-
-
-class Waker:
-    """Cuts a background job's wait short: a fatal Xid should not sit until the next tick.
-
-    ``poke`` may be called from any thread; :func:`periodic` jobs given the waker run as soon as
-    it is poked (pokes during a run coalesce into one more run).
-    """
-
-    def __init__(self) -> None:
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._event: asyncio.Event | None = None
-
-    def bind(self) -> None:
-        self._loop = asyncio.get_running_loop()
-        self._event = asyncio.Event()
-
-    def poke(self) -> None:
-        if self._loop is not None and self._event is not None:
-            self._loop.call_soon_threadsafe(self._event.set)
-
-    async def wait(self, timeout_s: float) -> None:
-        assert self._event is not None, "bind() the waker in the event loop first"
-        try:
-            await asyncio.wait_for(self._event.wait(), timeout_s)
-        except TimeoutError:
-            pass
-        self._event.clear()
-
-
-class _Counter(Protocol):
-    def inc(self, amount: float = 1) -> None: ...
-
-
-async def periodic(
-    name: str,
-    interval_s: float,
-    job: Callable[[], Any],
-    waker: Waker | None = None,
-    failures: _Counter | None = None,
-    runs: _Counter | None = None,
-) -> None:
-    """Run ``job`` in a thread now and then every ``interval_s`` (sooner when ``waker`` is
-    poked), until cancelled. A failed pass is logged, counted on ``failures`` and retried; a
-    completed one is counted on ``runs``."""
-    while True:
-        started = asyncio.get_running_loop().time()
-        hint: float | None = None
-        try:
-            result = await asyncio.to_thread(job)
-            logger.debug("%s: %s", name, result)
-            if runs is not None:
-                runs.inc()
-            # A job may know when it next has work (the planner: a node about to go silent).
-            hint = getattr(result, "next_run_s", None)
-        except Exception:
-            if failures is not None:
-                failures.inc()
-            logger.exception("background job %s failed; retrying in %.0f s", name, interval_s)
-        elapsed = asyncio.get_running_loop().time() - started
-        # A job slower than its interval still leaves the loop a breather, never a busy loop.
-        pause = max(interval_s - elapsed, 0.1 * interval_s)
-        if hint is not None:
-            pause = min(pause, max(hint + 0.05, 0.05))
-        if waker is None:
-            await asyncio.sleep(pause)
-        else:
-            await waker.wait(pause)

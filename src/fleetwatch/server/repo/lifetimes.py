@@ -14,11 +14,12 @@ from datetime import datetime
 from itertools import islice
 from typing import Any
 
-from sqlalchemy import Connection, Row, select, text, update
+from sqlalchemy import Connection, Row, select, update
 
 from fleetwatch.errors import InvalidInput, NotFound
 from fleetwatch.inventory import EndKind, LifetimeRecord
 from fleetwatch.server.db.tables import gpu_lifetimes, gpus
+from fleetwatch.server.jobs.locks import LockKey, transaction_lock
 from fleetwatch.server.schemas.lifetimes import LifetimePublic
 
 __all__ = [
@@ -29,7 +30,6 @@ __all__ = [
 ]
 
 CHUNK_ROWS = 1000
-_IMPORT_LOCK_KEY = 0x46575F4C4946  # "FW_LIF": one advisory lock for every lifetime import
 
 
 @dataclass(frozen=True)
@@ -65,8 +65,7 @@ def import_lifetimes(
     Duplicates inside ``records`` count as already stored after the first. ``progress`` is called
     with the size of each chunk once it is written.
     """
-    if conn.dialect.name == "postgresql":
-        conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _IMPORT_LOCK_KEY})
+    transaction_lock(conn, LockKey.LIFETIME_IMPORT)
     inserted = skipped = 0
     seen: set[tuple[str, datetime]] = set()
     iterator = iter(records)

@@ -16,13 +16,13 @@ from pydantic import ValidationError
 
 from fleetwatch.config import ServerSettings
 from fleetwatch.errors import InvalidInput, PayloadTooLarge, UnsupportedMediaType
-from fleetwatch.metrics import ServerMetrics
 from fleetwatch.server.db.base import utcnow
 from fleetwatch.server.db.session import Database
 from fleetwatch.server.deps import IngestAuth
 from fleetwatch.server.errors import status_for
 from fleetwatch.server.ingest_checks import collapse_duplicate_samples, locate_unreadable
 from fleetwatch.server.jobs.leader import notify_wake
+from fleetwatch.server.metrics.families import ServerMetrics
 from fleetwatch.server.repo.ingest import store_batch
 from fleetwatch.server.schemas.common import ErrorResponse, IngestAccepted, IngestResponse
 from fleetwatch.telemetry import BATCH_EXAMPLE, Batch, IngestLimits

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, and_, insert, select, text, update
+from sqlalchemy import Connection, and_, insert, select, update
 
 from fleetwatch.config import ServerSettings
 from fleetwatch.notify.webhooks import alert_document
@@ -58,6 +58,7 @@ from fleetwatch.server.db.tables import (
     webhook_subscriptions,
 )
 from fleetwatch.server.jobs.isolation import ItemGuard
+from fleetwatch.server.jobs.locks import LockKey, try_transaction_lock
 from fleetwatch.server.judge.assessment import FleetAssessment
 from fleetwatch.server.judge.liveness import is_unheard, node_state
 from fleetwatch.server.tell.outbox import enqueue
@@ -66,7 +67,6 @@ __all__ = ["AlertPass", "Alerter", "Condition", "derive_conditions", "matches"]
 
 logger = logging.getLogger(__name__)
 
-_ALERT_LOCK = 0x46575F414C52  # "FW_ALR"
 _GROUPABLE = ("generic", "slack", "pagerduty")
 
 
@@ -280,12 +280,7 @@ class Alerter:
         now = now or datetime.now(UTC)
         snapshot = self.assessment()
         with self.db.write() as conn:
-            if (
-                conn.dialect.name == "postgresql"
-                and not conn.execute(
-                    text("SELECT pg_try_advisory_xact_lock(:k)"), {"k": _ALERT_LOCK}
-                ).scalar()
-            ):
+            if not try_transaction_lock(conn, LockKey.ALERTS):
                 return AlertPass()
             active = derive_conditions(
                 conn, snapshot, now=now, settings=self.settings, heard_since=self.heard_since

@@ -1,0 +1,182 @@
+"""Every background job of the server, in one list: what runs, how often, and where.
+
+=============  ===============================  ========  =======================================
+job            interval (setting)               runs on   also runs
+=============  ===============================  ========  =======================================
+assessment     ``assess_interval_s``            every     when a fatal Xid or a lost GPU arrives
+                                                process   here or (NOTIFY) on any replica
+rollups        ``rollup_interval_s``            leader
+lifecycle      ``lifecycle_interval_s``         leader
+planner        ``planner_interval_s``           leader    after each assessment on the leader
+stragglers     ``straggler_interval_s``         leader
+alerts         ``alert_interval_s``             leader    after each assessment on the leader
+weekly_report  every 10 minutes                 leader
+webhooks       ``webhook_delivery_interval_s``  leader    when an alert is queued
+refit          ``refit_interval_s`` (0: never)  leader    on ``POST /v1/models/refit``, there
+=============  ===============================  ========  =======================================
+
+With ``background_jobs`` off nothing runs; with ``--role api`` a process never leads. Each
+assessment is per process (every replica answers ``/v1/risk`` from its own snapshot); the planner
+and the alerts of a new leader first wait for an assessment of its own, as a standby's snapshot
+may predate what the old leader acted on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+from datetime import datetime
+
+from prometheus_client import Counter
+from sqlalchemy import Engine
+
+from fleetwatch.config import ServerSettings
+from fleetwatch.rules.overrides import load_rules
+from fleetwatch.server.act.planner import EvictionPlanner
+from fleetwatch.server.db.session import Database
+from fleetwatch.server.jobs.isolation import ItemGuard
+from fleetwatch.server.jobs.leader import LeaderElector
+from fleetwatch.server.jobs.lifecycle import run_lifecycle
+from fleetwatch.server.jobs.refit import Refitter
+from fleetwatch.server.jobs.rollups import RollupJob
+from fleetwatch.server.jobs.scheduler import Job, Scheduler, Waker
+from fleetwatch.server.jobs.weekly_report import WeeklyReportJob
+from fleetwatch.server.judge.assessor import Assessor
+from fleetwatch.server.judge.straggler_detector import StragglerDetector
+from fleetwatch.server.metrics.families import ServerMetrics
+from fleetwatch.server.secret_box import SecretBox
+from fleetwatch.server.tell.alerting import Alerter
+from fleetwatch.server.tell.outbox import OutboxWorker
+
+__all__ = ["WEEKLY_REPORT_INTERVAL_S", "BackgroundJobs"]
+
+logger = logging.getLogger(__name__)
+
+WEEKLY_REPORT_INTERVAL_S = 600.0
+
+
+class BackgroundJobs:
+    """The job objects (the routes use some of them too) and the list of jobs run on them."""
+
+    def __init__(
+        self,
+        db: Database,
+        settings: ServerSettings,
+        *,
+        metrics: ServerMetrics,
+        secrets: SecretBox,
+        heard_since: datetime,
+    ) -> None:
+        self.db = db
+        self.settings = settings
+        self.metrics = metrics
+        self.catalog, thresholds = load_rules(settings.rules_file)
+        self.waker = Waker()  # the assessment's: a fatal Xid or a lost GPU
+        self.outbox_waker = Waker()  # the webhook delivery's: an alert queued
+        self.assessor = Assessor(
+            db, settings, self.catalog, thresholds, guard=self._guard("assessment")
+        )
+        self.planner = EvictionPlanner(
+            db, settings, self.assessor, guard=self._guard("planner"), heard_since=heard_since
+        )
+        self.stragglers = StragglerDetector(db, settings, guard=self._guard("stragglers"))
+        self.alerter = Alerter(
+            db,
+            settings,
+            lambda: self.assessor.latest,
+            on_queued=self.outbox_waker.poke,
+            guard=self._guard("alerts"),
+            heard_since=heard_since,
+        )
+        self.outbox = OutboxWorker(db, settings, guard=self._guard("webhooks"), secrets=secrets)
+        self.refitter = Refitter(db, settings, failures=self._failures("refit"))
+        self.elector: LeaderElector | None = None
+        self.scheduler = Scheduler(failures=self._failures, runs=self._runs)
+
+    def process_jobs(self) -> list[Job]:
+        """What every process runs: its own assessment (then, on the leader, a plan and alerts)."""
+        s = self.settings
+        return [Job("assessment", s.assess_interval_s, self._assess_then_act, waker=self.waker)]
+
+    def leader_jobs(self) -> list[Job]:
+        """What the leader runs; built anew each time this process becomes the leader, as what
+        a leader keeps in memory starts afresh on a new leader."""
+        s, db, catalog = self.settings, self.db, self.catalog
+        rollups = RollupJob(db, catalog, guard=self._guard("rollups"))
+        lifecycle = functools.partial(run_lifecycle, db, s, catalog, guard=self._guard("lifecycle"))
+        weekly_report = WeeklyReportJob(db, s, catalog, guard=self._guard("weekly_report"))
+        fresh = self.assessor.run_once
+        jobs = [
+            Job("rollups", s.rollup_interval_s, rollups),
+            Job("lifecycle", s.lifecycle_interval_s, lifecycle),
+            Job("planner", s.planner_interval_s, self.planner.run_once, first=fresh),
+            Job("stragglers", s.straggler_interval_s, self.stragglers.run_once),
+            Job("alerts", s.alert_interval_s, self.alerter.run_once, first=fresh),
+            Job("weekly_report", WEEKLY_REPORT_INTERVAL_S, weekly_report),
+            Job(
+                "webhooks",
+                s.webhook_delivery_interval_s,
+                self.outbox.run_once,
+                waker=self.outbox_waker,
+            ),
+        ]
+        if s.refit_interval_s > 0:
+            refit = self.refitter
+            jobs.append(Job("refit", s.refit_interval_s, refit.request, timer=refit.run_schedule))
+        return jobs
+
+    @property
+    def is_leader(self) -> bool:
+        return self.elector is not None and self.elector.is_leader
+
+    def start(self, engine: Engine) -> None:
+        """Start the jobs this process runs (call in the event loop, e.g. the app's lifespan)."""
+        self.waker.bind()
+        self.outbox_waker.bind()
+        if not self.settings.background_jobs:
+            return
+        if self.settings.role != "api":
+            self.elector = LeaderElector.for_engine(
+                engine, on_change=self._leadership_changed, on_wake=self.waker.poke
+            )
+        self.scheduler.start(self.process_jobs())
+        if self.elector is not None:
+            self.elector.start()
+
+    async def stop(self) -> None:
+        """Stop leading, cancel every job, and let a refit in flight end (up to a minute)."""
+        if self.elector is not None:
+            await asyncio.to_thread(self.elector.stop)
+        await self.scheduler.stop()
+        await asyncio.to_thread(self.refitter.wait, 60.0)  # before the engine is disposed
+        await asyncio.to_thread(self.outbox.close)
+
+    def _leadership_changed(self, leading: bool) -> None:
+        if not leading:
+            self.scheduler.stop_leading()
+            return
+        self.scheduler.lead(self.leader_jobs())
+        self.waker.poke()  # a new leader judges and plans at once, not one interval later
+
+    def _assess_then_act(self) -> None:
+        self.assessor.run_once()
+        if not self.is_leader:
+            return  # a replica's snapshot answers its requests; the leader plans and alerts
+        # The planner and the alerts have their own loops too: one failing must not keep the
+        # other from acting on this assessment (each failure is logged and counted there).
+        for job, step in (("planner", self.planner), ("alerts", self.alerter)):
+            try:
+                step.run_once()  # a fatal Xid drains and pages without waiting for their ticks
+            except Exception:
+                self._failures(job).inc()
+                logger.exception("background job %s (after the assessment) failed", job)
+
+    def _guard(self, job: str) -> ItemGuard:
+        return ItemGuard(job, self.metrics.background_item_errors.labels(job=job))
+
+    def _failures(self, job: str) -> Counter:
+        return self.metrics.background_job_failures.labels(job=job)
+
+    def _runs(self, job: str) -> Counter:
+        return self.metrics.background_runs.labels(job=job)

@@ -1,0 +1,164 @@
+"""The one scheduler of the server's background jobs: each job on its timer, in a worker thread.
+
+Each pass runs in a worker thread (``asyncio.to_thread``) so that requests keep being served. A
+failing pass is logged, counted and retried at the next tick, never fatal to the server. A
+:class:`Waker` cuts the wait short (a fatal Xid should not sit until the next tick). Jobs that
+write run on the one leader (:mod:`fleetwatch.server.jobs.leader`): :class:`Scheduler` starts them
+when this process becomes the leader and cancels them when it stops being it. The jobs themselves
+are listed in :mod:`fleetwatch.server.jobs.registry`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+__all__ = ["Job", "Scheduler", "Waker", "periodic"]
+
+logger = logging.getLogger(__name__)
+
+
+class Waker:
+    """Cuts a background job's wait short.
+
+    ``poke`` may be called from any thread; :func:`periodic` jobs given the waker run as soon as
+    it is poked (pokes during a run coalesce into one more run).
+    """
+
+    def __init__(self) -> None:
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._event: asyncio.Event | None = None
+
+    def bind(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._event = asyncio.Event()
+
+    def poke(self) -> None:
+        if self._loop is not None and self._event is not None:
+            self._loop.call_soon_threadsafe(self._event.set)
+
+    async def wait(self, timeout_s: float) -> None:
+        assert self._event is not None, "bind() the waker in the event loop first"
+        try:
+            await asyncio.wait_for(self._event.wait(), timeout_s)
+        except TimeoutError:
+            pass
+        self._event.clear()
+
+
+class _Counter(Protocol):
+    def inc(self, amount: float = 1) -> None: ...
+
+
+async def periodic(
+    name: str,
+    interval_s: float,
+    job: Callable[[], Any],
+    waker: Waker | None = None,
+    failures: _Counter | None = None,
+    runs: _Counter | None = None,
+) -> None:
+    """Run ``job`` in a thread now and then every ``interval_s`` (sooner when ``waker`` is
+    poked), until cancelled. A failed pass is logged, counted on ``failures`` and retried; a
+    completed one is counted on ``runs``."""
+    while True:
+        started = asyncio.get_running_loop().time()
+        hint: float | None = None
+        try:
+            result = await asyncio.to_thread(job)
+            logger.debug("%s: %s", name, result)
+            if runs is not None:
+                runs.inc()
+            # A job may know when it next has work (the planner: a node about to go silent).
+            hint = getattr(result, "next_run_s", None)
+        except Exception:
+            if failures is not None:
+                failures.inc()
+            logger.exception("background job %s failed; retrying in %.0f s", name, interval_s)
+        elapsed = asyncio.get_running_loop().time() - started
+        # A job slower than its interval still leaves the loop a breather, never a busy loop.
+        pause = max(interval_s - elapsed, 0.1 * interval_s)
+        if hint is not None:
+            pause = min(pause, max(hint + 0.05, 0.05))
+        if waker is None:
+            await asyncio.sleep(pause)
+        else:
+            await waker.wait(pause)
+
+
+@dataclass(frozen=True)
+class Job:
+    """One background job: what runs, how often, and where."""
+
+    name: str
+    interval_s: float
+    run: Callable[[], Any]
+    waker: Waker | None = None
+    # Must succeed once before the first pass (the planner and the alerts: a fresh assessment).
+    first: Callable[[], Any] | None = None
+    # A job that keeps its own timer (refits): called with ``interval_s`` instead of ``periodic``.
+    timer: Callable[[float], Coroutine[Any, Any, None]] | None = None
+
+
+class Scheduler:
+    """Runs jobs as asyncio tasks: every process's from :meth:`start`, the leader's between
+    :meth:`lead` and :meth:`stop_leading`.
+
+    ``failures(job)`` and ``runs(job)`` give the counters of a job's failed and completed passes.
+    """
+
+    def __init__(
+        self, *, failures: Callable[[str], _Counter], runs: Callable[[str], _Counter]
+    ) -> None:
+        self._failures = failures
+        self._runs = runs
+        self._tasks: list[asyncio.Task[None]] = []
+        self._leading: list[asyncio.Task[None]] = []
+
+    def start(self, jobs: list[Job]) -> None:
+        """Start jobs that run until :meth:`stop` (call in the event loop)."""
+        self._tasks.extend(self._spawn(job) for job in jobs)
+
+    def lead(self, jobs: list[Job]) -> None:
+        """Start the leader's jobs, until :meth:`stop_leading` (call in the event loop)."""
+        self._leading.extend(self._spawn(job) for job in jobs)
+
+    def stop_leading(self) -> None:
+        """Cancel the leader's jobs at once: a pass already in its worker thread finishes its
+        transaction, no new one starts (the write jobs are idempotent and claim their rows in
+        the database)."""
+        for task in self._leading:
+            task.cancel()
+        self._leading.clear()
+
+    async def stop(self) -> None:
+        """Cancel every job and wait for the tasks to end."""
+        tasks = [*self._tasks, *self._leading]
+        self.stop_leading()
+        self._tasks.clear()
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    def _spawn(self, job: Job) -> asyncio.Task[None]:
+        return asyncio.create_task(self._loop(job), name=job.name)
+
+    async def _loop(self, job: Job) -> None:
+        if job.timer is not None:
+            await job.timer(job.interval_s)
+            return
+        failures, runs = self._failures(job.name), self._runs(job.name)
+        while job.first is not None:
+            try:
+                await asyncio.to_thread(job.first)
+                break
+            except Exception:
+                failures.inc()
+                logger.exception(
+                    "%s: no fresh assessment yet; retry in %.0f s", job.name, job.interval_s
+                )
+                await asyncio.sleep(job.interval_s)
+        await periodic(job.name, job.interval_s, job.run, job.waker, failures, runs)

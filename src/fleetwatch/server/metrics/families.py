@@ -1,0 +1,89 @@
+"""Every metric family the server puts on ``/metrics``, and where each is made.
+
+Counted as things happen, on the registry each app builds (:class:`ServerMetrics`)::
+
+    fleetwatch_ingest_batches_total{outcome}         fleetwatch_ingest_samples_total
+    fleetwatch_ingest_events_total                   fleetwatch_ingest_rejections_total{status}
+    fleetwatch_ingest_request_duration_seconds       fleetwatch_background_item_errors_total{job}
+    fleetwatch_background_job_failures_total{job}    fleetwatch_background_runs_total{job}
+    fleetwatch_leader{role}
+
+Read at scrape time, on the same registry: ``fleetwatch_storage_*`` (``db/storage.py``,
+``StorageCollector``). Rendered per scrape as text, after the registry's families:
+
+- per GPU, node and Xid: ``metrics/exposition.py``, the GPU families named in
+  :data:`fleetwatch.metrics.GPU_METRICS` (the dashboards read the same table);
+- risk and verdicts: ``metrics/risk_exposition.py``;
+- step-time slowness of nodes in training jobs: ``judge/straggler_detector.py``;
+- evictions and the drain budget: ``metrics/eviction_exposition.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+__all__ = ["ServerMetrics"]
+
+
+class ServerMetrics:
+    """The service's own counters, on a registry the app owns."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.ingest_batches = Counter(
+            "fleetwatch_ingest_batches_total",
+            "Ingest requests by outcome (accepted, duplicate, rejected).",
+            ["outcome"],
+            registry=registry,
+        )
+        self.ingest_samples = Counter(
+            "fleetwatch_ingest_samples_total", "GPU samples stored.", registry=registry
+        )
+        self.ingest_events = Counter(
+            "fleetwatch_ingest_events_total", "Events stored.", registry=registry
+        )
+        self.ingest_rejections = Counter(
+            "fleetwatch_ingest_rejections_total",
+            "Rejected ingest requests by HTTP status.",
+            ["status"],
+            registry=registry,
+        )
+        self.ingest_latency = Histogram(
+            "fleetwatch_ingest_request_duration_seconds",
+            "Time to validate and commit one ingest request.",
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0),
+            registry=registry,
+        )
+        # A background job isolates a bad item (one node, GPU, alert, delivery) and carries on;
+        # a whole pass failing is retried at the next tick. Both are counted, by job.
+        self.background_item_errors = Counter(
+            "fleetwatch_background_item_errors_total",
+            "Items a background pass skipped because they failed (the rest carried on), by job.",
+            ["job"],
+            registry=registry,
+        )
+        self.background_job_failures = Counter(
+            "fleetwatch_background_job_failures_total",
+            "Background passes that failed as a whole (retried at the next tick), by job.",
+            ["job"],
+            registry=registry,
+        )
+        # Passes on the job's own timer (a wake-up's assessment, plan and alerts count under
+        # "assessment"): on a replica that is not the leader only the assessment runs.
+        self.background_runs = Counter(
+            "fleetwatch_background_runs_total",
+            "Background passes completed on the job's timer or a wake-up, by job.",
+            ["job"],
+            registry=registry,
+        )
+        self.leader = Gauge(
+            "fleetwatch_leader",
+            "1 while this process is the leader that runs the write jobs, else 0",
+            ["role"],
+            registry=registry,
+        )
+
+    def track_leader(self, role: str, leading: Callable[[], bool]) -> None:
+        """``fleetwatch_leader{role}`` reads ``leading()`` at each scrape."""
+        self.leader.labels(role=role).set_function(lambda: 1.0 if leading() else 0.0)
