@@ -34,11 +34,10 @@ from fleetwatch.models.registry import PARAMS_FORMAT  # noqa: E402
 from fleetwatch.reports.calibration import calibration  # noqa: E402
 from fleetwatch.reports.render import render_html, render_pdf  # noqa: E402
 from fleetwatch.reports.survival import km_by_sku  # noqa: E402
-from fleetwatch.reports.weekly import compute_weekly  # noqa: E402
 from fleetwatch.reports.weeks import parse_week  # noqa: E402
 from fleetwatch.server.db.migrate import upgrade  # noqa: E402
 from fleetwatch.server.db.session import Database, make_engine  # noqa: E402
-from fleetwatch.server.repo.report_rows import load_week  # noqa: E402
+from fleetwatch.server.repo.report_rows import compute_weekly, load_week  # noqa: E402
 
 WEEK = parse_week("2026-W48")
 START, END = WEEK.start, WEEK.end
@@ -199,8 +198,8 @@ def main() -> None:
     with db.read() as conn:
         data = timed("load rows (one week)", results, load_week, conn, WEEK)
         timed("  survival (Kaplan-Meier by SKU)", results, km_by_sku, data.lifetimes, END)
-        timed("  calibration (risk model scoring)", results, calibration, conn, data.lifetimes,
-              START, END)  # fmt: skip
+        timed("  calibration (risk model scoring)", results, calibration, data.model,
+              data.lifetimes, START, END)  # fmt: skip
         report = timed("compute (total, incl. both weeks' loads)", results, compute_weekly,
                        conn, WEEK, settings=settings, now=now)  # fmt: skip
     db.dispose()

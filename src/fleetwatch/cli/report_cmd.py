@@ -33,9 +33,9 @@ def report() -> None:
 @database_option
 def weekly(week: str | None, fmt: str, out: Path | None, database_url: str | None) -> None:
     """MTBF, MTTR, availability, goodput, drains and calibration for one ISO week (UTC)."""
-    from fleetwatch.reports.weekly import compute_weekly
     from fleetwatch.reports.weeks import IsoWeek, parse_week
     from fleetwatch.server.db.session import Database, make_engine
+    from fleetwatch.server.repo.report_rows import compute_weekly
 
     iso = parse_week(week) if week else IsoWeek.last_complete(datetime.now(UTC), timedelta(0))
     settings = load_server_settings(database_url=database_url)

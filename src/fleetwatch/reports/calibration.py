@@ -6,10 +6,6 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Row, select
-
-from fleetwatch.server.db.tables import risk_models
-
 __all__ = ["calibration"]
 
 HORIZON_DAYS = 7.0
@@ -17,24 +13,26 @@ MIN_FOR_DECILES = 100
 
 
 def calibration(
-    conn: Connection, lifetimes: list[Row[Any]], start: datetime, end: datetime
+    model: Any | None, lifetimes: list[Any], start: datetime, end: datetime
 ) -> dict[str, Any]:
     """Expected = sum of P(fail within 7 d) over GPUs in service at ``start``; actual = those
-    GPUs' failures in ``[start, end)``; by decile of predicted risk when there are enough."""
-    model = conn.execute(
-        select(risk_models.c.version, risk_models.c.params)
-        .where(risk_models.c.status == "ok", risk_models.c.trained_at <= start)
-        .order_by(risk_models.c.trained_at.desc(), risk_models.c.version.desc())
-        .limit(1)
-    ).first()
+    GPUs' failures in ``[start, end)``; by decile of predicted risk when there are enough.
+
+    ``model`` is the stored risk model in effect at ``start`` (``version``, ``params``), if any.
+    """
     in_service = [
         lt
         for lt in lifetimes
         if lt.installed_at <= start and (lt.removed_at is None or lt.removed_at > start)
     ]
     if model is None or model.params is None or not in_service:
-        return {"model_version": None, "gpus": len(in_service), "expected": None,
-                "actual": None, "deciles": []}  # fmt: skip
+        return {
+            "model_version": None,
+            "gpus": len(in_service),
+            "expected": None,
+            "actual": None,
+            "deciles": [],
+        }
     import numpy as np
     import pandas as pd
 
@@ -48,19 +46,19 @@ def calibration(
     )
     bundle = RiskBundle.from_params(model.params)
     probability = bundle.score(units, HORIZON_DAYS).probability
-    failed = np.array(
-        [lt.end_kind == "failure" and lt.removed_at is not None and lt.removed_at < end
-         for lt in in_service]
-    )  # fmt: skip
+    failed = np.array([_failed_by(lt, end) for lt in in_service])
     deciles = []
     if len(in_service) >= MIN_FOR_DECILES:
         order = np.argsort(probability, kind="stable")
         for i, part in enumerate(np.array_split(order, 10)):
-            deciles.append({
-                "decile": i + 1, "gpus": int(len(part)),
+            decile = {
+                "decile": i + 1,
+                "gpus": int(len(part)),
                 "mean_p": float(probability[part].mean()),
-                "expected": float(probability[part].sum()), "actual": int(failed[part].sum()),
-            })  # fmt: skip
+                "expected": float(probability[part].sum()),
+                "actual": int(failed[part].sum()),
+            }
+            deciles.append(decile)
     return {
         "model_version": int(model.version),
         "horizon_days": HORIZON_DAYS,
@@ -69,3 +67,7 @@ def calibration(
         "actual": int(failed.sum()),
         "deciles": deciles,
     }
+
+
+def _failed_by(lt: Any, end: datetime) -> bool:
+    return bool(lt.end_kind == "failure" and lt.removed_at is not None and lt.removed_at < end)

@@ -1,36 +1,57 @@
-"""One ISO week of fleet reliability, computed from the database (definitions in the README).
+"""One ISO week of fleet reliability, computed from the week's rows (definitions in the README).
 
-Every figure is a plain number so that the report serialises to JSON as it is; ``render_html``
-and ``render_pdf`` only lay it out.
+:func:`build_weekly` takes the rows of the week and of the week before (:class:`WeekData`; the
+server loads them, :func:`fleetwatch.server.repo.report_rows.compute_weekly`). Every figure is a
+plain number so that the report serialises to JSON as it is; ``render_html`` and ``render_pdf``
+only lay it out.
 """
 
 from __future__ import annotations
 
-import bisect
 from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection
-
 from fleetwatch.config import ServerSettings
 from fleetwatch.reports.calibration import calibration
 from fleetwatch.reports.reliability import availability, hours, mtbf_hours, mttr_hours
 from fleetwatch.reports.reliability import overlap_hours as overlap
+from fleetwatch.reports.rows import WeekData
 from fleetwatch.reports.survival import km_by_sku
-from fleetwatch.reports.weeks import IsoWeek
+from fleetwatch.reports.week_lifetimes import (
+    drains,
+    failures,
+    installs,
+    near,
+    replaced_at,
+    replacements,
+    within,
+)
 from fleetwatch.rules.xid_catalog import XidCatalog
-from fleetwatch.server.repo.report_rows import CONFIRM_WINDOW, WeekData, load_week
 
-__all__ = ["HEADLINE", "WeeklyReport", "compute_weekly", "headline"]
+__all__ = ["HEADLINE", "WeeklyReport", "build_weekly", "headline"]
 
 TOP = 10
 HEADLINE = (
-    "gpu_mtbf_h", "gpu_mttr_h", "gpu_availability", "node_mtbf_h", "node_mttr_h",
-    "node_availability", "gpu_failures", "node_outages", "drains", "false_drain_rate",
-    "goodput_ratio", "gpu_hours_lost", "usd_lost", "energy_kwh", "stragglers",
-)  # fmt: skip
+    "gpu_mtbf_h",
+    "gpu_mttr_h",
+    "gpu_availability",
+    "node_mtbf_h",
+    "node_mttr_h",
+    "node_availability",
+    "gpu_failures",
+    "node_outages",
+    "drains",
+    "false_drain_rate",
+    "goodput_ratio",
+    "gpu_hours_lost",
+    "usd_lost",
+    "energy_kwh",
+    "stragglers",
+)
+# A slot still empty this long after its GPU failed counts as decommissioned, no longer as down.
+OPEN_SLOT_LIMIT = timedelta(days=7)
 
 
 @dataclass
@@ -58,59 +79,7 @@ class WeeklyReport:
         return asdict(self)
 
 
-def _in(ts: datetime | None, start: datetime, end: datetime) -> bool:
-    return ts is not None and start <= ts < end
-
-
-def _failures(d: WeekData) -> list[Any]:
-    return [
-        lt for lt in d.lifetimes if lt.end_kind == "failure" and _in(lt.removed_at, d.start, d.end)
-    ]
-
-
-# A slot still empty this long after its GPU failed counts as decommissioned, no longer as down.
-OPEN_SLOT_LIMIT = timedelta(days=7)
-
-
-def _installs(d: WeekData) -> dict[str, list[datetime]]:
-    """Install times by location (the slot), sorted."""
-    installs: dict[str, list[datetime]] = defaultdict(list)
-    for lt in d.lifetimes:
-        if lt.location:
-            installs[lt.location].append(lt.installed_at)
-    for times in installs.values():
-        times.sort()
-    return installs
-
-
-def _replaced_at(installs: dict[str, list[datetime]], lt: Any, end: datetime) -> datetime | None:
-    """When the failed GPU's slot got its next GPU, if before ``end``."""
-    times = installs.get(lt.location, []) if lt.location else []
-    i = bisect.bisect_left(times, lt.removed_at)
-    return times[i] if i < len(times) and times[i] < end else None
-
-
-def _replacements(d: WeekData, failures: list[Any]) -> list[tuple[datetime, datetime]]:
-    """(failed, replacement installed) for failures whose slot got a new GPU before week end."""
-    installs = _installs(d)
-    pairs = []
-    for lt in failures:
-        back = _replaced_at(installs, lt, d.end)
-        if back is not None:
-            pairs.append((lt.removed_at, back))
-    return pairs
-
-
-def _drains(d: WeekData) -> list[Any]:
-    return [e for e in d.evictions if not e.dry_run and _in(e.completed_at, d.start, d.end)]
-
-
-def _near(ts: datetime, times: list[datetime]) -> bool:
-    i = bisect.bisect_left(times, ts - CONFIRM_WINDOW)
-    return i < len(times) and times[i] <= ts + CONFIRM_WINDOW
-
-
-def _drain_section(d: WeekData, catalog: XidCatalog) -> tuple[dict[str, Any], set[int]]:
+def _drain_section(d: WeekData, catalog: XidCatalog) -> dict[str, Any]:
     """Drains performed, and confirmed ones: a failure or fatal event on the node within 24 h."""
     evidence: dict[int, list[datetime]] = defaultdict(list)
     for lt in d.lifetimes:
@@ -122,81 +91,84 @@ def _drain_section(d: WeekData, catalog: XidCatalog) -> tuple[dict[str, Any], se
             evidence[e.node_id].append(e.ts)
     for times in evidence.values():
         times.sort()
-    drains = _drains(d)
-    confirmed, drained_nodes = 0, set()
+    performed = drains(d)
+    confirmed = 0
     by_kind: Counter[str] = Counter()
-    for e in drains:
+    for e in performed:
         node_id = d.node_ids.get(e.node)
-        if node_id is not None:
-            drained_nodes.add(node_id)
-        ok = node_id is not None and _near(e.completed_at, evidence.get(node_id, []))
-        confirmed += ok
+        confirmed += node_id is not None and near(e.completed_at, evidence.get(node_id, []))
         by_kind[e.reason_kind] += 1
-    total = len(drains)
-    section = {
+    total = len(performed)
+    return {
         "performed": total,
         "confirmed": confirmed,
         "unconfirmed": total - confirmed,
         "false_drain_rate": (total - confirmed) / total if total else None,
         "by_reason_kind": dict(by_kind.most_common()),
     }
-    return section, drained_nodes
 
 
-def _node_outages(d: WeekData, failures: list[Any]) -> int:
+def _node_outages(d: WeekData, failed: list[Any]) -> int:
     """Drains performed plus GPU failures on nodes with no drain within 24 h of the failure."""
     drain_times: dict[int, list[datetime]] = defaultdict(list)
-    for e in _drains(d):
+    for e in drains(d):
         if (node_id := d.node_ids.get(e.node)) is not None:
             drain_times[node_id].append(e.completed_at)
     for times in drain_times.values():
         times.sort()
     unplanned = sum(
-        1 for lt in failures
-        if lt.node_id is None or not _near(lt.removed_at, drain_times.get(lt.node_id, []))
-    )  # fmt: skip
-    return len(_drains(d)) + unplanned
+        1
+        for lt in failed
+        if lt.node_id is None or not near(lt.removed_at, drain_times.get(lt.node_id, []))
+    )
+    return len(drains(d)) + unplanned
 
 
 def _reliability(d: WeekData) -> dict[str, Any]:
-    failures = _failures(d)
+    failed = failures(d)
     gpu_exposure = sum(
         overlap(lt.installed_at, lt.removed_at, d.start, d.end) for lt in d.lifetimes
     )
-    replaced = _replacements(d, failures)
-    gpu_mtbf, gpu_mttr = mtbf_hours(gpu_exposure, len(failures)), mttr_hours(replaced)
+    replaced = replacements(d, failed)
+    gpu_mtbf, gpu_mttr = mtbf_hours(gpu_exposure, len(failed)), mttr_hours(replaced)
     node_exposure = sum(
         overlap(n.first_seen, n.last_seen, d.start, d.end) for n in d.nodes.values()
     )
-    outages = _node_outages(d, failures)
+    outages = _node_outages(d, failed)
     returned = [
-        (e.completed_at, e.returned_at) for e in d.evictions
-        if not e.dry_run and e.completed_at is not None and _in(e.returned_at, d.start, d.end)
-    ]  # fmt: skip
+        (e.completed_at, e.returned_at)
+        for e in d.evictions
+        if not e.dry_run and e.completed_at is not None and within(e.returned_at, d.start, d.end)
+    ]
     node_mtbf, node_mttr = mtbf_hours(node_exposure, outages), mttr_hours(returned)
-    return {
-        "gpu": {
-            "exposure_h": gpu_exposure, "failures": len(failures), "mtbf_h": gpu_mtbf,
-            "mttr_h": gpu_mttr, "repairs": len(replaced),
-            "availability": availability(gpu_mtbf, gpu_mttr),
-        },
-        "node": {
-            "exposure_h": node_exposure, "outages": outages, "mtbf_h": node_mtbf,
-            "mttr_h": node_mttr, "repairs": len(returned),
-            "repair_hours": [hours(a, b) for a, b in returned],
-            "availability": availability(node_mtbf, node_mttr),
-        },
-    }  # fmt: skip
+    gpu = {
+        "exposure_h": gpu_exposure,
+        "failures": len(failed),
+        "mtbf_h": gpu_mtbf,
+        "mttr_h": gpu_mttr,
+        "repairs": len(replaced),
+        "availability": availability(gpu_mtbf, gpu_mttr),
+    }
+    node = {
+        "exposure_h": node_exposure,
+        "outages": outages,
+        "mtbf_h": node_mtbf,
+        "mttr_h": node_mttr,
+        "repairs": len(returned),
+        "repair_hours": [hours(a, b) for a, b in returned],
+        "availability": availability(node_mtbf, node_mttr),
+    }
+    return {"gpu": gpu, "node": node}
 
 
 def _interruptions(d: WeekData, catalog: XidCatalog) -> dict[str, Any]:
     xid_category: Counter[str] = Counter()
     for e in d.events:
-        if e.kind == "xid" and _in(e.ts, d.start, d.end):
+        if e.kind == "xid" and within(e.ts, d.start, d.end):
             xid_category[catalog.lookup(e.xid).category] += 1
-    component = Counter(lt.cause or "unknown" for lt in _failures(d))
+    component = Counter(lt.cause or "unknown" for lt in failures(d))
     reasons = Counter(
-        e.reason_kind for e in d.evictions if not e.dry_run and _in(e.created_at, d.start, d.end)
+        e.reason_kind for e in d.evictions if not e.dry_run and within(e.created_at, d.start, d.end)
     )
     return {
         "xid_category": dict(xid_category.most_common()),
@@ -207,13 +179,13 @@ def _interruptions(d: WeekData, catalog: XidCatalog) -> dict[str, Any]:
 
 def _goodput(d: WeekData, settings: ServerSettings) -> dict[str, Any]:
     in_service = sum(overlap(lt.installed_at, lt.removed_at, d.start, d.end) for lt in d.lifetimes)
-    installs = _installs(d)
+    slots = installs(d)
     lost_failures = 0.0
     for lt in d.lifetimes:
         removed = lt.removed_at
         if lt.end_kind == "failure" and removed is not None:
             if d.start - OPEN_SLOT_LIMIT <= removed < d.end:
-                back = _replaced_at(installs, lt, d.end) or removed + OPEN_SLOT_LIMIT
+                back = replaced_at(slots, lt, d.end) or removed + OPEN_SLOT_LIMIT
                 lost_failures += overlap(
                     removed, min(back, removed + OPEN_SLOT_LIMIT), d.start, d.end
                 )
@@ -228,13 +200,17 @@ def _goodput(d: WeekData, settings: ServerSettings) -> dict[str, Any]:
     lost = lost_failures + lost_drains
     goodput = max(scheduled - lost, 0.0)
     return {
-        "scheduled_gpu_h": scheduled, "in_service_gpu_h": in_service,
-        "lost_to_failures_gpu_h": lost_failures, "lost_to_drains_gpu_h": lost_drains,
-        "lost_gpu_h": lost, "goodput_gpu_h": goodput,
+        "scheduled_gpu_h": scheduled,
+        "in_service_gpu_h": in_service,
+        "lost_to_failures_gpu_h": lost_failures,
+        "lost_to_drains_gpu_h": lost_drains,
+        "lost_gpu_h": lost,
+        "goodput_gpu_h": goodput,
         "goodput_ratio": goodput / scheduled if scheduled else None,
-        "usd_lost": lost * settings.gpu_hour_usd, "gpu_hour_usd": settings.gpu_hour_usd,
+        "usd_lost": lost * settings.gpu_hour_usd,
+        "gpu_hour_usd": settings.gpu_hour_usd,
         "reporting_gpu_h": d.reporting_gpu_hours,
-    }  # fmt: skip
+    }
 
 
 def _energy(d: WeekData) -> dict[str, Any]:
@@ -274,15 +250,19 @@ def _offenders(d: WeekData) -> dict[str, Any]:
     """Failures and drains by node and rack; failures (and rate) by SKU and driver."""
     node_name = {i: n.name for i, n in d.nodes.items()}
     rack = {n.name: str((n.labels or {}).get("rack", "unknown")) for n in d.nodes.values()}
+
+    def driver_of(lt: Any) -> str:
+        gpu = d.gpus.get(lt.gpu_uuid) if lt.gpu_uuid else None
+        return (gpu.driver_version if gpu else None) or "unknown"
+
     by_node: Counter[str] = Counter()
     sku: Counter[str] = Counter()
     driver: Counter[str] = Counter()
-    for lt in _failures(d):
+    for lt in failures(d):
         by_node[node_name.get(lt.node_id, "unknown")] += 1
         sku[lt.sku or "unknown"] += 1
-        gpu = d.gpus.get(lt.gpu_uuid) if lt.gpu_uuid else None
-        driver[(gpu.driver_version if gpu else None) or "unknown"] += 1
-    for e in _drains(d):
+        driver[driver_of(lt)] += 1
+    for e in drains(d):
         by_node[e.node] += 1
     by_rack: Counter[str] = Counter()
     for name, count in by_node.items():
@@ -292,10 +272,13 @@ def _offenders(d: WeekData) -> dict[str, Any]:
     for lt in d.lifetimes:
         h = overlap(lt.installed_at, lt.removed_at, d.start, d.end)
         sku_h[lt.sku or "unknown"] += h
-        gpu = d.gpus.get(lt.gpu_uuid) if lt.gpu_uuid else None
-        driver_h[(gpu.driver_version if gpu else None) or "unknown"] += h
-    return {"node": _top(by_node), "rack": _top(by_rack), "sku": _top(sku, sku_h),
-            "driver": _top(driver, driver_h)}  # fmt: skip
+        driver_h[driver_of(lt)] += h
+    return {
+        "node": _top(by_node),
+        "rack": _top(by_rack),
+        "sku": _top(sku, sku_h),
+        "driver": _top(driver, driver_h),
+    }
 
 
 def _stragglers(d: WeekData) -> dict[str, Any]:
@@ -324,8 +307,13 @@ class _Core:
 
 
 def _core(d: WeekData, settings: ServerSettings, catalog: XidCatalog) -> _Core:
-    drains, _ = _drain_section(d, catalog)
-    return _Core(_reliability(d), _goodput(d, settings), drains, _energy(d), len(d.stragglers))
+    return _Core(
+        _reliability(d),
+        _goodput(d, settings),
+        _drain_section(d, catalog),
+        _energy(d),
+        len(d.stragglers),
+    )
 
 
 def headline(d: WeekData, settings: ServerSettings, catalog: XidCatalog) -> dict[str, Any]:
@@ -334,16 +322,24 @@ def headline(d: WeekData, settings: ServerSettings, catalog: XidCatalog) -> dict
 
 
 def _headline(c: _Core) -> dict[str, Any]:
-    rel, good, drains = c.reliability, c.goodput, c.drains
+    gpu, node = c.reliability["gpu"], c.reliability["node"]
     return {
-        "gpu_mtbf_h": rel["gpu"]["mtbf_h"], "gpu_mttr_h": rel["gpu"]["mttr_h"],
-        "gpu_availability": rel["gpu"]["availability"], "node_mtbf_h": rel["node"]["mtbf_h"],
-        "node_mttr_h": rel["node"]["mttr_h"], "node_availability": rel["node"]["availability"],
-        "gpu_failures": rel["gpu"]["failures"], "node_outages": rel["node"]["outages"],
-        "drains": drains["performed"], "false_drain_rate": drains["false_drain_rate"],
-        "goodput_ratio": good["goodput_ratio"], "gpu_hours_lost": good["lost_gpu_h"],
-        "usd_lost": good["usd_lost"], "energy_kwh": c.energy["kwh"], "stragglers": c.stragglers,
-    }  # fmt: skip
+        "gpu_mtbf_h": gpu["mtbf_h"],
+        "gpu_mttr_h": gpu["mttr_h"],
+        "gpu_availability": gpu["availability"],
+        "node_mtbf_h": node["mtbf_h"],
+        "node_mttr_h": node["mttr_h"],
+        "node_availability": node["availability"],
+        "gpu_failures": gpu["failures"],
+        "node_outages": node["outages"],
+        "drains": c.drains["performed"],
+        "false_drain_rate": c.drains["false_drain_rate"],
+        "goodput_ratio": c.goodput["goodput_ratio"],
+        "gpu_hours_lost": c.goodput["lost_gpu_h"],
+        "usd_lost": c.goodput["usd_lost"],
+        "energy_kwh": c.energy["kwh"],
+        "stragglers": c.stragglers,
+    }
 
 
 def _deltas(now: dict[str, Any], before: dict[str, Any]) -> dict[str, Any]:
@@ -356,7 +352,8 @@ def _deltas(now: dict[str, Any], before: dict[str, Any]) -> dict[str, Any]:
 
 def _sla(rel: dict[str, Any], settings: ServerSettings) -> dict[str, Any]:
     node = rel["node"]
-    within = [h for h in node["repair_hours"] if h <= settings.sla_mttr_h]
+    repairs = node["repair_hours"]
+    within_target = [h for h in repairs if h <= settings.sla_mttr_h]
     a, mttr = node["availability"], node["mttr_h"]
     return {
         "availability_target": settings.sla_availability,
@@ -365,30 +362,28 @@ def _sla(rel: dict[str, Any], settings: ServerSettings) -> dict[str, Any]:
         "mttr_target_h": settings.sla_mttr_h,
         "mttr_h": mttr,
         "mttr_met": None if mttr is None else mttr <= settings.sla_mttr_h,
-        "repairs_within_target": len(within) / len(node["repair_hours"])
-        if node["repair_hours"] else None,
-    }  # fmt: skip
+        "repairs_within_target": len(within_target) / len(repairs) if repairs else None,
+    }
 
 
-def compute_weekly(
-    conn: Connection,
-    week: IsoWeek,
+def build_weekly(
+    d: WeekData,
+    before: WeekData,
     *,
     settings: ServerSettings,
     catalog: XidCatalog | None = None,
     now: datetime | None = None,
 ) -> WeeklyReport:
-    """The report for ``week``; lifetimes still open at ``now`` are censored there (KM)."""
+    """The report for the week of ``d``, compared with ``before`` (the week before); lifetimes
+    still open at ``now`` are censored there (KM)."""
     catalog = catalog or XidCatalog.load()
     now = now or datetime.now(UTC)
-    d = load_week(conn, week)
     core = _core(d, settings, catalog)
     head = _headline(core)
-    before = headline(load_week(conn, week.previous()), settings, catalog)
     return WeeklyReport(
-        week=str(week),
-        start=week.start.isoformat(),
-        end=week.end.isoformat(),
+        week=str(d.week),
+        start=d.start.isoformat(),
+        end=d.end.isoformat(),
         generated_at=now.isoformat(),
         headline=head,
         reliability=core.reliability,
@@ -396,10 +391,10 @@ def compute_weekly(
         goodput=core.goodput,
         energy=core.energy,
         drains=core.drains,
-        calibration=calibration(conn, d.lifetimes, d.start, d.end),
+        calibration=calibration(d.model, d.lifetimes, d.start, d.end),
         offenders=_offenders(d),
         survival=km_by_sku(d.lifetimes, min(now, d.end)),
         stragglers=_stragglers(d),
-        deltas=_deltas(head, before),
+        deltas=_deltas(head, headline(before, settings, catalog)),
         sla=_sla(core.reliability, settings),
     )

@@ -17,11 +17,12 @@ from tests.unit.reports.conftest import NOW, START, WEEK
 from fleetwatch.cli import main
 from fleetwatch.config import ServerSettings
 from fleetwatch.reports.render import render_html, render_pdf
-from fleetwatch.reports.weekly import WeeklyReport, compute_weekly
+from fleetwatch.reports.weekly import WeeklyReport
 from fleetwatch.reports.weeks import parse_week
 from fleetwatch.rules.xid_catalog import XidCatalog
 from fleetwatch.server.db.session import Database
 from fleetwatch.server.jobs.weekly_report import WeeklyReportJob
+from fleetwatch.server.repo.report_rows import compute_weekly
 
 
 @pytest.fixture

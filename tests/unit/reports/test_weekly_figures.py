@@ -13,9 +13,10 @@ from tests.unit.reports.conftest import END, NOW, START, WEEK, WEIBULL
 
 import fleetwatch.rules
 from fleetwatch.config import ServerSettings
-from fleetwatch.reports.weekly import HEADLINE, compute_weekly
+from fleetwatch.reports.weekly import HEADLINE
 from fleetwatch.reports.weeks import IsoWeek, parse_week
 from fleetwatch.server.db.session import Database
+from fleetwatch.server.repo.report_rows import compute_weekly
 
 H = 3600.0
 DAY = timedelta(hours=24)

@@ -1,15 +1,22 @@
-"""The rows one weekly report reads, loaded once per week with a handful of queries."""
+"""The rows a weekly report is computed from, read in a handful of queries per week.
+
+:func:`compute_weekly` is the report of one week from the database: it loads the week and the week
+before (:func:`load_week`) and hands their rows to :func:`fleetwatch.reports.weekly.build_weekly`.
+"""
 
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Connection, func, or_, select
 
+from fleetwatch.config import ServerSettings
+from fleetwatch.reports.rows import CONFIRM_WINDOW, WeekData
+from fleetwatch.reports.weekly import WeeklyReport, build_weekly
 from fleetwatch.reports.weeks import IsoWeek
+from fleetwatch.rules.xid_catalog import XidCatalog
 from fleetwatch.server.db.tables import (
     events,
     evictions,
@@ -18,98 +25,133 @@ from fleetwatch.server.db.tables import (
     gpu_samples,
     gpus,
     nodes,
+    risk_models,
     stragglers,
 )
 
-__all__ = ["CONFIRM_WINDOW", "WeekData", "load_week"]
+__all__ = ["compute_weekly", "load_week"]
 
-# A drain is confirmed by a failure or a fatal event this close to it, either side.
-CONFIRM_WINDOW = timedelta(hours=24)
+# Evictions this old at the week's start are read only while their node is still out.
+_EVICTION_LOOKBACK = timedelta(days=60)
 
 
-@dataclass
-class WeekData:
-    week: IsoWeek
-    # SQLAlchemy rows, read by attribute (column names); Any because Row's arity varies.
-    lifetimes: list[Any]
-    nodes: dict[int, Any]
-    node_ids: dict[str, int]
-    gpus: dict[str, Any]
-    gpus_per_node: Counter[int]
-    evictions: list[Any]
-    events: list[Any]
-    stragglers: list[Any]
-    reporting_gpu_hours: int
-    samples: list[Any] = field(default_factory=list)
-
-    @property
-    def start(self) -> datetime:
-        return self.week.start
-
-    @property
-    def end(self) -> datetime:
-        return self.week.end
+def compute_weekly(
+    conn: Connection,
+    week: IsoWeek,
+    *,
+    settings: ServerSettings,
+    catalog: XidCatalog | None = None,
+    now: datetime | None = None,
+) -> WeeklyReport:
+    """The report for ``week``; lifetimes still open at ``now`` are censored there (KM)."""
+    return build_weekly(
+        load_week(conn, week),
+        load_week(conn, week.previous()),
+        settings=settings,
+        catalog=catalog,
+        now=now or datetime.now(UTC),
+    )
 
 
 def load_week(conn: Connection, week: IsoWeek, *, with_samples: bool = True) -> WeekData:
     start, end = week.start, week.end
-    lo, hi = start - CONFIRM_WINDOW, end + CONFIRM_WINDOW
-    lt = gpu_lifetimes.c
-    lifetimes = conn.execute(
-        select(lt.serial, lt.gpu_uuid, lt.node_id, lt.location, lt.sku, lt.installed_at,
-               lt.removed_at, lt.end_kind, lt.cause)
-        .where(lt.installed_at < end)
-        .order_by(lt.id)
-    ).all()  # fmt: skip
     node_rows = conn.execute(
         select(nodes.c.id, nodes.c.name, nodes.c.labels, nodes.c.first_seen, nodes.c.last_seen)
     ).all()
     gpu_rows = conn.execute(
         select(gpus.c.uuid, gpus.c.node_id, gpus.c.name, gpus.c.driver_version)
     ).all()
-    ev = evictions.c
-    eviction_rows = conn.execute(
-        select(ev.id, ev.node, ev.state, ev.reason_kind, ev.dry_run, ev.created_at,
-               ev.completed_at, ev.returned_at)
-        .where(ev.created_at < end)
-        .where(or_(ev.created_at >= start - timedelta(days=60), ev.returned_at.is_(None),
-                   ev.returned_at >= start))
-    ).all()  # fmt: skip
-    event_rows = conn.execute(
-        select(events.c.node_id, events.c.gpu_uuid, events.c.kind, events.c.xid, events.c.ts).where(
-            events.c.kind.in_(("xid", "gpu_lost")), events.c.ts >= lo, events.c.ts < hi
-        )
-    ).all()
-    st = stragglers.c
-    straggler_rows = conn.execute(
-        select(st.job_id, st.node, st.kind, st.started_at, st.ended_at, st.ratio).where(
-            st.started_at >= start, st.started_at < end
-        )
-    ).all()
     hourly = conn.execute(
         select(func.count()).where(gpu_hourly.c.hour >= start, gpu_hourly.c.hour < end)
     ).scalar_one()
-    samples: list[Any] = []
-    if with_samples:
-        gs = gpu_samples.c
-        samples = list(
-            conn.execute(
-                select(gs.gpu_uuid, gs.ts, gs.energy_mj, gs.power_w)
-                .where(gs.ts >= start, gs.ts < end)
-                .where(or_(gs.energy_mj.is_not(None), gs.power_w.is_not(None)))
-                .order_by(gs.gpu_uuid, gs.ts)
-            )
-        )
     return WeekData(
         week=week,
-        lifetimes=list(lifetimes),
+        lifetimes=_lifetimes(conn, end),
         nodes={row.id: row for row in node_rows},
         node_ids={row.name: row.id for row in node_rows},
         gpus={row.uuid: row for row in gpu_rows},
         gpus_per_node=Counter(row.node_id for row in gpu_rows),
-        evictions=list(eviction_rows),
-        events=list(event_rows),
-        stragglers=list(straggler_rows),
+        evictions=_evictions(conn, start, end),
+        events=_events(conn, start - CONFIRM_WINDOW, end + CONFIRM_WINDOW),
+        stragglers=_stragglers(conn, start, end),
         reporting_gpu_hours=int(hourly),
-        samples=samples,
+        samples=_samples(conn, start, end) if with_samples else [],
+        model=_model_at(conn, start),
     )
+
+
+def _lifetimes(conn: Connection, end: datetime) -> list[Any]:
+    lt = gpu_lifetimes.c
+    columns = (
+        lt.serial,
+        lt.gpu_uuid,
+        lt.node_id,
+        lt.location,
+        lt.sku,
+        lt.installed_at,
+        lt.removed_at,
+        lt.end_kind,
+        lt.cause,
+    )
+    query = select(*columns).where(lt.installed_at < end).order_by(lt.id)
+    return list(conn.execute(query).all())
+
+
+def _evictions(conn: Connection, start: datetime, end: datetime) -> list[Any]:
+    ev = evictions.c
+    columns = (
+        ev.id,
+        ev.node,
+        ev.state,
+        ev.reason_kind,
+        ev.dry_run,
+        ev.created_at,
+        ev.completed_at,
+        ev.returned_at,
+    )
+    recent_or_still_out = or_(
+        ev.created_at >= start - _EVICTION_LOOKBACK,
+        ev.returned_at.is_(None),
+        ev.returned_at >= start,
+    )
+    query = select(*columns).where(ev.created_at < end).where(recent_or_still_out)
+    return list(conn.execute(query).all())
+
+
+def _events(conn: Connection, lo: datetime, hi: datetime) -> list[Any]:
+    e = events.c
+    query = select(e.node_id, e.gpu_uuid, e.kind, e.xid, e.ts).where(
+        e.kind.in_(("xid", "gpu_lost")), e.ts >= lo, e.ts < hi
+    )
+    return list(conn.execute(query).all())
+
+
+def _stragglers(conn: Connection, start: datetime, end: datetime) -> list[Any]:
+    st = stragglers.c
+    query = select(st.job_id, st.node, st.kind, st.started_at, st.ended_at, st.ratio).where(
+        st.started_at >= start, st.started_at < end
+    )
+    return list(conn.execute(query).all())
+
+
+def _samples(conn: Connection, start: datetime, end: datetime) -> list[Any]:
+    gs = gpu_samples.c
+    query = (
+        select(gs.gpu_uuid, gs.ts, gs.energy_mj, gs.power_w)
+        .where(gs.ts >= start, gs.ts < end)
+        .where(or_(gs.energy_mj.is_not(None), gs.power_w.is_not(None)))
+        .order_by(gs.gpu_uuid, gs.ts)
+    )
+    return list(conn.execute(query))
+
+
+def _model_at(conn: Connection, at: datetime) -> Any | None:
+    """The newest good risk model trained by ``at``: ``version`` and ``params``."""
+    rm = risk_models.c
+    query = (
+        select(rm.version, rm.params)
+        .where(rm.status == "ok", rm.trained_at <= at)
+        .order_by(rm.trained_at.desc(), rm.version.desc())
+        .limit(1)
+    )
+    return conn.execute(query).first()

@@ -10,11 +10,11 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 
 from fleetwatch.config import ServerSettings
-from fleetwatch.reports.weekly import compute_weekly
 from fleetwatch.reports.weeks import IsoWeek, parse_week
 from fleetwatch.server.csp import report_headers
 from fleetwatch.server.db.session import Database
 from fleetwatch.server.deps import DatabaseDep, ReadAuth, SettingsDep
+from fleetwatch.server.repo.report_rows import compute_weekly
 from fleetwatch.server.schemas.common import error_responses
 from fleetwatch.server.schemas.fields import Text
 
