@@ -27,7 +27,8 @@ from fleetwatch.config import ServerSettings
 from fleetwatch.server.db.migrate import upgrade
 from fleetwatch.server.db.session import Database, make_engine
 from fleetwatch.server.db.tables import alerts
-from fleetwatch.server.tell.alerting import Alerter, Condition
+from fleetwatch.server.tell.alerting import Alerter
+from fleetwatch.server.tell.conditions import Condition
 
 
 def _conditions(n: int, bad: int) -> dict[str, Condition]:

@@ -25,7 +25,8 @@ logger = logging.getLogger(__name__)
 def _common(func: click.decorators.FC) -> click.decorators.FC:
     options = [
         click.option(
-            "--server", "server_url",
+            "--server",
+            "server_url",
             help="FleetWatch server URL [env FLEETWATCH_SCHEDULER_SERVER_URL]",
         ),
         click.option(
@@ -33,16 +34,14 @@ def _common(func: click.decorators.FC) -> click.decorators.FC:
             help="Token with scope 'scheduler' (prefer env FLEETWATCH_SCHEDULER_TOKEN)",
         ),
         click.option("--once", is_flag=True, help="One pass, then exit"),
-        click.option(
-            "--interval", "interval_s", type=float, help="Seconds between passes [5]"
-        ),
+        click.option("--interval", "interval_s", type=float, help="Seconds between passes [5]"),
         click.option(
             "--dry-run", is_flag=True, help="Change nothing anywhere; log what a pass would do"
         ),
         click.option(
             "--lease", "lease_s", type=int, help="Seconds an acked eviction stays ours [300]"
         ),
-    ]  # fmt: skip
+    ]
     for option in reversed(options):
         func = option(func)
     return func
@@ -51,9 +50,12 @@ def _common(func: click.decorators.FC) -> click.decorators.FC:
 @click.command("slurm-sync")
 @_common
 @click.option(
-    "--scontrol", "scontrol_path", default="scontrol", show_default=True,
+    "--scontrol",
+    "scontrol_path",
+    default="scontrol",
+    show_default=True,
     help="scontrol to run; the cluster comes from SLURM_CONF as for any Slurm command",
-)  # fmt: skip
+)
 def slurm_sync(scontrol_path: str, **common: Any) -> None:
     """Drain Slurm nodes FleetWatch evicts; resume them when FleetWatch returns them."""
     from fleetwatch.adapters.slurm import Scontrol, SlurmBackend

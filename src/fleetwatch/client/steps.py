@@ -82,9 +82,11 @@ class StepReporter:
         self._next_step = 0
         self._path = f"/v1/jobs/{job_id}/steps"
         self._client = httpx.Client(
-            base_url=url.rstrip("/"), headers={"Authorization": f"Bearer {token}"},
-            timeout=timeout_s, transport=transport,
-        )  # fmt: skip
+            base_url=url.rstrip("/"),
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=timeout_s,
+            transport=transport,
+        )
         self._healthy = True
         self._thread = threading.Thread(target=self._run, name="fleetwatch-steps", daemon=True)
         self._thread.start()
@@ -94,9 +96,12 @@ class StepReporter:
     def step(self, step: int, duration_ms: float) -> None:
         """Record that ``step`` took ``duration_ms`` on this rank, ending now."""
         item = {
-            "rank": self.rank, "node": self.node, "step": int(step),
-            "duration_ms": float(duration_ms), "ts": datetime.now(UTC).isoformat(),
-        }  # fmt: skip
+            "rank": self.rank,
+            "node": self.node,
+            "step": int(step),
+            "duration_ms": float(duration_ms),
+            "ts": datetime.now(UTC).isoformat(),
+        }
         if self.stage is not None:
             item["stage"] = self.stage
         if self.dp_group is not None:
@@ -175,8 +180,12 @@ class StepReporter:
             self._set_health(False, f"HTTP {status}")
             return False
         self.rejected += len(batch)
-        logger.error("step reporter: server refused %d steps (HTTP %d): %s", len(batch), status,
-                     response.text[:500])  # fmt: skip
+        logger.error(
+            "step reporter: server refused %d steps (HTTP %d): %s",
+            len(batch),
+            status,
+            response.text[:500],
+        )
         return True
 
     def _set_health(self, healthy: bool, reason: str) -> None:

@@ -371,9 +371,17 @@ def run_sim_backtest(
             end = g.failure if g.failure is not None and g.failure < cutoff else cutoff
             feats = tel.features(g.uuid, start, end, window)
             train_rows.append(
-                {"uuid": g.uuid, "sku": g.sku, "install": g.install, "end": end, "window_end": end,
-                 DURATION_COL: (end - g.install) / _DAY, EVENT_COL: end < cutoff, **feats}
-            )  # fmt: skip
+                {
+                    "uuid": g.uuid,
+                    "sku": g.sku,
+                    "install": g.install,
+                    "end": end,
+                    "window_end": end,
+                    DURATION_COL: (end - g.install) / _DAY,
+                    EVENT_COL: end < cutoff,
+                    **feats,
+                }
+            )
         for i, d in enumerate(days):
             for g in mine:
                 if g.alive(d):
@@ -381,8 +389,10 @@ def run_sim_backtest(
                     eval_rows.append(
                         {"day": i, "uuid": g.uuid, AGE_COL: (d - g.install) / _DAY, **feats}
                     )
-            rules |= {(i, u) for u in _ruleflag_days(fleet, node, mine, tel.events, d, catalog,
-                                                   thresholds)}  # fmt: skip
+            rules |= {
+                (i, u)
+                for u in _ruleflag_days(fleet, node, mine, tel.events, d, catalog, thresholds)
+            }
         if progress is not None:
             progress(1)
 

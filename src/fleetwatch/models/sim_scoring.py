@@ -95,9 +95,12 @@ def failure_table(
             continue
         before = [i for i, d in enumerate(days) if f - window <= d < f]
         row: dict[str, object] = {
-            "uuid": g.uuid, "node": g.node, "failure_time": f, "cause_xid": g.cause_xid,
+            "uuid": g.uuid,
+            "node": g.node,
+            "failure_time": f,
+            "cause_xid": g.cause_xid,
             "precursors": g.precursors,
-        }  # fmt: skip
+        }
         for m in METHODS:
             hit = [i for i in before if (i, g.uuid) in flags[(m, 7.0)]]
             row[f"lead_h_{m}"] = (f - days[hit[0]]) / _HOUR if hit else math.nan
@@ -112,11 +115,16 @@ def failure_table(
 
 
 def method_metrics(
-    method: str, ev: pd.DataFrame, flagged: set[tuple[int, str]], failures: pd.DataFrame,
+    method: str,
+    ev: pd.DataFrame,
+    flagged: set[tuple[int, str]],
+    failures: pd.DataFrame,
     n_days: int,
-) -> MethodMetrics:  # fmt: skip
-    label = {(int(i), str(u)): bool(y) for i, u, y in zip(ev["day"], ev["uuid"], ev["label"],
-                                                             strict=True)}  # fmt: skip
+) -> MethodMetrics:
+    label = {
+        (int(i), str(u)): bool(y)
+        for i, u, y in zip(ev["day"], ev["uuid"], ev["label"], strict=True)
+    }
     hits = sum(1 for key in flagged if label.get(key, False))
     leads = failures[f"lead_h_{method}"].dropna().to_numpy(dtype=np.float64)
     n_fail = len(failures)

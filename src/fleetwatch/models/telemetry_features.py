@@ -80,9 +80,20 @@ class HourRollup:
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> HourRollup:
-        names = ("gpu_uuid", "hour", "samples", "span_s", "temp_p95_c", "temp_max_c",
-                 "throttle_reported", "throttled", "sbe_errors", "nvlink_errors", "pcie_replays",
-                 "remapped_rows")  # fmt: skip
+        names = (
+            "gpu_uuid",
+            "hour",
+            "samples",
+            "span_s",
+            "temp_p95_c",
+            "temp_max_c",
+            "throttle_reported",
+            "throttled",
+            "sbe_errors",
+            "nvlink_errors",
+            "pcie_replays",
+            "remapped_rows",
+        )
         return cls(
             **{n: row[n] for n in names},
             xids={c: int(row[f"xid_{c}"]) for c in GPU_CATEGORIES},
@@ -184,10 +195,14 @@ def window_features(rollups: Sequence[HourRollup]) -> dict[str, float]:
     if not rollups:
         return {}
     ordered = sorted(rollups, key=lambda r: r.hour)
-    out: dict[str, float] = {f"xid_{c}": float(sum(r.xids.get(c, 0) for r in ordered))
-                             for c in GPU_CATEGORIES}  # fmt: skip
-    rates = {"sbe_per_day": "sbe_errors", "nvlink_errors_per_day": "nvlink_errors",
-             "pcie_replays_per_day": "pcie_replays"}  # fmt: skip
+    out: dict[str, float] = {
+        f"xid_{c}": float(sum(r.xids.get(c, 0) for r in ordered)) for c in GPU_CATEGORIES
+    }
+    rates = {
+        "sbe_per_day": "sbe_errors",
+        "nvlink_errors_per_day": "nvlink_errors",
+        "pcie_replays_per_day": "pcie_replays",
+    }
     for name, attr in rates.items():
         if (rate := _rate_per_day(ordered, attr)) is not None:
             out[name] = rate

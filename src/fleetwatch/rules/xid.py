@@ -152,9 +152,14 @@ def judge_xids(
     for gpu, evs in per_gpu.items():
         evs.sort(key=lambda e: e.ts)
         groups = _judge_gpu(
-            evs, catalog, flood_window, follow_on_window, remap_window, cleanup_window,
+            evs,
+            catalog,
+            flood_window,
+            follow_on_window,
+            remap_window,
+            cleanup_window,
             repeat_threshold,
-        )  # fmt: skip
+        )
         nvml = _nvml_action(recovery_actions or {}, gpu, uuids)
         groups = _apply_recovery(groups, evs, nvml, catalog)
         verdicts.extend(_verdict(gpu, g) for g in groups)
@@ -180,10 +185,8 @@ def _by_gpu(
         uuid = getattr(e, "uuid", None)
         key = e.pci_bus_id or (uuids.get(uuid, uuid) if uuid else None) or "unknown"
         assert e.xid is not None  # filtered above; mypy cannot see through the comprehension
-        per_gpu[key].append(
-            _Ev(e.xid, ts, uuid, getattr(e, "pid", None), getattr(e, "process", None),
-                e.message or "")
-        )  # fmt: skip
+        pid, process = getattr(e, "pid", None), getattr(e, "process", None)
+        per_gpu[key].append(_Ev(e.xid, ts, uuid, pid, process, e.message or ""))
     return per_gpu, uuids
 
 

@@ -200,8 +200,11 @@ def reseal_secrets(db: Database, box: SecretBox, *, plaintext_only: bool) -> tup
     done = left = 0
     table = webhook_subscriptions
     with db.write() as conn:
-        rows = conn.execute(select(table.c.id, table.c.name, table.c.secret).where(
-            table.c.secret.is_not(None), table.c.secret != "")).all()  # fmt: skip
+        rows = conn.execute(
+            select(table.c.id, table.c.name, table.c.secret).where(
+                table.c.secret.is_not(None), table.c.secret != ""
+            )
+        ).all()
         for row in rows:
             if plaintext_only and row.secret.startswith(PREFIX):
                 continue

@@ -30,7 +30,7 @@ from fleetwatch.server.jobs.rollups import RollupJob
 from fleetwatch.server.jobs.scheduler import periodic
 from fleetwatch.server.judge.judging import FleetJudge
 from fleetwatch.server.tell import alerting
-from fleetwatch.server.tell.alerting import Condition
+from fleetwatch.server.tell.conditions import Condition
 from fleetwatch.server.tell.outbox import OutboxWorker, enqueue
 
 # The longest values the wire accepts (tests/unit/server/test_column_lengths.py probes them).

@@ -164,8 +164,10 @@ class ItemGuard:
             logger.warning(
                 "background job %s: item %s failed, skipped (logged again when the error changes"
                 " or it recovers)",
-                self.job, item_id, exc_info=exc,
-            )  # fmt: skip
+                self.job,
+                item_id,
+                exc_info=exc,
+            )
         self._failing.pop(item_id, None)
         self._failing[item_id] = what
         if len(self._failing) > _REMEMBERED:

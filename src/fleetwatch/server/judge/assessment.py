@@ -109,8 +109,9 @@ class FleetAssessment:
             if gpu.out_of_service:
                 out.append(GpuRisk(gpu, 1.0, p, "rule", model, tuple(f)))
             else:
-                out.append(GpuRisk(gpu, p, p, "model" if p is not None else "none", model,
-                                   tuple(f)))  # fmt: skip
+                out.append(
+                    GpuRisk(gpu, p, p, "model" if p is not None else "none", model, tuple(f))
+                )
         return out
 
     def node_risks(self, horizon_days: float) -> dict[str, tuple[float | None, list[GpuRisk]]]:
@@ -182,12 +183,18 @@ def assess_fleet(
     # GPUs with any rollup in the last 30 days; each described over its own trailing window.
     features = fleet_window_features(conn, window=feature_window, since=now - timedelta(days=30))
     rows = conn.execute(
-        select(gpus.c.uuid, gpus.c.index.label("slot"), gpus.c.serial, gpus.c.name,
-               gpus.c.first_seen, nodes.c.name.label("node"))
+        select(
+            gpus.c.uuid,
+            gpus.c.index.label("slot"),
+            gpus.c.serial,
+            gpus.c.name,
+            gpus.c.first_seen,
+            nodes.c.name.label("node"),
+        )
         .join(nodes, nodes.c.id == gpus.c.node_id)
         .where(gpus.c.last_seen >= now - stale_after)
         .order_by(nodes.c.name, gpus.c.index)
-    )  # fmt: skip
+    )
     assessed = []
     for row in rows:
         installed = installs.get(row.serial or row.uuid, row.first_seen)
@@ -202,6 +209,6 @@ def assess_fleet(
                 age_days=max((now - installed).total_seconds(), 0.0) / _DAY_S,
                 features=features.get(row.uuid, {}),
                 verdicts=tuple(verdicts.get(row.uuid, ())),
-            )  # fmt: skip
+            )
         )
     return FleetAssessment(now, assessed, bundle, model_version)

@@ -71,13 +71,25 @@ class Verdict:
             "processes": list(v.processes),
             "known": v.known,
         }
-        return cls("xid", v.rule, v.severity, v.action, v.counts_against_gpu, v.source,
-                   v.first_seen, v.last_seen, v.xids, evidence, v.note)  # fmt: skip
+        return cls("xid", **_shared(v), xids=v.xids, evidence=evidence)
 
     @classmethod
     def from_health(cls, v: HealthVerdict) -> Verdict:
-        return cls("health", v.rule, v.severity, v.action, v.counts_against_gpu, v.source,
-                   v.first_seen, v.last_seen, (), _jsonable(v.evidence), v.note)  # fmt: skip
+        return cls("health", **_shared(v), evidence=_jsonable(v.evidence))
+
+
+def _shared(v: XidVerdict | HealthVerdict) -> dict[str, Any]:
+    """The fields an Xid and a health verdict have in common."""
+    return {
+        "rule": v.rule,
+        "severity": v.severity,
+        "action": v.action,
+        "counts_against_gpu": v.counts_against_gpu,
+        "source": v.source,
+        "first_seen": v.first_seen,
+        "last_seen": v.last_seen,
+        "note": v.note,
+    }
 
 
 def _jsonable(value: Any) -> Any:
@@ -139,8 +151,12 @@ class FleetJudge:
         self.thresholds = thresholds
         self.xid_lookback = xid_lookback
         self.unreachable_after_intervals = unreachable_after_intervals
-        windows = (thresholds.sbe_window_s, thresholds.nvlink_window_s,
-                   thresholds.pcie_window_s, thresholds.throttle_window_s)  # fmt: skip
+        windows = (
+            thresholds.sbe_window_s,
+            thresholds.nvlink_window_s,
+            thresholds.pcie_window_s,
+            thresholds.throttle_window_s,
+        )
         self.history = timedelta(seconds=max(windows) * 1.5)
         dense_windows = (thresholds.nvlink_window_s, thresholds.pcie_window_s)
         self.dense = timedelta(seconds=max(dense_windows) * 1.5)
@@ -152,13 +168,20 @@ class FleetJudge:
         self._last_id: int | None = None
 
     def _load_gpus(self, conn: Connection) -> dict[int, tuple[str, datetime, float]]:
-        columns = (gpus.c.uuid, gpus.c.node_id, gpus.c.pci_bus_id, gpus.c.name,
-                   gpus.c.first_seen, gpus.c.last_seen)  # fmt: skip
+        columns = (
+            gpus.c.uuid,
+            gpus.c.node_id,
+            gpus.c.pci_bus_id,
+            gpus.c.name,
+            gpus.c.first_seen,
+            gpus.c.last_seen,
+        )
         for row in conn.execute(select(*columns)):
             gpu = self._gpus.get(row.uuid)
             if gpu is None:
-                self._gpus[row.uuid] = _Gpu(row.uuid, row.node_id, row.pci_bus_id, row.name,
-                                            row.first_seen, row.last_seen)  # fmt: skip
+                self._gpus[row.uuid] = _Gpu(
+                    row.uuid, row.node_id, row.pci_bus_id, row.name, row.first_seen, row.last_seen
+                )
             else:
                 gpu.node_id, gpu.last_seen = row.node_id, row.last_seen
         return {
@@ -238,7 +261,7 @@ class FleetJudge:
                     pid=row.pid,
                     process=row.process,
                     details=row.details,
-                )  # fmt: skip
+                )
             )
         return by_node
 
@@ -258,23 +281,35 @@ class FleetJudge:
             # rest of the fleet is still judged (server.jobs.isolation).
             found: dict[str, list[Verdict]] = defaultdict(list)
             with self.guard.item(None, f"node id {node_id}") as ok:
-                self._judge_node(members, node_events.get(node_id, []), as_of[node_id],
-                                 node_info.get(node_id), now, found)  # fmt: skip
+                self._judge_node(
+                    members,
+                    node_events.get(node_id, []),
+                    as_of[node_id],
+                    node_info.get(node_id),
+                    now,
+                    found,
+                )
             if ok:
                 for uuid, verdicts in found.items():
                     out[uuid].extend(verdicts)
         return {uuid: verdicts for uuid, verdicts in out.items() if verdicts}
 
     def _judge_node(
-        self, members: list[_Gpu], evs: list[Event], at: datetime,
-        info: tuple[str, datetime, float] | None, now: datetime, out: dict[str, list[Verdict]],
-    ) -> None:  # fmt: skip
+        self,
+        members: list[_Gpu],
+        evs: list[Event],
+        at: datetime,
+        info: tuple[str, datetime, float] | None,
+        now: datetime,
+        out: dict[str, list[Verdict]],
+    ) -> None:
         # Events after ``at`` stay: a node_boot is stamped on the server's clock, and an Xid
         # logged after the newest sample still happened.
         self._judge_xids(members, evs, at, out)
         for gpu in members:
-            verdicts = judge_health(gpu.window, events=evs, thresholds=self.thresholds,
-                                    now=at, gpu_name=gpu.name)  # fmt: skip
+            verdicts = judge_health(
+                gpu.window, events=evs, thresholds=self.thresholds, now=at, gpu_name=gpu.name
+            )
             out[gpu.uuid].extend(Verdict.from_health(v) for v in verdicts)
         if info is not None:
             self._judge_missing(members, info, now, out)
@@ -293,13 +328,22 @@ class FleetJudge:
             for g in members
             if g.window and (action := g.window[-1].sample.gpu_recovery_action)
         }
-        for v in judge_xids(xid_events, catalog=self.catalog, now=now,
-                            lookback=self.xid_lookback, recovery_actions=recovery):  # fmt: skip
+        verdicts = judge_xids(
+            xid_events,
+            catalog=self.catalog,
+            now=now,
+            lookback=self.xid_lookback,
+            recovery_actions=recovery,
+        )
+        for v in verdicts:
             uuid = v.uuid if v.uuid in uuids else by_pci.get(v.pci_bus_id or v.gpu)
             if uuid is None:
                 continue  # a GPU this node never reported: nothing to attach it to
-            if (last_boot is not None and v.last_seen is not None and last_boot > v.last_seen
-                    and v.action in _CLEARED_BY_BOOT):  # fmt: skip
+            # A reboot after the verdict's last event cleared what a reboot clears.
+            rebooted_since = (
+                last_boot is not None and v.last_seen is not None and last_boot > v.last_seen
+            )
+            if rebooted_since and v.action in _CLEARED_BY_BOOT:
                 continue
             out[uuid].append(Verdict.from_xid(v))
 

@@ -94,10 +94,11 @@ def get_eviction(conn: Connection, eviction_id: int) -> EvictionDetail:
         .order_by(eviction_audit.c.ts, eviction_audit.c.id)
     )
     audit = [
-        AuditPublic(ts=a.ts, from_state=a.from_state, to_state=a.to_state, actor=a.actor,
-                    detail=a.detail)
+        AuditPublic(
+            ts=a.ts, from_state=a.from_state, to_state=a.to_state, actor=a.actor, detail=a.detail
+        )
         for a in trail
-    ]  # fmt: skip
+    ]
     return EvictionDetail(**eviction_from_row(row).model_dump(), audit=audit)
 
 
@@ -114,10 +115,15 @@ def _audit(
 ) -> None:
     conn.execute(
         insert(eviction_audit).values(
-            eviction_id=eviction_id, node=node, ts=now, from_state=from_state, to_state=to_state,
-            actor=actor, detail=detail,
+            eviction_id=eviction_id,
+            node=node,
+            ts=now,
+            from_state=from_state,
+            to_state=to_state,
+            actor=actor,
+            detail=detail,
         )
-    )  # fmt: skip
+    )
 
 
 def create_eviction(
@@ -137,14 +143,29 @@ def create_eviction(
     eviction_id = conn.execute(
         insert(evictions)
         .values(
-            node=node, state=state, reason_kind=reason_kind, reason=reason, evidence=evidence,
-            expected_saving_usd=expected_saving_usd, dry_run=dry_run, created_at=now,
-            updated_at=now, detail=detail,
+            node=node,
+            state=state,
+            reason_kind=reason_kind,
+            reason=reason,
+            evidence=evidence,
+            expected_saving_usd=expected_saving_usd,
+            dry_run=dry_run,
+            created_at=now,
+            updated_at=now,
+            detail=detail,
         )
         .returning(evictions.c.id)
-    ).scalar_one()  # fmt: skip
-    _audit(conn, eviction_id=eviction_id, node=node, now=now, from_state=None, to_state=state,
-           actor=actor, detail={"reason_kind": reason_kind, "reason": reason})  # fmt: skip
+    ).scalar_one()
+    _audit(
+        conn,
+        eviction_id=eviction_id,
+        node=node,
+        now=now,
+        from_state=None,
+        to_state=state,
+        actor=actor,
+        detail={"reason_kind": reason_kind, "reason": reason},
+    )
     _announce(conn)
     return int(eviction_id)
 
@@ -171,8 +192,16 @@ def _change(
         return False
     _announce(conn)
     if seen.state != to_state or audit is not None:
-        _audit(conn, eviction_id=seen.id, node=seen.node, now=now, from_state=seen.state,
-               to_state=to_state, actor=actor, detail=audit)  # fmt: skip
+        _audit(
+            conn,
+            eviction_id=seen.id,
+            node=seen.node,
+            now=now,
+            from_state=seen.state,
+            to_state=to_state,
+            actor=actor,
+            detail=audit,
+        )
     return True
 
 
@@ -211,9 +240,17 @@ def ack_eviction(
         audit = {"lease_s": lease_s, "took_over_from": seen.claimed_by}
     elif seen.state == "pending":
         audit = {"lease_s": lease_s}
-    won = _change(conn, seen, to_state="acked", actor=claimer, now=now, audit=audit,
-                  extra_where=claim, claimed_by=claimer,
-                  lease_expires_at=now + timedelta(seconds=lease_s))  # fmt: skip
+    won = _change(
+        conn,
+        seen,
+        to_state="acked",
+        actor=claimer,
+        now=now,
+        audit=audit,
+        extra_where=claim,
+        claimed_by=claimer,
+        lease_expires_at=now + timedelta(seconds=lease_s),
+    )
     if not won:
         raise _refuse(_row(conn, eviction_id), "acked", now)
     return eviction_from_row(_row(conn, eviction_id))
@@ -234,9 +271,17 @@ def complete_eviction(
         )
     if seen.claimed_by != claimer:
         raise _refuse(seen, "completed", now)
-    won = _change(conn, seen, to_state="completed", actor=claimer, now=now, audit=None,
-                  extra_where=evictions.c.claimed_by == claimer, completed_at=now,
-                  lease_expires_at=None)  # fmt: skip
+    won = _change(
+        conn,
+        seen,
+        to_state="completed",
+        actor=claimer,
+        now=now,
+        audit=None,
+        extra_where=evictions.c.claimed_by == claimer,
+        completed_at=now,
+        lease_expires_at=None,
+    )
     if not won:
         raise _refuse(_row(conn, eviction_id), "completed", now)
     return eviction_from_row(_row(conn, eviction_id))
@@ -251,11 +296,22 @@ def reject_eviction(
         seen.state == "acked" and seen.claimed_by != actor and _lease_live(seen, now)
     ):
         raise _refuse(seen, "rejected", now)
-    mine = or_(evictions.c.state != "acked", evictions.c.claimed_by == actor,
-               evictions.c.lease_expires_at <= now)  # fmt: skip
-    won = _change(conn, seen, to_state="rejected", actor=actor, now=now,
-                  audit={"reason": reason}, extra_where=mine, detail=reason,
-                  lease_expires_at=None)  # fmt: skip
+    mine = or_(
+        evictions.c.state != "acked",
+        evictions.c.claimed_by == actor,
+        evictions.c.lease_expires_at <= now,
+    )
+    won = _change(
+        conn,
+        seen,
+        to_state="rejected",
+        actor=actor,
+        now=now,
+        audit={"reason": reason},
+        extra_where=mine,
+        detail=reason,
+        lease_expires_at=None,
+    )
     if not won:
         raise _refuse(_row(conn, eviction_id), "rejected", now)
     return eviction_from_row(_row(conn, eviction_id))
@@ -273,9 +329,15 @@ def approve_eviction(
             "be approved",
             seen.state,
         )
-    won = _change(conn, seen, to_state="pending", actor=actor, now=now,
-                  audit={"approved": note, "over_budget": seen.state == "paged"},
-                  dry_run=False)  # fmt: skip
+    won = _change(
+        conn,
+        seen,
+        to_state="pending",
+        actor=actor,
+        now=now,
+        audit={"approved": note, "over_budget": seen.state == "paged"},
+        dry_run=False,
+    )
     if not won:
         raise _refuse(_row(conn, eviction_id), "approved", now)
     return eviction_from_row(_row(conn, eviction_id))
@@ -293,9 +355,16 @@ def return_node(
     ).first()
     if seen is None:
         raise NotFound("completed eviction of node", node)
-    won = _change(conn, seen, to_state="returned", actor=actor, now=now,
-                  audit={"note": note} if note else None, returned_at=now,
-                  detail=note)  # fmt: skip
+    won = _change(
+        conn,
+        seen,
+        to_state="returned",
+        actor=actor,
+        now=now,
+        audit={"note": note} if note else None,
+        returned_at=now,
+        detail=note,
+    )
     if not won:
         raise _refuse(_row(conn, seen.id), "returned", now)
     return eviction_from_row(_row(conn, seen.id))
@@ -307,8 +376,9 @@ def cancel_eviction(
     """Withdraw an eviction nobody acted on yet, because its reason cleared."""
     if seen.state not in _CANCELLABLE:
         return False
-    return _change(conn, seen, to_state="cancelled", actor=actor, now=now,
-                   audit={"why": why}, detail=why)  # fmt: skip
+    return _change(
+        conn, seen, to_state="cancelled", actor=actor, now=now, audit={"why": why}, detail=why
+    )
 
 
 def expire_leases(conn: Connection, *, now: datetime) -> int:
@@ -318,9 +388,18 @@ def expire_leases(conn: Connection, *, now: datetime) -> int:
     ).all()
     done = 0
     for seen in expired:
-        done += _change(conn, seen, to_state="pending", actor="planner", now=now,
-                        audit={"lease_expired": seen.lease_expires_at.isoformat(),
-                               "claimed_by": seen.claimed_by},
-                        extra_where=evictions.c.lease_expires_at <= now,
-                        claimed_by=None, lease_expires_at=None)  # fmt: skip
+        done += _change(
+            conn,
+            seen,
+            to_state="pending",
+            actor="planner",
+            now=now,
+            audit={
+                "lease_expired": seen.lease_expires_at.isoformat(),
+                "claimed_by": seen.claimed_by,
+            },
+            extra_where=evictions.c.lease_expires_at <= now,
+            claimed_by=None,
+            lease_expires_at=None,
+        )
     return done

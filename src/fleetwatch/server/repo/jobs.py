@@ -69,11 +69,15 @@ def store_steps(conn: Connection, job_id: str, rows: Sequence[dict[str, Any]]) -
         nodes=sorted(set(current.nodes) | set(names)),
     )
     conn.execute(
-        update(jobs).where(jobs.c.job_id == job_id).values(
-            first_seen=merged.first_seen, last_seen=merged.last_seen, ranks=merged.ranks,
+        update(jobs)
+        .where(jobs.c.job_id == job_id)
+        .values(
+            first_seen=merged.first_seen,
+            last_seen=merged.last_seen,
+            ranks=merged.ranks,
             nodes=merged.nodes,
         )
-    )  # fmt: skip
+    )
     conn.execute(insert(job_steps), [{"job_id": job_id, **r} for r in rows])
     return merged
 
@@ -96,18 +100,27 @@ def get_job(conn: Connection, job_id: str) -> JobRow | None:
 def read_steps(conn: Connection, job_id: str, start: datetime, end: datetime) -> list[StepRow]:
     """The job's steps with ``start <= ts < end``, by time."""
     found = conn.execute(
-        select(job_steps.c.rank, job_steps.c.node, job_steps.c.duration_ms, job_steps.c.ts,
-               job_steps.c.stage)
+        select(
+            job_steps.c.rank,
+            job_steps.c.node,
+            job_steps.c.duration_ms,
+            job_steps.c.ts,
+            job_steps.c.stage,
+        )
         .where(job_steps.c.job_id == job_id, job_steps.c.ts >= start, job_steps.c.ts < end)
         .order_by(job_steps.c.ts)
-    )  # fmt: skip
+    )
     return [StepRow(r.rank, r.node, r.duration_ms, r.ts, r.stage) for r in found]
 
 
 def list_stragglers(
-    conn: Connection, *, job_id: str | None = None, active: bool | None = None,
-    kind: str | None = None, limit: int = 1000,
-) -> list[dict[str, Any]]:  # fmt: skip
+    conn: Connection,
+    *,
+    job_id: str | None = None,
+    active: bool | None = None,
+    kind: str | None = None,
+    limit: int = 1000,
+) -> list[dict[str, Any]]:
     query = select(stragglers).order_by(stragglers.c.started_at.desc()).limit(limit)
     if job_id is not None:
         query = query.where(stragglers.c.job_id == job_id)
@@ -125,25 +138,41 @@ def apply_transitions(
 ) -> None:
     """Open, update and close ``stragglers`` rows (``updated_at`` on the wall clock)."""
     for t in transitions:
-        open_row = and_(stragglers.c.job_id == job_id, stragglers.c.node == t.node,
-                        stragglers.c.ended_at.is_(None))  # fmt: skip
+        open_row = and_(
+            stragglers.c.job_id == job_id,
+            stragglers.c.node == t.node,
+            stragglers.c.ended_at.is_(None),
+        )
         if t.action == "open":
             # Idempotent: another worker (SQLite has no advisory lock) may have opened it.
             existing = conn.execute(select(stragglers.c.id).where(open_row)).first()
             if existing is not None:
-                conn.execute(update(stragglers).where(stragglers.c.id == existing.id).values(
-                    windows=t.windows, ratio=t.ratio, updated_at=now))  # fmt: skip
+                conn.execute(
+                    update(stragglers)
+                    .where(stragglers.c.id == existing.id)
+                    .values(windows=t.windows, ratio=t.ratio, updated_at=now)
+                )
                 continue
-            conn.execute(insert(stragglers).values(
-                job_id=job_id, node=t.node, kind=t.kind, started_at=t.started_at,
-                updated_at=now, windows=t.windows, ratio=t.ratio, evidence=t.evidence,
-            ))  # fmt: skip
+            conn.execute(
+                insert(stragglers).values(
+                    job_id=job_id,
+                    node=t.node,
+                    kind=t.kind,
+                    started_at=t.started_at,
+                    updated_at=now,
+                    windows=t.windows,
+                    ratio=t.ratio,
+                    evidence=t.evidence,
+                )
+            )
         elif t.action == "update":
-            conn.execute(update(stragglers).where(open_row).values(
-                windows=t.windows, ratio=t.ratio, updated_at=now))  # fmt: skip
+            conn.execute(
+                update(stragglers)
+                .where(open_row)
+                .values(windows=t.windows, ratio=t.ratio, updated_at=now)
+            )
         else:
-            conn.execute(update(stragglers).where(open_row).values(
-                ended_at=t.at, updated_at=now))  # fmt: skip
+            conn.execute(update(stragglers).where(open_row).values(ended_at=t.at, updated_at=now))
 
 
 def load_slowness(conn: Connection) -> dict[str, float]:
@@ -170,22 +199,33 @@ def update_slowness(
             score = (1 - EWMA_WEIGHT) * score + EWMA_WEIGHT * value
         known[node] = score
         if node in counts:
-            conn.execute(update(node_slowness).where(node_slowness.c.node == node).values(
-                score=score, windows=counts[node] + len(values), updated_at=now))  # fmt: skip
+            conn.execute(
+                update(node_slowness)
+                .where(node_slowness.c.node == node)
+                .values(score=score, windows=counts[node] + len(values), updated_at=now)
+            )
         else:
-            conn.execute(insert(node_slowness).values(
-                node=node, score=score, windows=len(values), updated_at=now))  # fmt: skip
+            conn.execute(
+                insert(node_slowness).values(
+                    node=node, score=score, windows=len(values), updated_at=now
+                )
+            )
 
 
 # NVML clocks-event reasons that slow a GPU down (idle 0x1 and app-clock setting 0x2 do not).
 THROTTLE_REASONS = {
-    0x4: "sw_power_cap", 0x8: "hw_slowdown", 0x20: "sw_thermal", 0x40: "hw_thermal",
+    0x4: "sw_power_cap",
+    0x8: "hw_slowdown",
+    0x20: "sw_thermal",
+    0x40: "hw_thermal",
     0x80: "hw_power_brake",
-}  # fmt: skip
+}
 _NVLINK = (
-    "nvlink_crc_flit_errors_total", "nvlink_crc_data_errors_total",
-    "nvlink_replay_errors_total", "nvlink_recovery_errors_total",
-)  # fmt: skip
+    "nvlink_crc_flit_errors_total",
+    "nvlink_crc_data_errors_total",
+    "nvlink_replay_errors_total",
+    "nvlink_recovery_errors_total",
+)
 
 
 def _summary(rows: Sequence[Any]) -> dict[str, Any]:
@@ -227,9 +267,14 @@ def telemetry_evidence(
     if node_id is None:
         return None
     span = max(until - onset, timedelta(seconds=60))
-    cols = (gpu_samples.c.gpu_uuid, gpu_samples.c.ts, gpu_samples.c.clocks_event_reasons,
-            gpu_samples.c.sm_clock_mhz, gpu_samples.c.gpu_temp_c,
-            *(gpu_samples.c[c] for c in _NVLINK))  # fmt: skip
+    cols = (
+        gpu_samples.c.gpu_uuid,
+        gpu_samples.c.ts,
+        gpu_samples.c.clocks_event_reasons,
+        gpu_samples.c.sm_clock_mhz,
+        gpu_samples.c.gpu_temp_c,
+        *(gpu_samples.c[c] for c in _NVLINK),
+    )
 
     def fetch(a: datetime, b: datetime) -> list[Any]:
         where = (gpu_samples.c.node_id == node_id, gpu_samples.c.ts >= a, gpu_samples.c.ts <= b)
@@ -254,9 +299,13 @@ def telemetry_evidence(
         if rise >= 5:
             signals.append(f"GPU {rise:.0f} C hotter")
     if slow["nvlink_errors"] > before["nvlink_errors"]:
-        signals.append(f"{slow['nvlink_errors']:.0f} NVLink errors (before: "
-                       f"{before['nvlink_errors']:.0f})")  # fmt: skip
+        signals.append(
+            f"{slow['nvlink_errors']:.0f} NVLink errors (before: {before['nvlink_errors']:.0f})"
+        )
     return {
-        "correlated": bool(signals), "signals": signals, "new_throttle_mask": new_bits,
-        "slow": slow, "before": before if before["samples"] else None,
-    }  # fmt: skip
+        "correlated": bool(signals),
+        "signals": signals,
+        "new_throttle_mask": new_bits,
+        "slow": slow,
+        "before": before if before["samples"] else None,
+    }

@@ -52,9 +52,12 @@ def _finite(value: float) -> float | None:
     return None if math.isinf(value) else value
 
 
-@router.get("/advice/checkpoint", response_model=CheckpointAdvicePublic,
-            responses=error_responses(described={404: "No such job"}),
-            summary="Optimal checkpoint interval for a job or a set of nodes")  # fmt: skip
+@router.get(
+    "/advice/checkpoint",
+    response_model=CheckpointAdvicePublic,
+    responses=error_responses(described={404: "No such job"}),
+    summary="Optimal checkpoint interval for a job or a set of nodes",
+)
 def get_checkpoint_advice(
     request: Request,
     db: DatabaseDep,
@@ -105,16 +108,27 @@ def get_checkpoint_advice(
         )
     total = advice.rate_per_day
     return CheckpointAdvicePublic(
-        job_id=job, nodes=names, assessed_at=snap.at.isoformat(), model_version=snap.model_version,
-        checkpoint_cost_s=checkpoint_cost_s, restart_cost_s=restart_cost_s,
-        failure_rate_per_day=total, mtbf_s=_finite(advice.mtbf_s),
-        interval_s=_finite(advice.interval_s), young_interval_s=_finite(advice.young_interval_s),
-        method=advice.method, goodput=advice.goodput,
+        job_id=job,
+        nodes=names,
+        assessed_at=snap.at.isoformat(),
+        model_version=snap.model_version,
+        checkpoint_cost_s=checkpoint_cost_s,
+        restart_cost_s=restart_cost_s,
+        failure_rate_per_day=total,
+        mtbf_s=_finite(advice.mtbf_s),
+        interval_s=_finite(advice.interval_s),
+        young_interval_s=_finite(advice.young_interval_s),
+        method=advice.method,
+        goodput=advice.goodput,
         contributions=[
-            NodeContribution(node=n.node, gpus=n.gpus, rate_per_day=n.rate_per_day,
-                             share=n.rate_per_day / total if total > 0 else 0.0,
-                             out_of_service_gpus=n.out_of_service_gpus,
-                             gpus_without_rate=n.gpus_without_rate)
+            NodeContribution(
+                node=n.node,
+                gpus=n.gpus,
+                rate_per_day=n.rate_per_day,
+                share=n.rate_per_day / total if total > 0 else 0.0,
+                out_of_service_gpus=n.out_of_service_gpus,
+                gpus_without_rate=n.gpus_without_rate,
+            )
             for n in advice.nodes
         ],
-    )  # fmt: skip
+    )

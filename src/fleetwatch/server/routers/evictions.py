@@ -62,8 +62,11 @@ _WAIT_DESCRIPTION = (
 )
 
 
-@router.get("/evictions", response_model=EvictionsPublic,
-            summary="Evictions, newest first; state=pending is what to drain now")  # fmt: skip
+@router.get(
+    "/evictions",
+    response_model=EvictionsPublic,
+    summary="Evictions, newest first; state=pending is what to drain now",
+)
 async def read_evictions(
     request: Request,
     db: DatabaseDep,
@@ -104,21 +107,29 @@ def _matching(
         return list_evictions(conn, state=state, node=node, limit=limit)
 
 
-@router.get("/evictions/{eviction_id}", response_model=EvictionDetail,
-            responses=error_responses(404),
-            summary="One eviction with its evidence and audit trail")  # fmt: skip
+@router.get(
+    "/evictions/{eviction_id}",
+    response_model=EvictionDetail,
+    responses=error_responses(404),
+    summary="One eviction with its evidence and audit trail",
+)
 def read_eviction(eviction_id: RowId, db: DatabaseDep, _token: ReadAuth) -> EvictionDetail:
     with db.read() as conn:
         return get_eviction(conn, eviction_id)
 
 
-@router.post("/evictions/{eviction_id}/ack", response_model=EvictionPublic,
-             responses=_CHANGE_ERRORS,
-             summary="Claim a pending eviction for lease_s seconds")  # fmt: skip
+@router.post(
+    "/evictions/{eviction_id}/ack",
+    response_model=EvictionPublic,
+    responses=_CHANGE_ERRORS,
+    summary="Claim a pending eviction for lease_s seconds",
+)
 def ack(
-    eviction_id: RowId, db: DatabaseDep, token: SchedulerAuth,
+    eviction_id: RowId,
+    db: DatabaseDep,
+    token: SchedulerAuth,
     body: Annotated[AckBody | None, Body()] = None,
-) -> EvictionPublic:  # fmt: skip
+) -> EvictionPublic:
     """409 while another scheduler holds an unexpired lease. Acking again as the same scheduler
     renews the lease; an expired lease may be taken over."""
     lease_s = (body or AckBody()).lease_s
@@ -126,43 +137,60 @@ def ack(
         return ack_eviction(conn, eviction_id, claimer=token.name, lease_s=lease_s, now=utcnow())
 
 
-@router.post("/evictions/{eviction_id}/complete", response_model=EvictionPublic,
-             responses=_CHANGE_ERRORS, summary="The claimer drained the node")  # fmt: skip
+@router.post(
+    "/evictions/{eviction_id}/complete",
+    response_model=EvictionPublic,
+    responses=_CHANGE_ERRORS,
+    summary="The claimer drained the node",
+)
 def complete(eviction_id: RowId, db: DatabaseDep, token: SchedulerAuth) -> EvictionPublic:
     with db.write() as conn:
         return complete_eviction(conn, eviction_id, claimer=token.name, now=utcnow())
 
 
-@router.post("/evictions/{eviction_id}/reject", response_model=EvictionPublic,
-             responses=_CHANGE_ERRORS, summary="Refuse the drain, with a reason")  # fmt: skip
+@router.post(
+    "/evictions/{eviction_id}/reject",
+    response_model=EvictionPublic,
+    responses=_CHANGE_ERRORS,
+    summary="Refuse the drain, with a reason",
+)
 def reject(
     eviction_id: RowId, body: RejectBody, db: DatabaseDep, token: SchedulerAuth
 ) -> EvictionPublic:
     with db.write() as conn:
-        return reject_eviction(conn, eviction_id, actor=token.name, reason=body.reason,
-                               now=utcnow())  # fmt: skip
+        return reject_eviction(
+            conn, eviction_id, actor=token.name, reason=body.reason, now=utcnow()
+        )
 
 
-@router.post("/evictions/{eviction_id}/approve", response_model=EvictionPublic,
-             responses=_CHANGE_ERRORS,
-             summary="Let a paged (over-budget) or dry-run eviction drain (admin)")  # fmt: skip
+@router.post(
+    "/evictions/{eviction_id}/approve",
+    response_model=EvictionPublic,
+    responses=_CHANGE_ERRORS,
+    summary="Let a paged (over-budget) or dry-run eviction drain (admin)",
+)
 def approve(
     eviction_id: RowId, body: ApproveBody, db: DatabaseDep, token: AdminAuth
 ) -> EvictionPublic:
     """On-call, paged because the fleet drain budget was exhausted, decides this node must drain
     anyway: the eviction becomes pending for the schedulers, and the audit log says who and why."""
     with db.write() as conn:
-        return approve_eviction(conn, eviction_id, actor=token.name, note=body.note,
-                                now=utcnow())  # fmt: skip
+        return approve_eviction(conn, eviction_id, actor=token.name, note=body.note, now=utcnow())
 
 
-@router.post("/nodes/{name}/return", response_model=EvictionPublic,
-             responses=_CHANGE_ERRORS,
-             summary="The drained node is back in service (records returned_at)")  # fmt: skip
+@router.post(
+    "/nodes/{name}/return",
+    response_model=EvictionPublic,
+    responses=_CHANGE_ERRORS,
+    summary="The drained node is back in service (records returned_at)",
+)
 def return_to_service(
-    name: Text, db: DatabaseDep, token: SchedulerAuth,
+    name: Text,
+    db: DatabaseDep,
+    token: SchedulerAuth,
     body: Annotated[ReturnBody | None, Body()] = None,
-) -> EvictionPublic:  # fmt: skip
+) -> EvictionPublic:
     with db.write() as conn:
-        return return_node(conn, name, actor=token.name, note=(body or ReturnBody()).note,
-                           now=utcnow())  # fmt: skip
+        return return_node(
+            conn, name, actor=token.name, note=(body or ReturnBody()).note, now=utcnow()
+        )

@@ -39,16 +39,24 @@ def read_gpus(
         return list_gpus(conn, node=node, limit=limit)
 
 
-@router.get("/{uuid}", response_model=GpuDetail, responses=error_responses(404),
-            summary="One GPU: identity, latest, recent events")  # fmt: skip
+@router.get(
+    "/{uuid}",
+    response_model=GpuDetail,
+    responses=error_responses(404),
+    summary="One GPU: identity, latest, recent events",
+)
 def read_gpu(uuid: Text, db: DatabaseDep, _token: ReadAuth) -> GpuDetail:
     """The GPU's identity, its newest sample and its 20 most recent events."""
     with db.read() as conn:
         return get_gpu(conn, uuid=uuid)
 
 
-@router.get("/{uuid}/samples", response_model=SamplesPublic, responses=error_responses(404),
-            summary="A GPU's samples over time")  # fmt: skip
+@router.get(
+    "/{uuid}/samples",
+    response_model=SamplesPublic,
+    responses=error_responses(404),
+    summary="A GPU's samples over time",
+)
 def read_samples(
     uuid: Text,
     db: DatabaseDep,

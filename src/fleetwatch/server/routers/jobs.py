@@ -67,8 +67,11 @@ def _store(db: Database, job_id: str, rows: list[dict[str, object]]) -> StepsAcc
     return StepsAccepted(accepted=len(rows), job_id=job_id, ranks=job.ranks, nodes=len(job.nodes))
 
 
-@router.post("/jobs/{job_id}/steps", response_model=StepsAccepted,
-             summary="Report step times of a training job (agent token)")  # fmt: skip
+@router.post(
+    "/jobs/{job_id}/steps",
+    response_model=StepsAccepted,
+    summary="Report step times of a training job (agent token)",
+)
 async def post_steps(
     job_id: JobId, body: StepsBatch, db: DatabaseDep, settings: SettingsDep, _token: IngestAuth
 ) -> StepsAccepted:
@@ -87,8 +90,12 @@ def get_jobs(
     return JobsPublic(data=[JobPublic(**vars(j)) for j in found], count=len(found))
 
 
-@router.get("/jobs/{job_id}", response_model=JobDetailPublic, responses=error_responses(404),
-            summary="One job: per-node step times over its last window, open verdicts")  # fmt: skip
+@router.get(
+    "/jobs/{job_id}",
+    response_model=JobDetailPublic,
+    responses=error_responses(404),
+    summary="One job: per-node step times over its last window, open verdicts",
+)
 def get_job_detail(
     job_id: JobId, db: DatabaseDep, settings: SettingsDep, _token: ReadAuth
 ) -> JobDetailPublic:
@@ -102,17 +109,28 @@ def get_job_detail(
         steps = read_steps(conn, job_id, end - width, end)
         open_rows = list_stragglers(conn, job_id=job_id, active=True)
     result = judge_window(steps, end - width, end, ratio=settings.straggler_ratio)
-    stats = [] if result is None else [
-        NodeStepStats(node=n.node, steps=n.steps, p50_ms=n.p50_ms, p99_ms=n.p99_ms,
-                      p99_over_p50=n.p99_over_p50, ratio=n.ratio)
-        for n in sorted(result.nodes.values(), key=lambda n: -n.ratio)
-    ]  # fmt: skip
+    stats: list[NodeStepStats] = []
+    if result is not None:
+        slowest_first = sorted(result.nodes.values(), key=lambda n: -n.ratio)
+        stats = [
+            NodeStepStats(
+                node=n.node,
+                steps=n.steps,
+                p50_ms=n.p50_ms,
+                p99_ms=n.p99_ms,
+                p99_over_p50=n.p99_over_p50,
+                ratio=n.ratio,
+            )
+            for n in slowest_first
+        ]
     return JobDetailPublic(
-        **vars(job), window_start=end - width if steps else None,
+        **vars(job),
+        window_start=end - width if steps else None,
         window_s=settings.straggler_window_s,
-        job_median_ms=result.job_median_ms if result else None, node_stats=stats,
+        job_median_ms=result.job_median_ms if result else None,
+        node_stats=stats,
         stragglers=[StragglerPublic(**r) for r in open_rows],
-    )  # fmt: skip
+    )
 
 
 @router.get("/stragglers", response_model=StragglersPublic, summary="Straggler verdicts")

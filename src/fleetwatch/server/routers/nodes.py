@@ -56,8 +56,12 @@ def read_nodes(
     return NodesPublic(data=found, count=len(found))
 
 
-@router.get("/{name}", response_model=NodeDetail, responses=error_responses(404),
-            summary="One node and its GPUs")  # fmt: skip
+@router.get(
+    "/{name}",
+    response_model=NodeDetail,
+    responses=error_responses(404),
+    summary="One node and its GPUs",
+)
 def read_node(name: Text, db: DatabaseDep, settings: SettingsDep, _token: ReadAuth) -> NodeDetail:
     """The node's state, labels and boot id, with each GPU's identity and latest sample."""
     with db.read() as conn:

@@ -49,28 +49,43 @@ def _snapshot(request: Request) -> FleetAssessment:
 def gpu_risk_public(risk: GpuRisk, model_version: int | None) -> GpuRiskPublic:
     gpu = risk.gpu
     return GpuRiskPublic(
-        uuid=gpu.uuid, node=gpu.node, index=gpu.index, serial=gpu.serial, sku=gpu.sku,
-        age_days=round(gpu.age_days, 3), probability=risk.probability,
-        model_probability=risk.model_probability, basis=risk.basis,
+        uuid=gpu.uuid,
+        node=gpu.node,
+        index=gpu.index,
+        serial=gpu.serial,
+        sku=gpu.sku,
+        age_days=round(gpu.age_days, 3),
+        probability=risk.probability,
+        model_probability=risk.model_probability,
+        basis=risk.basis,
         model_version=model_version if risk.model_probability is not None else None,
         model=risk.model,
-        factors=[FactorPublic(name=f.name, value=f.value, hazard_ratio=f.hazard_ratio)
-                 for f in risk.factors],
+        factors=[
+            FactorPublic(name=f.name, value=f.value, hazard_ratio=f.hazard_ratio)
+            for f in risk.factors
+        ],
         covariates=gpu.features,
         verdicts=[
             VerdictPublic(
-                kind=v.kind, rule=v.rule, severity=v.severity, action=v.action,
-                counts_against_gpu=v.counts_against_gpu, takes_gpu_out=v.takes_gpu_out,
-                source=v.source, xids=list(v.xids), first_seen=v.first_seen,
-                last_seen=v.last_seen, evidence=dict(v.evidence), note=v.note,
+                kind=v.kind,
+                rule=v.rule,
+                severity=v.severity,
+                action=v.action,
+                counts_against_gpu=v.counts_against_gpu,
+                takes_gpu_out=v.takes_gpu_out,
+                source=v.source,
+                xids=list(v.xids),
+                first_seen=v.first_seen,
+                last_seen=v.last_seen,
+                evidence=dict(v.evidence),
+                note=v.note,
             )
             for v in gpu.verdicts
         ],
-    )  # fmt: skip
+    )
 
 
-@router.get("/risk", response_model=RiskPage,
-            summary="GPUs or nodes ranked by failure probability")  # fmt: skip
+@router.get("/risk", response_model=RiskPage, summary="GPUs or nodes ranked by failure probability")
 def read_risk(
     request: Request,
     _token: ReadAuth,
@@ -85,28 +100,39 @@ def read_risk(
     days = _horizon_days(horizon)
     snap = _snapshot(request)
     version = snap.model_version
-    page = RiskPage(assessed_at=snap.at, horizon_hours=days * 24, scope=scope,
-                    model_version=version, total=0)  # fmt: skip
+    page = RiskPage(
+        assessed_at=snap.at, horizon_hours=days * 24, scope=scope, model_version=version, total=0
+    )
     if scope == "gpu":
         risks = [r for r in snap.risks(days) if node is None or r.gpu.node == node]
         risks.sort(key=risk_order)
         page.total = len(risks)
         page.gpus = [gpu_risk_public(r, version) for r in risks[:limit]]
         return page
-    nodes = [(name, p, members) for name, (p, members) in snap.node_risks(days).items()
-             if node is None or name == node]  # fmt: skip
+    nodes = [
+        (name, p, members)
+        for name, (p, members) in snap.node_risks(days).items()
+        if node is None or name == node
+    ]
     nodes.sort(key=lambda item: (-(item[1] if item[1] is not None else -1.0), item[0]))
     page.total = len(nodes)
     page.nodes = [
-        NodeRiskPublic(node=name, probability=p,
-                       gpus=[gpu_risk_public(r, version) for r in sorted(members, key=risk_order)])
+        NodeRiskPublic(
+            node=name,
+            probability=p,
+            gpus=[gpu_risk_public(r, version) for r in sorted(members, key=risk_order)],
+        )
         for name, p, members in nodes[:limit]
-    ]  # fmt: skip
+    ]
     return page
 
 
-@router.get("/gpus/{uuid}/risk", response_model=GpuRiskPublic, responses=error_responses(404),
-            summary="One GPU's failure probability, factors and verdicts")  # fmt: skip
+@router.get(
+    "/gpus/{uuid}/risk",
+    response_model=GpuRiskPublic,
+    responses=error_responses(404),
+    summary="One GPU's failure probability, factors and verdicts",
+)
 def read_gpu_risk(
     uuid: Text, request: Request, _token: ReadAuth, horizon: HorizonArg = "24h"
 ) -> GpuRiskPublic:

@@ -55,8 +55,12 @@ def get_tokens(
         ]
 
 
-@router.delete("/{key}", response_model=TokenPublic, responses=error_responses(404),
-               summary="Revoke a token by id or name")  # fmt: skip
+@router.delete(
+    "/{key}",
+    response_model=TokenPublic,
+    responses=error_responses(404),
+    summary="Revoke a token by id or name",
+)
 def delete_token(key: Text, db: DatabaseDep, _token: AdminAuth) -> TokenPublic:
     """Revoke at once: the next request with it answers 401."""
     with db.write() as conn:

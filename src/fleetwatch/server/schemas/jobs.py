@@ -38,8 +38,9 @@ class StepReport(BaseModel):
     stage: int | None = Field(
         default=None, strict=True, ge=0, le=100_000, description="Pipeline-parallel stage"
     )
-    dp_group: int | None = Field(default=None, strict=True, ge=0, le=10_000_000,
-                                 description="Data-parallel group")  # fmt: skip
+    dp_group: int | None = Field(
+        default=None, strict=True, ge=0, le=10_000_000, description="Data-parallel group"
+    )
 
 
 class StepsBatch(BaseModel):

@@ -14,8 +14,11 @@ class VerdictPublic(BaseModel):
     kind: Literal["xid", "health"] = Field(description="an Xid rule or a telemetry rule")
     rule: str
     severity: str
-    action: str = Field(description="none, restart_app, investigate, reset_gpu, drain_reset, "
-                        "drain_inspect, reboot_node")  # fmt: skip
+    action: str = Field(
+        description=(
+            "none, restart_app, investigate, reset_gpu, drain_reset, drain_inspect, reboot_node"
+        )
+    )
     counts_against_gpu: bool
     takes_gpu_out: bool = Field(description="critical or fatal and counted against the GPU")
     source: str = Field(description="the catalogue row or threshold default behind the verdict")

@@ -1,19 +1,11 @@
 """Alerts: the fleet's active conditions, deduplicated, turned into webhook deliveries.
 
-Each pass derives the set of active conditions, each with a dedup key:
-
-====================================  =========================================================
-``gpu:<uuid>:<rule>``                 a GPU verdict of severity >= warning counted against it
-``node:<name>:unreachable``           nothing from the node for its unreachable deadline
-``node:<name>:straggler``             an open hardware straggler on the node
-``fleet:drain_budget``                an eviction is ``paged``: the drain budget is exhausted
-``fleet:wear_out:<group>``            a wear-out onset within ``alert_wear_out_hold_s``
-====================================  =========================================================
-
-and compares it with the firing alerts. A new condition opens an alert (``firing``) and queues a
-``trigger`` for each matching subscription; one still active only counts ``occurrences`` (a
-flood of Xids is one page) and moves the alert's ``updated_at`` (its last-seen time); one gone
-resolves its alert and queues a ``resolve``, but only on evidence that covers the alert:
+Each pass derives the set of active conditions, each with a dedup key
+(:mod:`fleetwatch.server.tell.conditions`), and compares it with the firing alerts. A new
+condition opens an alert (``firing``) and queues a ``trigger`` for each matching subscription;
+one still active only counts ``occurrences`` (a flood of Xids is one page) and moves the alert's
+``updated_at`` (its last-seen time); one gone resolves its alert and queues a ``resolve``, but
+only on evidence that covers the alert:
 
 - a process with no assessment yet resolves nothing (a pass right after a start must not page
   on-call "resolved" and then fire again);
@@ -22,11 +14,12 @@ resolves its alert and queues a ``resolve``, but only on evidence that covers th
   newest pass must not resolve what that pass fired or still saw;
 - an unreachable alert does not resolve while its node is *unheard* (silent, but this process has
   not been up long enough to tell, see :mod:`fleetwatch.server.judge.liveness`): it resolves when
-  the node reports again. When more than
-``alert_group_threshold`` new alerts match one subscription in one pass, they go as one grouped
-delivery listing them (an Xid storm over 100 nodes is one page, not 100); their resolves are
-grouped the same way, and for generic, Slack and PagerDuty the group resolves once all its
-members have. Alertmanager gets every firing alert again every ``alertmanager_repeat_s``.
+  the node reports again.
+
+When more than ``alert_group_threshold`` new alerts match one subscription in one pass, they go
+as one grouped delivery listing them (an Xid storm over 100 nodes is one page, not 100); their
+resolves are grouped the same way, and for generic, Slack and PagerDuty the group resolves once
+all its members have. Alertmanager gets every firing alert again every ``alertmanager_repeat_s``.
 
 Filters of a subscription: ``min_severity`` (info < warning < critical < fatal), ``clusters``
 (the node label ``cluster``), ``kinds`` (alert kinds: xid, health, unreachable, straggler,
@@ -38,7 +31,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import Connection, and_, insert, select, update
@@ -47,42 +40,19 @@ from fleetwatch.config import ServerSettings
 from fleetwatch.notify.webhooks import alert_document
 from fleetwatch.rules.xid_catalog import SEVERITY_RANK
 from fleetwatch.server.db.session import Database
-from fleetwatch.server.db.tables import (
-    alerts,
-    events,
-    evictions,
-    gpus,
-    nodes,
-    stragglers,
-    webhook_outbox,
-    webhook_subscriptions,
-)
+from fleetwatch.server.db.tables import alerts, nodes, webhook_outbox, webhook_subscriptions
 from fleetwatch.server.jobs.isolation import ItemGuard
 from fleetwatch.server.jobs.locks import LockKey, try_transaction_lock
 from fleetwatch.server.judge.assessment import FleetAssessment
-from fleetwatch.server.judge.liveness import is_unheard, node_state
+from fleetwatch.server.judge.liveness import is_unheard
+from fleetwatch.server.tell.conditions import Condition, derive_conditions
 from fleetwatch.server.tell.outbox import enqueue
 
-__all__ = ["AlertPass", "Alerter", "Condition", "derive_conditions", "matches"]
+__all__ = ["AlertPass", "Alerter", "matches"]
 
 logger = logging.getLogger(__name__)
 
 _GROUPABLE = ("generic", "slack", "pagerduty")
-
-
-@dataclass(frozen=True)
-class Condition:
-    dedup_key: str
-    kind: str
-    severity: str
-    summary: str
-    action: str | None
-    evidence: dict[str, Any]
-    node: str | None = None
-    gpu_uuid: str | None = None
-    serial: str | None = None
-    slot: str | None = None
-    cluster: str | None = None
 
 
 @dataclass
@@ -92,155 +62,6 @@ class AlertPass:
     resolved: int = 0
     queued: int = 0
     ids: list[int] = field(default_factory=list)
-
-
-def _cluster(labels: Any) -> str | None:
-    value = (labels or {}).get("cluster") if isinstance(labels, dict) else None
-    return str(value) if value is not None else None
-
-
-def derive_conditions(
-    conn: Connection,
-    assessment: FleetAssessment | None,
-    *,
-    now: datetime,
-    settings: ServerSettings,
-    heard_since: datetime | None = None,
-) -> dict[str, Condition]:
-    """Every condition active at ``now``, by dedup key (a node is unreachable only after its
-    intervals of silence since ``heard_since`` too: see :mod:`fleetwatch.server.judge.liveness`)."""
-    found: dict[str, Condition] = {}
-    node_rows = list(
-        conn.execute(select(nodes.c.name, nodes.c.labels, nodes.c.last_seen, nodes.c.interval_s))
-    )
-    clusters = {row.name: _cluster(row.labels) for row in node_rows}
-    if assessment is not None:
-        slots = {
-            row.uuid: row.pci_bus_id for row in conn.execute(select(gpus.c.uuid, gpus.c.pci_bus_id))
-        }
-        for gpu in assessment.gpus:
-            for v in gpu.verdicts:
-                if not v.counts_against_gpu or SEVERITY_RANK[v.severity] < SEVERITY_RANK["warning"]:
-                    continue
-                key = f"gpu:{gpu.uuid}:{v.rule}"
-                what = v.note or (f"Xid {', '.join(map(str, v.xids))}" if v.xids else v.rule)
-                found[key] = Condition(
-                    key,
-                    v.kind,
-                    v.severity,
-                    f"{v.rule} on {gpu.node} GPU {gpu.index} (serial {gpu.serial or '?'}): {what}",
-                    v.action,
-                    {
-                        "rule": v.rule,
-                        "gpu_index": gpu.index,
-                        "sku": gpu.sku,
-                        "xids": list(v.xids),
-                        "source": v.source,
-                        "first_seen": _iso(v.first_seen),
-                        "last_seen": _iso(v.last_seen),
-                        "takes_gpu_out": v.takes_gpu_out,
-                        **dict(v.evidence),
-                    },
-                    gpu.node,
-                    gpu.uuid,
-                    gpu.serial,
-                    slots.get(gpu.uuid),
-                    clusters.get(gpu.node),
-                )
-    factor = settings.unreachable_after_intervals
-    for row in node_rows:
-        if node_state(row.last_seen, row.interval_s, factor, now, heard_since) == "unreachable":
-            silent = (now - row.last_seen).total_seconds()
-            key = f"node:{row.name}:unreachable"
-            found[key] = Condition(
-                key,
-                "unreachable",
-                "critical",
-                f"node {row.name} unreachable: nothing received for {silent:.0f} s",
-                "investigate",
-                {
-                    "rule": "node_unreachable",
-                    "last_seen": _iso(row.last_seen),
-                    "interval_s": row.interval_s,
-                    "silent_s": round(silent, 1),
-                },
-                row.name,
-                cluster=clusters.get(row.name),
-            )
-    open_stragglers = conn.execute(
-        select(stragglers).where(stragglers.c.ended_at.is_(None), stragglers.c.kind == "hardware")
-    )
-    for row in open_stragglers:
-        key = f"node:{row.node}:straggler"
-        if key in found:
-            continue
-        found[key] = Condition(
-            key,
-            "straggler",
-            "warning",
-            f"node {row.node} is a hardware straggler in job {row.job_id}: steps "
-            f"{row.ratio:.2f}x the job median",
-            "drain_inspect",
-            {
-                "rule": "straggler",
-                "job_id": row.job_id,
-                "ratio": row.ratio,
-                "windows": row.windows,
-                "since": _iso(row.started_at),
-                **(row.evidence or {}),
-            },
-            row.node,
-            cluster=clusters.get(row.node),
-        )
-    paged = list(
-        conn.execute(select(evictions.c.node).where(evictions.c.state == "paged")).scalars()
-    )
-    if paged:
-        latest = conn.execute(
-            select(events.c.message, events.c.details)
-            .where(events.c.kind == "drain_budget_exhausted", events.c.node_id.is_(None))
-            .order_by(events.c.ts.desc())
-            .limit(1)
-        ).first()
-        found["fleet:drain_budget"] = Condition(
-            "fleet:drain_budget",
-            "drain_budget",
-            "critical",
-            latest.message
-            if latest and latest.message
-            else f"fleet drain budget exhausted: {len(paged)} evictions wait for a person",
-            "investigate",
-            {
-                "rule": "drain_budget_exhausted",
-                "paged_nodes": sorted(paged)[:100],
-                **((latest.details or {}) if latest else {}),
-            },
-        )
-    onsets = conn.execute(
-        select(events.c.ts, events.c.message, events.c.details)
-        .where(
-            events.c.kind == "wear_out_onset",
-            events.c.node_id.is_(None),
-            events.c.ts >= now - timedelta(seconds=settings.alert_wear_out_hold_s),
-        )
-        .order_by(events.c.ts)
-    )
-    for onset in onsets:
-        group = str((onset.details or {}).get("group", "fleet"))
-        key = f"fleet:wear_out:{group}"
-        found[key] = Condition(
-            key,
-            "wear_out",
-            "warning",
-            onset.message or f"wear-out onset in {group}",
-            "investigate",
-            {"rule": "wear_out_onset", "at": _iso(onset.ts), **(onset.details or {})},
-        )
-    return found
-
-
-def _iso(value: datetime | None) -> str | None:
-    return value.isoformat() if value is not None else None
 
 
 def matches(filters: Mapping[str, Any] | None, alert: Mapping[str, Any]) -> bool:
@@ -343,9 +164,11 @@ class Alerter:
         # is logged and counted, and every other node still pages (see server.jobs.isolation).
         new_docs, gone_docs = [], []
         opened = self.guard.each(
-            conn, active.items(), lambda item: self._open_or_touch(conn, item[1], firing, now),
+            conn,
+            active.items(),
+            lambda item: self._open_or_touch(conn, item[1], firing, now),
             ident=lambda item: item[0],
-        )  # fmt: skip
+        )
         for _, doc in opened:
             if doc is None:
                 result.still += 1
@@ -354,9 +177,10 @@ class Alerter:
                 result.ids.append(doc["id"])
                 new_docs.append(doc)
         gone = [row for key, row in firing.items() if key not in active and covered(row)]
-        for _, doc in self.guard.each(
+        resolved = self.guard.each(
             conn, gone, lambda row: self._resolve(conn, row, now), ident=lambda row: row.dedup_key
-        ):
+        )
+        for _, doc in resolved:
             result.resolved += 1
             gone_docs.append(doc)
         subs = list(
@@ -364,11 +188,13 @@ class Alerter:
                 select(webhook_subscriptions).where(webhook_subscriptions.c.enabled.is_(True))
             )
         )
-        for _, queued in self.guard.each(
-            conn, subs, lambda sub: self._deliver(conn, sub, new_docs, gone_docs, now),
+        delivered = self.guard.each(
+            conn,
+            subs,
+            lambda sub: self._deliver(conn, sub, new_docs, gone_docs, now),
             ident=lambda sub: f"subscription {sub.id}",
-        ):  # fmt: skip
-            result.queued += queued
+        )
+        result.queued += sum(queued for _, queued in delivered)
         return result
 
     def _open_or_touch(

@@ -275,10 +275,13 @@ class OutboxWorker:
                     )
                 )
             failed = [(row, error) for row, error in zip(rows, outcomes, strict=True) if error]
-            for _, outcome in self.guard.each(
-                conn, failed, lambda item: self._failed(conn, item[0], item[1], now),
+            recorded = self.guard.each(
+                conn,
+                failed,
+                lambda item: self._failed(conn, item[0], item[1], now),
                 ident=lambda item: f"delivery {item[0].id}",
-            ):  # fmt: skip
+            )
+            for _, outcome in recorded:
                 if outcome == "dead":
                     result.dead += 1
                 else:

@@ -1,0 +1,193 @@
+"""The fleet's active alert conditions, each under the dedup key that makes it one alert.
+
+====================================  =========================================================
+``gpu:<uuid>:<rule>``                 a GPU verdict of severity >= warning counted against it
+``node:<name>:unreachable``           nothing from the node for its unreachable deadline
+``node:<name>:straggler``             an open hardware straggler on the node
+``fleet:drain_budget``                an eviction is ``paged``: the drain budget is exhausted
+``fleet:wear_out:<group>``            a wear-out onset within ``alert_wear_out_hold_s``
+====================================  =========================================================
+
+A node is unreachable only after its intervals of silence since this process started listening
+too (:mod:`fleetwatch.server.judge.liveness`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Connection, select
+
+from fleetwatch.config import ServerSettings
+from fleetwatch.rules.xid_catalog import SEVERITY_RANK
+from fleetwatch.server.db.tables import events, evictions, gpus, nodes, stragglers
+from fleetwatch.server.judge.assessment import FleetAssessment
+from fleetwatch.server.judge.liveness import node_state
+
+__all__ = ["Condition", "derive_conditions"]
+
+
+@dataclass(frozen=True)
+class Condition:
+    dedup_key: str
+    kind: str
+    severity: str
+    summary: str
+    action: str | None
+    evidence: dict[str, Any]
+    node: str | None = None
+    gpu_uuid: str | None = None
+    serial: str | None = None
+    slot: str | None = None
+    cluster: str | None = None
+
+
+def _cluster(labels: Any) -> str | None:
+    value = (labels or {}).get("cluster") if isinstance(labels, dict) else None
+    return str(value) if value is not None else None
+
+
+def derive_conditions(
+    conn: Connection,
+    assessment: FleetAssessment | None,
+    *,
+    now: datetime,
+    settings: ServerSettings,
+    heard_since: datetime | None = None,
+) -> dict[str, Condition]:
+    """Every condition active at ``now``, by dedup key (a node is unreachable only after its
+    intervals of silence since ``heard_since`` too: see :mod:`fleetwatch.server.judge.liveness`)."""
+    found: dict[str, Condition] = {}
+    node_rows = list(
+        conn.execute(select(nodes.c.name, nodes.c.labels, nodes.c.last_seen, nodes.c.interval_s))
+    )
+    clusters = {row.name: _cluster(row.labels) for row in node_rows}
+    if assessment is not None:
+        slots = {
+            row.uuid: row.pci_bus_id for row in conn.execute(select(gpus.c.uuid, gpus.c.pci_bus_id))
+        }
+        for gpu in assessment.gpus:
+            for v in gpu.verdicts:
+                if not v.counts_against_gpu or SEVERITY_RANK[v.severity] < SEVERITY_RANK["warning"]:
+                    continue
+                key = f"gpu:{gpu.uuid}:{v.rule}"
+                what = v.note or (f"Xid {', '.join(map(str, v.xids))}" if v.xids else v.rule)
+                found[key] = Condition(
+                    key,
+                    v.kind,
+                    v.severity,
+                    f"{v.rule} on {gpu.node} GPU {gpu.index} (serial {gpu.serial or '?'}): {what}",
+                    v.action,
+                    {
+                        "rule": v.rule,
+                        "gpu_index": gpu.index,
+                        "sku": gpu.sku,
+                        "xids": list(v.xids),
+                        "source": v.source,
+                        "first_seen": _iso(v.first_seen),
+                        "last_seen": _iso(v.last_seen),
+                        "takes_gpu_out": v.takes_gpu_out,
+                        **dict(v.evidence),
+                    },
+                    gpu.node,
+                    gpu.uuid,
+                    gpu.serial,
+                    slots.get(gpu.uuid),
+                    clusters.get(gpu.node),
+                )
+    factor = settings.unreachable_after_intervals
+    for row in node_rows:
+        if node_state(row.last_seen, row.interval_s, factor, now, heard_since) == "unreachable":
+            silent = (now - row.last_seen).total_seconds()
+            key = f"node:{row.name}:unreachable"
+            found[key] = Condition(
+                key,
+                "unreachable",
+                "critical",
+                f"node {row.name} unreachable: nothing received for {silent:.0f} s",
+                "investigate",
+                {
+                    "rule": "node_unreachable",
+                    "last_seen": _iso(row.last_seen),
+                    "interval_s": row.interval_s,
+                    "silent_s": round(silent, 1),
+                },
+                row.name,
+                cluster=clusters.get(row.name),
+            )
+    open_stragglers = conn.execute(
+        select(stragglers).where(stragglers.c.ended_at.is_(None), stragglers.c.kind == "hardware")
+    )
+    for row in open_stragglers:
+        key = f"node:{row.node}:straggler"
+        if key in found:
+            continue
+        found[key] = Condition(
+            key,
+            "straggler",
+            "warning",
+            f"node {row.node} is a hardware straggler in job {row.job_id}: steps "
+            f"{row.ratio:.2f}x the job median",
+            "drain_inspect",
+            {
+                "rule": "straggler",
+                "job_id": row.job_id,
+                "ratio": row.ratio,
+                "windows": row.windows,
+                "since": _iso(row.started_at),
+                **(row.evidence or {}),
+            },
+            row.node,
+            cluster=clusters.get(row.node),
+        )
+    paged = list(
+        conn.execute(select(evictions.c.node).where(evictions.c.state == "paged")).scalars()
+    )
+    if paged:
+        latest = conn.execute(
+            select(events.c.message, events.c.details)
+            .where(events.c.kind == "drain_budget_exhausted", events.c.node_id.is_(None))
+            .order_by(events.c.ts.desc())
+            .limit(1)
+        ).first()
+        found["fleet:drain_budget"] = Condition(
+            "fleet:drain_budget",
+            "drain_budget",
+            "critical",
+            latest.message
+            if latest and latest.message
+            else f"fleet drain budget exhausted: {len(paged)} evictions wait for a person",
+            "investigate",
+            {
+                "rule": "drain_budget_exhausted",
+                "paged_nodes": sorted(paged)[:100],
+                **((latest.details or {}) if latest else {}),
+            },
+        )
+    onsets = conn.execute(
+        select(events.c.ts, events.c.message, events.c.details)
+        .where(
+            events.c.kind == "wear_out_onset",
+            events.c.node_id.is_(None),
+            events.c.ts >= now - timedelta(seconds=settings.alert_wear_out_hold_s),
+        )
+        .order_by(events.c.ts)
+    )
+    for onset in onsets:
+        group = str((onset.details or {}).get("group", "fleet"))
+        key = f"fleet:wear_out:{group}"
+        found[key] = Condition(
+            key,
+            "wear_out",
+            "warning",
+            onset.message or f"wear-out onset in {group}",
+            "investigate",
+            {"rule": "wear_out_onset", "at": _iso(onset.ts), **(onset.details or {})},
+        )
+    return found
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value is not None else None
