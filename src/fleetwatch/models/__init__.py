@@ -1,4 +1,5 @@
-"""Statistical models: survival models of GPU lifetimes, straggler detection, risk.
+"""Statistical models: survival models of GPU lifetimes, risk, straggler detection
+(:mod:`.stragglers`) and checkpoint-interval advice (:mod:`.checkpoint`).
 
 Database tables live in ``fleetwatch.server.db``; "model" here always means a statistical model.
 """
