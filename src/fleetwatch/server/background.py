@@ -3,8 +3,11 @@
 Each job runs in a worker thread (``asyncio.to_thread``) so that requests keep being served, and
 a failing pass is logged and retried at the next tick, never fatal to the server. Jobs that write
 run on the one leader (server/leader.py); they also take a PostgreSQL advisory lock for their
-transaction, so a leader change mid-pass never has two doing the same work. The assessment is
-per process: each keeps its own snapshot in memory for its requests, refreshed on its timer.
+transaction, so a leader change mid-pass never has two doing the same work. What a job must
+remember between passes is in ``leader_state`` (:func:`load_state`, :func:`save_state`), written
+in the pass's own transaction, so a new leader continues exactly where the old one committed. The
+assessment is per process: each keeps its own snapshot in memory for its requests, refreshed on
+its timer.
 """
 
 from __future__ import annotations
@@ -17,7 +20,9 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection, select, text
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from fleetwatch.config import ServerSettings
 from fleetwatch.models.registry import RiskBundle
@@ -25,13 +30,23 @@ from fleetwatch.rules.thresholds import HealthThresholds
 from fleetwatch.rules.xid_catalog import XidCatalog
 from fleetwatch.server.assessment import FleetAssessment, assess_fleet
 from fleetwatch.server.db.session import Database
+from fleetwatch.server.db.tables import leader_state
 from fleetwatch.server.isolation import ItemGuard
 from fleetwatch.server.judging import FleetJudge
 from fleetwatch.server.lifecycle import sync_lifetimes
 from fleetwatch.server.repo.models import latest_ok_model
 from fleetwatch.server.rollups import refresh_rollups
 
-__all__ = ["Assessor", "RollupJob", "Waker", "load_rules", "periodic", "run_lifecycle"]
+__all__ = [
+    "Assessor",
+    "RollupJob",
+    "Waker",
+    "load_rules",
+    "load_state",
+    "periodic",
+    "run_lifecycle",
+    "save_state",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -57,26 +72,42 @@ def _singleton(conn: Connection, key: int) -> bool:
     return bool(conn.execute(text("SELECT pg_try_advisory_xact_lock(:k)"), {"k": key}).scalar())
 
 
+def load_state(conn: Connection, name: str) -> dict[str, Any] | None:
+    """What background job ``name`` saved in its last committed pass (None: nothing yet)."""
+    value = conn.execute(select(leader_state.c.value).where(leader_state.c.name == name)).scalar()
+    return dict(value) if value is not None else None
+
+
+def save_state(conn: Connection, name: str, value: dict[str, Any], now: datetime) -> None:
+    """Replace job ``name``'s state; it commits (or rolls back) with the pass's transaction."""
+    new = (pg_insert if conn.dialect.name == "postgresql" else sqlite_insert)(leader_state)
+    new = new.values(name=name, value=value, updated_at=now)
+    conn.execute(new.on_conflict_do_update(
+        index_elements=["name"], set_={"value": new.excluded.value, "updated_at": now}
+    ))  # fmt: skip
+
+
 class RollupJob:
-    """Keeps ``gpu_hourly`` current; remembers the newest sample id between passes."""
+    """Keeps ``gpu_hourly`` current. The newest sample id of the last pass is kept in
+    ``leader_state`` (not memory): a pass starting without it would miss late samples older
+    than its lookback that arrived since that pass (an agent's spool after an outage)."""
 
     def __init__(self, db: Database, catalog: XidCatalog, guard: ItemGuard | None = None) -> None:
         self.db = db
         self.catalog = catalog
         self.guard = guard or ItemGuard("rollups")
-        self.after_id: int | None = None
 
     def __call__(self, now: datetime | None = None) -> int | None:
+        now = now or datetime.now(UTC)
         with self.db.write() as conn:
             if not _singleton(conn, _ROLLUP_LOCK):
                 return None
-            written, self.after_id = refresh_rollups(
-                conn,
-                now=now or datetime.now(UTC),
-                catalog=self.catalog,
-                after_id=self.after_id,
+            state = load_state(conn, "rollups") or {}
+            written, after_id = refresh_rollups(
+                conn, now=now, catalog=self.catalog, after_id=state.get("after_id"),
                 guard=self.guard,
-            )
+            )  # fmt: skip
+            save_state(conn, "rollups", {"after_id": after_id}, now)
             return written
 
 

@@ -11,7 +11,8 @@ for the strongest of three reasons:
 2. ``straggler``: a ``hardware`` straggler verdict on the node has been open for at least
    ``straggler_drain_after_s``.
 3. ``risk``: the model's P(node fails within ``drain_horizon_h``) makes a drain cheaper than the
-   failure it avoids, on two consecutive assessments::
+   failure it avoids, on two consecutive assessments (counted in ``leader_state``, so a new leader
+   continues the count; an assessment older than the last one counted does not count)::
 
        failure = job_gpus x gpu_hour_usd x (checkpoint_interval_h / 2 + restart_h)
        drain   = node GPUs x drain_hours x gpu_hour_usd
@@ -25,12 +26,16 @@ for the strongest of three reasons:
 Hysteresis: no eviction for a node with an open one (pending, acked, completed and not yet
 returned, paged, recommended), nor within ``eviction_cooldown_s`` of a rejection or a return. An
 eviction nobody acted on (pending, paged, recommended) is cancelled once its node has no reason
-left. Expired scheduler leases return their eviction to pending.
+left; a reason read from the assessment counts as gone only on an assessment at least as new as
+the one the eviction was made from (its ``assessed_at``, else its ``created_at``): a stale
+snapshot (a new leader's, or one taken before a fatal Xid) has not seen the evidence. Expired
+scheduler leases return their eviction to pending.
 
 Fleet drain budget: at most ``drain_budget_pct`` of the known nodes (at least one node) draining
 at once (pending + acked + completed). Past it, new evictions are created ``paged``, never
 drained automatically, and one ``drain_budget_exhausted`` fleet event (``node_id`` NULL) records
-the episode's counts and top reasons; the episode ends when the budget has room again. An Xid
+the episode's counts and top reasons; the episode ends when the budget has room again (whether
+one is open is kept in ``leader_state``, so a new leader does not announce it again). An Xid
 storm on every node (a bad driver roll-out) thus drains a few nodes and pages a person.
 
 Dry run (``planner_dry_run``): evictions are created ``recommended`` with ``dry_run`` true.
@@ -49,11 +54,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, func, insert, select, text
+from sqlalchemy import Connection, Row, func, insert, select, text
 
 from fleetwatch.config import ServerSettings
 from fleetwatch.server.assessment import FleetAssessment, GpuAssessment
-from fleetwatch.server.background import Assessor
+from fleetwatch.server.background import Assessor, load_state, save_state
 from fleetwatch.server.db.session import Database
 from fleetwatch.server.db.tables import events, evictions, nodes, stragglers
 from fleetwatch.server.isolation import ItemGuard
@@ -67,13 +72,14 @@ from fleetwatch.server.repo.evictions import (
     expire_leases,
 )
 
-__all__ = ["Candidate", "DrainCosts", "EvictionPlanner", "PlanResult"]
+__all__ = ["Candidate", "DrainCosts", "EvictionPlanner", "PlanResult", "PlannerState", "made_from"]
 
 logger = logging.getLogger(__name__)
 
 _PLANNER_LOCK = 0x46575F504C4E  # "FW_PLN"
 _PRIORITY = {"rule": 0, "straggler": 1, "risk": 2}
 _RISK_PASSES = 2
+_STATE = "planner"  # its row in leader_state
 
 
 @dataclass(frozen=True)
@@ -164,6 +170,7 @@ def rule_candidates(
                 for g, vs in items
             ],
             "node_gpus": gpu_count[node],
+            "assessed_at": snapshot.at.isoformat(),
         }  # fmt: skip
         found[node] = Candidate(node, "rule", reason, first.rule, evidence,
                                 round(costs.saving(1.0, gpu_count[node]), 2))  # fmt: skip
@@ -300,9 +307,50 @@ def _leader(conn: Connection) -> bool:
     return bool(conn.execute(lock, {"k": _PLANNER_LOCK}).scalar())
 
 
+def made_from(row: Row[Any]) -> datetime | None:
+    """When the assessment an open eviction was made from was taken; None for a reason read from
+    the database at each pass (an unreachable node, a straggler verdict), which no stale snapshot
+    can hide. Evictions made before evidence carried ``assessed_at`` fall back to creation."""
+    if row.reason_kind == "straggler" or row.reason.startswith("node_unreachable"):
+        return None
+    at = (row.evidence or {}).get("assessed_at")
+    if isinstance(at, str):
+        return datetime.fromisoformat(at)
+    created: datetime = row.created_at
+    return created
+
+
+@dataclass
+class PlannerState:
+    """What the planner remembers between passes, kept in ``leader_state`` (row ``planner``) and
+    written in the pass's transaction: a new leader continues the streaks and the episode."""
+
+    streaks: dict[str, int] = field(default_factory=dict)  # node -> consecutive risky assessments
+    assessed_at: datetime | None = None  # the newest assessment counted in the streaks
+    episode: bool | None = None  # a budget episode is open; None: unknown (nothing stored yet)
+
+    def as_json(self) -> dict[str, Any]:
+        return {"streaks": self.streaks, "assessed_at": _iso(self.assessed_at),
+                "episode": self.episode}  # fmt: skip
+
+    @classmethod
+    def load(cls, conn: Connection) -> PlannerState:
+        value = load_state(conn, _STATE)
+        if value is None:
+            return cls()
+        at = value.get("assessed_at")
+        return cls(
+            streaks={str(n): int(k) for n, k in value.get("streaks", {}).items()},
+            assessed_at=datetime.fromisoformat(at) if at else None,
+            episode=value.get("episode"),
+        )
+
+
 class EvictionPlanner:
-    """Plans evictions from the assessor's newest snapshot; remembers risk streaks between
-    passes (the two-consecutive-assessments rule) and whether a budget episode is open."""
+    """Plans evictions from the assessor's newest snapshot. Risk streaks (the
+    two-consecutive-assessments rule) and whether a budget episode is open are
+    :class:`PlannerState` in the database, not in this object: any instance, in any process,
+    continues them."""
 
     def __init__(
         self, db: Database, settings: ServerSettings, assessor: Assessor,
@@ -315,9 +363,6 @@ class EvictionPlanner:
         self.settings = settings
         self.assessor = assessor
         self.costs = DrainCosts.from_settings(settings)
-        self._streaks: dict[str, int] = {}
-        self._last_assessed: datetime | None = None
-        self._episode: bool | None = None
         self._lock = threading.Lock()
 
     def run_once(self, now: datetime | None = None) -> PlanResult:
@@ -338,17 +383,23 @@ class EvictionPlanner:
             )  # fmt: skip
         return result
 
-    def _risk(self, snapshot: FleetAssessment) -> tuple[dict[str, Candidate], dict[str, Candidate]]:
+    def _risk(
+        self, snapshot: FleetAssessment, kept: PlannerState
+    ) -> tuple[dict[str, Candidate], dict[str, Candidate]]:
         """(risk candidates now, those seen on enough consecutive assessments)."""
         now_risky = risk_candidates(snapshot, self.costs, self.settings.drain_horizon_h)
-        if snapshot.at != self._last_assessed:  # count assessments, not planner passes
-            self._streaks = {n: self._streaks.get(n, 0) + 1 for n in now_risky}
-            self._last_assessed = snapshot.at
-        ready = {n: c for n, c in now_risky.items() if self._streaks.get(n, 0) >= _RISK_PASSES}
+        # Count assessments, not planner passes; one older than the last counted (a standby's
+        # snapshot) is not the next one.
+        if kept.assessed_at is None or snapshot.at > kept.assessed_at:
+            kept.streaks = {n: kept.streaks.get(n, 0) + 1 for n in now_risky}
+            kept.assessed_at = snapshot.at
+        ready = {n: c for n, c in now_risky.items() if kept.streaks.get(n, 0) >= _RISK_PASSES}
         return now_risky, ready
 
     def _plan(self, conn: Connection, snapshot: FleetAssessment, now: datetime) -> PlanResult:
         settings = self.settings
+        kept = PlannerState.load(conn)
+        stored = kept.as_json()
         result = PlanResult(expired=expire_leases(conn, now=now))
         factor = settings.unreachable_after_intervals
         heard = self.heard_since
@@ -374,7 +425,7 @@ class EvictionPlanner:
             conn, now=now, after_s=settings.straggler_drain_after_s, costs=self.costs,
             horizon_h=settings.drain_horizon_h, gpu_count=gpu_count,
         )  # fmt: skip
-        risky_now, risky = self._risk(snapshot)
+        risky_now, risky = self._risk(snapshot, kept)
         candidates: dict[str, Candidate] = {**risky, **slow, **rules}  # stronger reasons win
 
         open_rows = conn.execute(select(evictions).where(evictions.c.state.in_(OPEN_STATES))).all()
@@ -384,8 +435,10 @@ class EvictionPlanner:
             # Silent since before this process started: not known to have come back yet.
             reason_left |= row.reason.startswith("node_unreachable") and row.node in unheard
             unknown = row.reason_kind != "straggler" and row.node not in gpu_count
+            made = made_from(row)
+            unseen = made is not None and snapshot.at < made  # this snapshot predates its evidence
             cancelled = False
-            if not reason_left and not unknown:
+            if not reason_left and not unknown and not unseen:
                 # One eviction per item (a savepoint each; cancellations are few): a failing one
                 # stays open and is logged, the others are still planned (server.isolation).
                 with self.guard.item(conn, f"eviction {row.id}"):
@@ -407,8 +460,8 @@ class EvictionPlanner:
         result.draining = sum(
             1 for row in open_rows if row.state in DRAINING_STATES and row.node in still_open
         )
-        if self._episode is None:
-            self._episode = result.draining >= result.budget and any(
+        if kept.episode is None:  # nothing stored (a database from before leader_state)
+            kept.episode = result.draining >= result.budget and any(
                 row.state == "paged" for row in open_rows
             )
 
@@ -441,13 +494,15 @@ class EvictionPlanner:
                 result.draining += 1
             elif state == "paged":
                 paged.append(cand)
-        if paged and not self._episode:
+        if paged and not kept.episode:
             with self.guard.item(conn, "drain budget event") as ok:
                 self._budget_event(conn, now=now, known=known, result=result, paged=paged)
             result.budget_event = bool(ok)
-            self._episode = bool(ok)
+            kept.episode = bool(ok)
         elif not paged and result.draining < result.budget:
-            self._episode = False
+            kept.episode = False
+        if kept.as_json() != stored:
+            save_state(conn, _STATE, kept.as_json(), now)
         return result
 
     def _budget_event(

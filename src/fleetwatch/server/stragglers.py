@@ -27,13 +27,15 @@ Classification, fixed when the verdict opens:
 
 ``node_slowness`` keeps, per node, an exponentially weighted mean (weight 0.05 per window) of the
 node's ratio :math:`m_i / M` over every judged window of every job.
+
+A :class:`JobDetector` is a value: :meth:`JobDetector.state` is everything its next
+:meth:`~JobDetector.feed` depends on, as JSON, and :meth:`JobDetector.resume` continues from it
+exactly (the background job stores it with each pass's verdicts).
 """
 
 from __future__ import annotations
 
 import logging
-import threading
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -45,9 +47,7 @@ __all__ = [
     "DetectorConfig",
     "JobDetector",
     "NodeWindow",
-    "JobTrackers",
     "StepRow",
-    "TrackedJob",
     "Transition",
     "WindowResult",
     "judge_window",
@@ -197,6 +197,31 @@ class _NodeTrack:
     open_since: datetime | None = None
     open_windows: int = 0
 
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "slow_run": self.slow_run, "normal_run": self.normal_run,
+            "run_start": _iso(self.run_start), "run_start_index": self.run_start_index,
+            "run_ratios": self.run_ratios, "normal_ratios": self.normal_ratios,
+            "open_since": _iso(self.open_since), "open_windows": self.open_windows,
+        }  # fmt: skip
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> _NodeTrack:
+        return cls(
+            slow_run=data["slow_run"], normal_run=data["normal_run"],
+            run_start=_datetime(data["run_start"]), run_start_index=data["run_start_index"],
+            run_ratios=list(data["run_ratios"]), normal_ratios=list(data["normal_ratios"]),
+            open_since=_datetime(data["open_since"]), open_windows=data["open_windows"],
+        )  # fmt: skip
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value is not None else None
+
+
+def _datetime(value: str | None) -> datetime | None:
+    return datetime.fromisoformat(value) if value is not None else None
+
 
 class JobDetector:
     """One job's detector: feed it windows in time order; it answers verdict transitions.
@@ -219,6 +244,28 @@ class JobDetector:
         self.index = 0
         self.nodes: dict[str, _NodeTrack] = {}
         self.last: WindowResult | None = None
+
+    def state(self) -> dict[str, Any]:
+        """Everything :meth:`feed` depends on, as JSON (floats round-trip exactly)."""
+        return {
+            "index": self.index,
+            "from_start": self.from_start,
+            "nodes": {node: track.as_json() for node, track in self.nodes.items()},
+        }
+
+    @classmethod
+    def resume(
+        cls,
+        config: DetectorConfig,
+        state: dict[str, Any],
+        *,
+        slowness: Callable[[str], float | None] = lambda node: None,
+    ) -> JobDetector:
+        """The detector that :meth:`state` described, continuing exactly where it stopped."""
+        detector = cls(config, from_start=state["from_start"], slowness=slowness)
+        detector.index = state["index"]
+        detector.nodes = {n: _NodeTrack.from_json(t) for n, t in state["nodes"].items()}
+        return detector
 
     def adopt_open(self, node: str, started_at: datetime, windows: int) -> None:
         """Continue a verdict stored before this detector was built."""
@@ -309,30 +356,3 @@ class JobDetector:
             return "hardware", evidence
         evidence["reason"] = "slow with no earlier history to compare with"
         return "workload", evidence
-
-
-@dataclass
-class TrackedJob:
-    detector: JobDetector
-    next_start: datetime
-    last_seen: datetime | None = None
-    touched: float = field(default_factory=time.monotonic)
-
-
-class JobTrackers:
-    """The per-worker detectors, keyed by job; thread-safe for the /metrics reader."""
-
-    def __init__(self) -> None:
-        self.jobs: dict[str, TrackedJob] = {}
-        self.finished: dict[str, datetime] = {}  # job -> last_seen when its tracker was dropped
-        self.lock = threading.Lock()
-
-    def ratios(self) -> list[tuple[str, str, float]]:
-        """(job, node, ratio) of the newest judged window of each tracked job."""
-        with self.lock:
-            out: list[tuple[str, str, float]] = []
-            for job_id, tracked in self.jobs.items():
-                last = tracked.detector.last
-                if last is not None:
-                    out.extend((job_id, n, w.ratio) for n, w in last.nodes.items())
-            return out
