@@ -2,6 +2,9 @@
 
 Agents are `fleetwatch agent` processes reading a real nvidia-smi XML capture (no GPU here); the
 server is a `fleetwatch server` process, stopped and restarted on the same port and database.
+They push every collection, or stage three collections per push (``--push-interval 3``): then
+the batches replayed after the outage hold several collections each, and the collections still
+staged when the agents stop are pushed by their shutdown.
 """
 
 from __future__ import annotations
@@ -24,13 +27,16 @@ CAPTURES = (
 )
 
 
-def _spooled_cycles(log: str) -> int:
-    return sum(1 for line in log.splitlines() if " spooled " in line and " samples" in line)
+def _cycles(log: str, push_interval_s: float) -> int:
+    """Collections made, from the agent's one line per collection."""
+    word = " staged " if push_interval_s else " spooled "
+    return sum(1 for line in log.splitlines() if word in line and " samples" in line)
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("push_interval_s", [0.0, 3.0])
 def test_agents_lose_nothing_and_duplicate_nothing_across_a_server_outage(
-    database_url: str, tmp_path: Path, shared_dir: Path
+    database_url: str, tmp_path: Path, shared_dir: Path, push_interval_s: float
 ) -> None:
     if database_url.startswith("sqlite"):
         fleetwatch("db", "upgrade", "--database-url", database_url)
@@ -52,6 +58,7 @@ def test_agents_lose_nothing_and_duplicate_nothing_across_a_server_outage(
                 "nvidia-smi",
                 "--nvidia-smi",
                 str(shared_dir / capture),
+                push_interval_s=push_interval_s,
             )
             for i, capture in enumerate(CAPTURES)
         ]
@@ -84,14 +91,16 @@ def test_agents_lose_nothing_and_duplicate_nothing_across_a_server_outage(
                     f"/v1/gpus/{gpu['uuid']}/samples", params={"limit": 100000}
                 ).json()
                 stamps = [p["ts"] for p in samples["data"]]
-                cycles = _spooled_cycles(logs[agent.name])
+                cycles = _cycles(logs[agent.name], push_interval_s)
                 assert cycles >= 10, f"{agent.name} ran only {cycles} cycles"
                 assert len(stamps) == len(set(stamps)), "a sample arrived twice"
                 assert len(stamps) == cycles, f"{agent.name}: {len(stamps)} stored of {cycles}"
+                if push_interval_s:
+                    assert node["interval_s"] == push_interval_s  # judged by its pushes
     for agent in agents:
         left = (
             sqlite3.connect(agent.spool_dir / "spool.db")
-            .execute("SELECT COUNT(*) FROM batches")
+            .execute("SELECT (SELECT COUNT(*) FROM batches) + (SELECT COUNT(*) FROM staged)")
             .fetchone()[0]
         )
         assert left == 0
