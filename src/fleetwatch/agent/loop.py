@@ -244,6 +244,8 @@ class Agent:
         self._count_drops()
         staged, _ = self._spool.staged()
         self._metrics.staged_ticks.set(staged)
+        if not stored:
+            return False  # the spool logged the drop
         logger.info(
             "staged %d samples, %d events for %d GPUs (%d of %d collections per push)",
             len(tick.samples),
@@ -252,7 +254,7 @@ class Agent:
             staged,
             self.ticks_per_push,
         )
-        return stored
+        return True
 
     def _push_due(self) -> bool:
         staged, oldest = self._spool.staged()
