@@ -136,7 +136,10 @@ def start_agent(
     work_dir: Path,
     *collector_args: str,
     interval_s: float = 1.0,
+    push_interval_s: float = 0.0,
 ) -> AgentProcess:
+    """A real agent process; by default it pushes every collection (``push_interval_s`` 0), so
+    that tests see readings one interval after they were collected."""
     spool = work_dir / name / "spool"
     spool.mkdir(parents=True, exist_ok=True)
     log = work_dir / name / "agent.log"
@@ -154,6 +157,8 @@ def start_agent(
                 name,
                 "--interval",
                 str(interval_s),
+                "--push-interval",
+                str(push_interval_s),
                 "--spool-dir",
                 str(spool),
                 "--metrics-port",
