@@ -49,6 +49,7 @@ from fleetwatch.server.eviction_watch import EvictionWatch
 from fleetwatch.server.exposition import FleetExposition
 from fleetwatch.server.isolation import ItemGuard
 from fleetwatch.server.leader import LeaderElector, single_process_problem
+from fleetwatch.server.liveness import Liveness
 from fleetwatch.server.outbox import OutboxWorker
 from fleetwatch.server.page import router as page_router
 from fleetwatch.server.planner import EvictionPlanner
@@ -111,8 +112,13 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
     return app.openapi_schema
 
 
-def create_app(settings: ServerSettings | None = None) -> FastAPI:
+def create_app(
+    settings: ServerSettings | None = None, *, clock: Callable[[], datetime] | None = None
+) -> FastAPI:
+    """``clock`` (UTC now; tests inject one) is the time node liveness is read at: this
+    process's start and every reader's now (``/v1/nodes``, the page, ``/metrics``)."""
     settings = settings or load_server_settings()
+    now = clock or (lambda: datetime.now(UTC))
     problem = single_process_problem(settings)
     if problem is not None:
         raise ConfigError(problem)
@@ -138,7 +144,11 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
         _seal_plaintext_secrets(db, secret_box)
         # Silence before this moment was not heard by this process: a node's unreachable clock
         # starts here at the earliest (server.liveness), so a restart marks no node unreachable.
-        app.state.heard_since = heard_since = datetime.now(UTC)
+        # The one reading of it: the planner, the alerter and every reader of node state.
+        app.state.liveness = liveness = Liveness(
+            settings.unreachable_after_intervals, heard_since=now(), clock=now
+        )
+        heard_since = liveness.heard_since
         registry = CollectorRegistry()
         registry.register(StorageCollector(storage))
         app.state.db = db
@@ -149,7 +159,7 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
         app.state.fleet = FleetExposition(
             db,
             ttl_s=settings.metrics_cache_ttl_s,
-            unreachable_factor=settings.unreachable_after_intervals,
+            liveness=liveness,
         )
         catalog, thresholds = load_rules(settings)
         metrics: ServerMetrics = app.state.metrics
