@@ -79,12 +79,17 @@ def live_server(
         _wait_ready(server)
         yield server
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_process(process, timeout=10)
+
+
+def stop_process(process: subprocess.Popen[bytes], timeout: float = 30.0) -> None:
+    """SIGTERM, then SIGKILL if the process is still there after ``timeout`` seconds."""
+    process.terminate()
+    try:
+        process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
 
 
 def _wait_ready(server: LiveServer, timeout: float = 120.0) -> None:

@@ -33,7 +33,14 @@ from fleetwatch.config import ServerSettings
 from fleetwatch.server.db.session import Database, make_engine
 from fleetwatch.server.repo.evictions import create_eviction
 from tests.faults.waiting import wait_for
-from tests.integration.live import FLEETWATCH, LiveServer, create_token, fleetwatch, live_server
+from tests.integration.live import (
+    FLEETWATCH,
+    LiveServer,
+    create_token,
+    fleetwatch,
+    live_server,
+    stop_process,
+)
 from tests.integration.slurm import SlurmctldFailed, running_slurmctld
 
 pytestmark = pytest.mark.slow
@@ -199,12 +206,7 @@ def test_slurm_sync_loop_drains_and_resumes_at_once_with_a_60_s_interval(
             adapter.terminate()  # the server stopping next releases its long-poll
     finally:
         if adapter is not None:
-            adapter.terminate()
-            try:
-                adapter.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                adapter.kill()
-                adapter.wait()
+            stop_process(adapter)
         resume = ["scontrol", "update", "NodeName=gpu05", "State=RESUME"]
         subprocess.run(resume, capture_output=True, timeout=30)  # fails when already resumed
     assert "released node gpu05" in log.read_text()
