@@ -49,7 +49,7 @@ logging.basicConfig(level=logging.WARNING)
 
 url, token, interval, spool, log, snapshot, cost = sys.argv[1:8]
 settings = load_agent_settings(server_url=url, token=token, interval_s=float(interval),
-    spool_dir=Path(spool), node_name="bench-node")
+    push_interval_s=0, spool_dir=Path(spool), node_name="bench-node")
 fake = FakePynvml.from_json(snapshot, call_cost_us=float(cost))
 collectors = [NvmlCollector(Nvml(lib=fake)),
     KernelLogCollector(open_kernel_log(log, Path(spool)), clock=utc_clock)]

@@ -309,7 +309,11 @@ class ServerProcess:
 
 @contextlib.contextmanager
 def running_server(
-    database_url: str, workdir: Path, workers: int, extra_env: dict[str, str]
+    database_url: str,
+    workdir: Path,
+    workers: int,
+    extra_env: dict[str, str],
+    role: str | None = None,
 ) -> Iterator[ServerProcess]:
     port = free_port()
     log_path = workdir / f"server-{port}.log"
@@ -326,6 +330,7 @@ def running_server(
                 database_url,
                 "--workers",
                 str(workers),
+                *(("--role", role) if role else ()),
             ],
             stdout=sink,
             stderr=subprocess.STDOUT,
@@ -353,6 +358,26 @@ def running_server(
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+
+
+@dataclass
+class ServerGroup:
+    """The server processes measured together, and those the load goes to: node ``i`` posts to
+    ``targets[i % len(targets)]`` (several API processes behind no load balancer)."""
+
+    servers: list[ServerProcess]
+    targets: list[ServerProcess]
+
+    @classmethod
+    def one(cls, server: ServerProcess) -> ServerGroup:
+        return cls([server], [server])
+
+    @property
+    def urls(self) -> list[str]:
+        return [s.url for s in self.targets]
+
+    def pids(self) -> list[int]:
+        return [pid for s in self.servers for pid in server_pids(s.process.pid)]
 
 
 def server_pids(root: int) -> list[int]:
@@ -579,7 +604,7 @@ CLIENTS = ("httpx", "raw")
 
 def drive(
     client: str,
-    url: str,
+    urls: list[str],
     token: str,
     pool: BodyPool | None,
     *,
@@ -589,8 +614,9 @@ def drive(
     nodes: int = 0,
 ) -> tuple[Phase, float]:
     """Every node posts its batches back to back (one request in flight per node, each node on
-    its own keep-alive connection) until ``duration`` or ``count``; without a pool every node GETs
-    /healthz instead (the floor cost of a request). Returns the merged counts and the seconds."""
+    its own keep-alive connection to ``urls[node % len(urls)]``) until ``duration`` or ``count``;
+    without a pool every node GETs /healthz instead (the floor cost of a request). Returns the
+    merged counts and the seconds."""
     nodes = len(pool.fleet) if pool is not None else nodes
     phases = [Phase() for _ in range(nodes)]
     stop = threading.Event()
@@ -598,9 +624,9 @@ def drive(
     ticker.start()
     try:
         if client == "httpx":
-            elapsed = _drive_httpx(url, token, pool, phases, duration, count)
+            elapsed = _drive_httpx(urls, token, pool, phases, duration, count)
         else:
-            elapsed = asyncio.run(_drive_raw(url, token, pool, phases, duration, count))
+            elapsed = asyncio.run(_drive_raw(urls, token, pool, phases, duration, count))
     finally:
         stop.set()
         ticker.join()
@@ -630,7 +656,7 @@ def _headers(token: str, pool: BodyPool | None) -> dict[str, str]:
 
 
 def _drive_httpx(
-    url: str,
+    urls: list[str],
     token: str,
     pool: BodyPool | None,
     phases: list[Phase],
@@ -640,7 +666,8 @@ def _drive_httpx(
     """httpx, one sync client per node in its own thread: on this machine it costs the client
     less CPU per request than httpx.AsyncClient (measured: ~0.8 vs ~1.1 ms per request)."""
     clients = [
-        httpx.Client(base_url=url, headers=_headers(token, pool), timeout=60) for _ in phases
+        httpx.Client(base_url=urls[i % len(urls)], headers=_headers(token, pool), timeout=60)
+        for i in range(len(phases))
     ]
     start = threading.Barrier(len(phases) + 1)
     deadline = [math.inf]
@@ -677,7 +704,7 @@ def _drive_httpx(
 
 
 async def _drive_raw(
-    url: str,
+    urls: list[str],
     token: str,
     pool: BodyPool | None,
     phases: list[Phase],
@@ -686,20 +713,25 @@ async def _drive_raw(
 ) -> float:
     """A minimal HTTP/1.1 keep-alive client on asyncio streams: a near-free load generator, so
     that the server, not the client, gets the machine's two cores."""
-    target = httpx.URL(url)
-    host, port = target.host, target.port or 80
-    if pool is None:
-        head = f"GET /healthz HTTP/1.1\r\nHost: {host}:{port}\r\n".encode()
-    else:
+    targets = [(u.host, u.port or 80) for u in map(httpx.URL, urls)]
+
+    def request_head(host: str, port: int) -> bytes:
+        if pool is None:
+            return f"GET /healthz HTTP/1.1\r\nHost: {host}:{port}\r\n".encode()
         lines = ["POST /v1/ingest HTTP/1.1", f"Host: {host}:{port}"]
         lines += [f"{k}: {v}" for k, v in _headers(token, pool).items()]
-        head = ("\r\n".join(lines) + "\r\n").encode()
-    connections = [await asyncio.open_connection(host, port) for _ in phases]
+        return ("\r\n".join(lines) + "\r\n").encode()
+
+    heads = [request_head(*target) for target in targets]
+    connections = [
+        await asyncio.open_connection(*targets[i % len(targets)]) for i in range(len(phases))
+    ]
     started = time.perf_counter()
     deadline = started + duration if duration is not None else math.inf
 
     async def node_loop(i: int) -> None:
         reader, writer = connections[i]
+        (host, port), head = targets[i % len(targets)], heads[i % len(targets)]
         phase, sent = phases[i], 0
         while time.perf_counter() < deadline and (count is None or sent < count):
             body = pool.take(i, phase) if pool is not None else b""
@@ -746,14 +778,14 @@ async def _read_response(reader: asyncio.StreamReader) -> tuple[int, bytes, bool
 
 
 def run_floor(
-    server: ServerProcess, backend: Backend, client: str, args: argparse.Namespace
+    group: ServerGroup, backend: Backend, client: str, args: argparse.Namespace
 ) -> dict[str, Any]:
     """GET /healthz the same way: what uvicorn + FastAPI + one threadpool hop cost per request."""
-    pids = server_pids(server.process.pid)
+    pids = group.pids()
     before = _Snapshot.take(pids, backend)
     phase, elapsed = drive(
         client,
-        server.url,
+        group.urls,
         "-",
         None,
         duration=args.floor_duration,
@@ -796,7 +828,7 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def run_http_config(
-    server: ServerProcess,
+    group: ServerGroup,
     backend: Backend,
     token: str,
     fleet: list[SimNode],
@@ -815,7 +847,7 @@ def run_http_config(
     pool.fill(warm_per_node)
     log(f"{label}: warm-up {args.warmup:g} s")
     warm, warm_s = drive(
-        client, server.url, token, pool, duration=args.warmup, count=None, label="warm-up"
+        client, group.urls, token, pool, duration=args.warmup, count=None, label="warm-up"
     )
     if warm.errors:
         raise SystemExit(f"errors during warm-up: {warm.error_samples}")
@@ -832,12 +864,12 @@ def run_http_config(
         f"{label}: pre-built {len(pool):,} bodies ({pool.nbytes() / 2**20:,.0f} MiB, "
         f"{body_bytes / 1024:.1f} KiB each) in {build_s:.1f} s; timed run"
     )
-    pids = server_pids(server.process.pid)
+    pids = group.pids()
     sessions_before = backend.sessions()
     before = _Snapshot.take(pids, backend)
     phase, elapsed = drive(
         client,
-        server.url,
+        group.urls,
         token,
         pool,
         duration=None if args.batches is not None else args.duration,
@@ -1092,13 +1124,17 @@ def _now() -> datetime:
 # --------------------------------------------------------------------------------------------
 
 
+def agent_token(database_url: str) -> str:
+    out = fleetwatch_cli(
+        "token", "create", "--scope", "agent", "--name", "bench", "--database-url", database_url
+    )
+    return out.strip().splitlines()[-1]
+
+
 def bench_backend(backend: Backend, workdir: Path, args: argparse.Namespace) -> dict[str, Any]:
     log(f"{backend.name}: migrating {make_url(backend.url).render_as_string()}")
     fleetwatch_cli("db", "upgrade", "--database-url", backend.url)
-    token = fleetwatch_cli(
-        "token", "create", "--scope", "agent", "--name", "bench", "--database-url", backend.url
-    )
-    token = token.strip().splitlines()[-1]
+    token = agent_token(backend.url)
     fleet = make_fleet("bench-node", args.nodes, args.gpus, seed=args.seed)
     check_complete(fleet[0].samples(1)[0])
     fleet[0].tick = 0
@@ -1109,11 +1145,12 @@ def bench_backend(backend: Backend, workdir: Path, args: argparse.Namespace) -> 
     env = {"FLEETWATCH_SERVER_DB_POOL_SIZE": str(args.db_pool_size)} if args.db_pool_size else {}
     with running_server(backend.url, workdir, args.server_workers, env) as server:
         log(f"{backend.name}: server pid {server.process.pid} on {server.url}")
-        out["floor"] = [run_floor(server, backend, client, args) for client in args.client]
+        group = ServerGroup.one(server)
+        out["floor"] = [run_floor(group, backend, client, args) for client in args.client]
         acked = 0
         for ticks in args.ticks:
             for client in args.client:
-                result = run_http_config(server, backend, token, fleet, ticks, client, args, acked)
+                result = run_http_config(group, backend, token, fleet, ticks, client, args, acked)
                 acked = result["acknowledged_total"]
                 http.append(result)
     out["http"] = http
@@ -1129,9 +1166,66 @@ def bench_backend(backend: Backend, workdir: Path, args: argparse.Namespace) -> 
     return out
 
 
+def bench_api_processes(args: argparse.Namespace, workdir: Path) -> list[dict[str, Any]]:
+    """For each count N in ``--api-processes``: a fresh PostgreSQL database, one ``--role worker``
+    process (the leader, running the write jobs) and N ``--role api`` processes on their own
+    ports, the nodes' load spread over the N in turn. CPU counts every server process."""
+    out = []
+    for count in args.api_processes:
+        backend = PostgresBackend(args.database_url)
+        try:
+            fleetwatch_cli("db", "upgrade", "--database-url", backend.url)
+            token = agent_token(backend.url)
+            fleet = make_fleet(f"api{count}-node", args.nodes, args.gpus, seed=args.seed)
+            env = (
+                {"FLEETWATCH_SERVER_DB_POOL_SIZE": str(args.db_pool_size)}
+                if args.db_pool_size
+                else {}
+            )
+            with contextlib.ExitStack() as stack:
+                worker = stack.enter_context(running_server(backend.url, workdir, 1, env, "worker"))
+                apis = [
+                    stack.enter_context(running_server(backend.url, workdir, 1, env, "api"))
+                    for _ in range(count)
+                ]
+                group = ServerGroup([worker, *apis], apis)
+                log(f"api processes {count}: {', '.join(group.urls)}, worker {worker.url}")
+                acked = 0
+                for ticks in args.ticks:
+                    for client in args.client:
+                        result = run_http_config(
+                            group, backend, token, fleet, ticks, client, args, acked
+                        )
+                        acked = result["acknowledged_total"]
+                        out.append({"api_processes": count, "version": backend.version(), **result})
+        finally:
+            backend.drop()
+    return out
+
+
 # --------------------------------------------------------------------------------------------
 # Report
 # --------------------------------------------------------------------------------------------
+
+
+def api_processes_markdown(rows: list[dict[str, Any]]) -> str:
+    lines = [
+        "| API processes (+1 worker) | client | rows/request | GPU rows/s | requests/s | p50 ms "
+        "| p99 ms | errors | stored = acked | server cores (all processes) | postgres cores "
+        "| others | machine busy | server CPU us/row |",
+        "|" + "---|" * 14,
+    ]
+    for r in rows:
+        cpu = r["cpu"]
+        lines.append(
+            f"| {r['api_processes']} | {r['client']} | {r['rows_per_request']} "
+            f"| {r['rows_per_s']:,.0f} | {r['requests_per_s']:,.0f} | {r['latency_p50_ms']} "
+            f"| {r['latency_p99_ms']} | {r['errors']} "
+            f"| {'yes' if r['stored_equals_acknowledged'] else 'NO'} ({r['stored_total']:,}) "
+            f"| {cpu['server_cores']} | {cpu['postgres_cores']} | {cpu['other_cores']} "
+            f"| {cpu['machine_busy_pct']}% | {r['server_cpu_us_per_row']} |"
+        )
+    return "\n".join(lines)
 
 
 def machine() -> dict[str, Any]:
@@ -1287,6 +1381,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--server-workers", type=int, default=1, help="uvicorn workers (default 1)")
     p.add_argument(
+        "--api-processes",
+        type=lambda s: [int(x) for x in s.split(",")],
+        help="PostgreSQL only, e.g. 1,2,3: for each count, that many `--role api` processes "
+        "plus one `--role worker` on a fresh database, the load spread over the API processes "
+        "(after the --only backends' runs)",
+    )
+    p.add_argument(
         "--db-pool-size",
         type=int,
         help="server's FLEETWATCH_SERVER_DB_POOL_SIZE (default: the product's default)",
@@ -1334,9 +1435,17 @@ def main(argv: list[str] | None = None) -> int:
             ok = ok and all(
                 r["errors"] == 0 and r["stored_equals_acknowledged"] for r in result["http"]
             )
+        if args.api_processes:
+            results["api_processes"] = bench_api_processes(args, workdir)
+            ok = ok and all(
+                r["errors"] == 0 and r["stored_equals_acknowledged"]
+                for r in results["api_processes"]
+            )
     results["backends"] = backends
     results["ok"] = ok
     print(markdown(results))
+    if args.api_processes:
+        print("\n" + api_processes_markdown(results["api_processes"]))
     if args.json:
         args.json.write_text(json.dumps(results, indent=2, default=str) + "\n")
         log(f"results written to {args.json}")

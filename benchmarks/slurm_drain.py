@@ -194,7 +194,7 @@ def run(tmp: Path, trials: int, budget_s: float, seed: int) -> None:
     if not total:
         sys.exit("no trial finished")
     print(f"\n{len(total)} trials, slurm-sync interval {interval:g} s (its default; it long-polls "
-          "pending evictions between passes), "
+          "new pending and returned evictions between passes), "
           f"scontrol polled every {POLL_S * 1000:.0f} ms")  # fmt: skip
     print(_line("Xid line -> Slurm State has DRAIN", total))
     print(_line("  Xid line -> eviction at the API", to_api))

@@ -1,9 +1,11 @@
 """A stand-in for the FleetWatch server's scheduler API, for adapter tests.
 
 It implements exactly the contract the adapters code against (``fleetwatch.adapters.client``):
-list evictions by state, ack/complete/reject, and ``POST /v1/nodes/{name}/return``, behind bearer
-tokens, on a real localhost port (``ThreadingHTTPServer`` in a thread), and records every call.
-Used where the real server's evictions router is not there to test against.
+list evictions by state (several ``state`` values, a change ``cursor`` in every answer,
+``changed_after`` and the ``wait`` long-poll), ack/complete/reject, and
+``POST /v1/nodes/{name}/return``, behind bearer tokens, on a real localhost port
+(``ThreadingHTTPServer`` in a thread), and records every call. Used where the real server's
+evictions router is not there to test against.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import json
 import re
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -33,7 +36,12 @@ class FakeSchedulerApi:
         self.evictions: dict[int, dict[str, Any]] = {}
         self.calls: list[tuple[str, str, Any]] = []
         self.url = ""
+        self.cursor = 0  # bumped by every change, as the server's audit trail is
+        self._changed_at: dict[int, int] = {}  # eviction id -> cursor of its last change
         self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)  # wakes long-polls
+        self._closing = False
+        self.waiting = 0  # long-polls held right now
 
     def add(self, node: str, state: str = "pending", **fields: Any) -> dict[str, Any]:
         with self._lock:
@@ -57,7 +65,20 @@ class FakeSchedulerApi:
                 **fields,
             }
             self.evictions[eviction_id] = eviction
+            self._mark(eviction_id)
             return eviction
+
+    def close(self) -> None:
+        """Answer every waiting long-poll now (the server is going away)."""
+        with self._lock:
+            self._closing = True
+            self._changed.notify_all()
+
+    def _mark(self, eviction_id: int) -> None:
+        """Record a change of the eviction (the caller holds the lock) and wake the long-polls."""
+        self.cursor += 1
+        self._changed_at[eviction_id] = self.cursor
+        self._changed.notify_all()
 
     def changes(self) -> list[tuple[str, str, Any]]:
         """The calls that change something (everything but GETs)."""
@@ -71,11 +92,7 @@ class FakeSchedulerApi:
             if who is None:
                 return 401, {"error_code": "unauthenticated", "message": "bad token"}
             if method == "GET" and parts.path == "/v1/evictions":
-                query = parse_qs(parts.query)
-                state = query.get("state", [None])[0]
-                limit = int(query.get("limit", ["100"])[0])
-                data = [e for e in self.evictions.values() if state in (None, e["state"])][:limit]
-                return 200, {"count": len(data), "data": data}
+                return self._list(parse_qs(parts.query))
             if method != "POST":
                 return 405, {"message": "method not allowed"}
             match = re.fullmatch(r"/v1/evictions/(\d+)/(ack|complete|reject)", parts.path)
@@ -85,6 +102,25 @@ class FakeSchedulerApi:
             if match:
                 return self._return(unquote(match[1]), body or {})
             return 404, {"message": f"no route {parts.path}"}
+
+    def _list(self, query: dict[str, list[str]]) -> tuple[int, Any]:
+        states = set(query.get("state", []))
+        limit = int(query.get("limit", ["100"])[0])
+        after = int(query.get("changed_after", ["-1"])[0])
+        deadline = time.monotonic() + float(query.get("wait", ["0"])[0])
+        while True:
+            cursor = self.cursor
+            data = [
+                dict(e)
+                for e in self.evictions.values()
+                if (not states or e["state"] in states) and self._changed_at[e["id"]] > after
+            ][:limit]
+            remaining = deadline - time.monotonic()
+            if data or remaining <= 0 or self._closing:
+                return 200, {"count": len(data), "data": data, "cursor": cursor}
+            self.waiting += 1
+            self._changed.wait(remaining)  # releases the lock while it waits
+            self.waiting -= 1
 
     def _transition(self, eviction_id: int, action: str, who: str, body: Any) -> tuple[int, Any]:
         eviction = self.evictions.get(eviction_id)
@@ -103,6 +139,7 @@ class FakeSchedulerApi:
         else:
             eviction.update(state="rejected", detail=body.get("reason"))
         eviction["updated_at"] = _now()
+        self._mark(eviction_id)
         return 200, dict(eviction)
 
     def _return(self, node: str, body: Any) -> tuple[int, Any]:
@@ -113,6 +150,7 @@ class FakeSchedulerApi:
             return 404, {"message": f"node {node} has no completed eviction"}
         for eviction in done:
             eviction.update(state="returned", returned_at=_now(), detail=body.get("note"))
+            self._mark(eviction["id"])
         return 200, {"node": node, "returned": [e["id"] for e in done]}
 
 
@@ -151,6 +189,7 @@ def serve_fake_api(api: FakeSchedulerApi | None = None) -> Iterator[FakeSchedule
     try:
         yield api
     finally:
+        api.close()
         server.shutdown()
         server.server_close()
         thread.join()

@@ -343,6 +343,14 @@ class AgentSettings(BaseSettings):
         default_factory=dict, description="Node labels, e.g. cluster=a,rack=r12"
     )
     interval_s: float = Field(default=10.0, gt=0, le=3600, description="Collection interval")
+    push_interval_s: float = Field(
+        default=60.0,
+        ge=0,
+        le=3600,
+        description="Push every this many seconds (a whole number of intervals), with the "
+        "collections in between staged in the spool; 0 or at most the interval: push each "
+        "collection. Xid and lost-GPU events are pushed at once",
+    )
     collectors: Annotated[list[str], NoDecode] = Field(
         default_factory=lambda: ["nvml", "kernel-log"],
         description=f"Sources to read, comma-separated: {', '.join(KNOWN_COLLECTORS)}",

@@ -203,6 +203,9 @@ def _start_agents(
                         node,
                         "--interval",
                         str(options.interval_s),
+                        # Simulated time runs fast: each collection is pushed as it is made.
+                        "--push-interval",
+                        "0",
                         "--collectors",
                         "sim",
                         "--sim-spec",

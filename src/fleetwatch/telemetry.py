@@ -334,6 +334,15 @@ class NodeInfo(_WireModel):
     name: str = Field(pattern=_NODE_NAME_RE, description="Node name, unique in the fleet")
     labels: dict[str, Text] = Field(default_factory=dict, description="cluster, rack, row, ...")
     interval_s: float = Field(default=10.0, gt=0, le=3600, description="Collection interval")
+    push_interval_s: float | None = Field(
+        default=None,
+        gt=0,
+        le=86400,
+        description="Seconds between the agent's pushes when a batch carries several collections "
+        "(absent: one push per collection). The server judges silence by the longer of the two: "
+        "a node is unreachable after unreachable_after_intervals of them. Added in wire v1 as an "
+        "optional field; servers older than it refuse it (422), so upgrade servers first",
+    )
     agent_version: Annotated[str, Field(max_length=64), STORABLE_TEXT] | None = None
     boot_id: Annotated[str, Field(max_length=64), STORABLE_TEXT] | None = Field(
         default=None, description="Changes when the node reboots (counter resets)"
@@ -350,6 +359,11 @@ class NodeInfo(_WireModel):
             if len(value) > 256:
                 raise ValueError(f"label {key!r} is longer than 256 characters")
         return labels
+
+    @property
+    def report_interval_s(self) -> float:
+        """The longest the server should expect between two batches of this node."""
+        return max(self.interval_s, self.push_interval_s or 0.0)
 
 
 class GpuIdentity(_WireModel):
@@ -469,6 +483,7 @@ BATCH_EXAMPLE: dict[str, Any] = {
         "name": "gpu-node-017",
         "labels": {"cluster": "a", "rack": "r12", "row": "3"},
         "interval_s": 10,
+        "push_interval_s": 60,
         "agent_version": "0.1.0",
         "boot_id": "5f0e6a4c-2b1d-4c3e-8f7a-9d8c7b6a5e4f",
     },

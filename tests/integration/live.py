@@ -79,12 +79,17 @@ def live_server(
         _wait_ready(server)
         yield server
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_process(process, timeout=10)
+
+
+def stop_process(process: subprocess.Popen[bytes], timeout: float = 30.0) -> None:
+    """SIGTERM, then SIGKILL if the process is still there after ``timeout`` seconds."""
+    process.terminate()
+    try:
+        process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
 
 
 def _wait_ready(server: LiveServer, timeout: float = 120.0) -> None:
@@ -136,7 +141,10 @@ def start_agent(
     work_dir: Path,
     *collector_args: str,
     interval_s: float = 1.0,
+    push_interval_s: float = 0.0,
 ) -> AgentProcess:
+    """A real agent process; by default it pushes every collection (``push_interval_s`` 0), so
+    that tests see readings one interval after they were collected."""
     spool = work_dir / name / "spool"
     spool.mkdir(parents=True, exist_ok=True)
     log = work_dir / name / "agent.log"
@@ -154,6 +162,8 @@ def start_agent(
                 name,
                 "--interval",
                 str(interval_s),
+                "--push-interval",
+                str(push_interval_s),
                 "--spool-dir",
                 str(spool),
                 "--metrics-port",

@@ -2,10 +2,14 @@
 
 Agents are `fleetwatch agent` processes reading a real nvidia-smi XML capture (no GPU here); the
 server is a `fleetwatch server` process, stopped and restarted on the same port and database.
+They push every collection, or stage three collections per push (``--push-interval 3``): then
+the batches replayed after the outage hold several collections each, and the collections still
+staged when the agents stop are pushed by their shutdown.
 """
 
 from __future__ import annotations
 
+import re
 import sqlite3
 import time
 from pathlib import Path
@@ -24,13 +28,17 @@ CAPTURES = (
 )
 
 
-def _spooled_cycles(log: str) -> int:
-    return sum(1 for line in log.splitlines() if " spooled " in line and " samples" in line)
+def _cycles(log: str, push_interval_s: float) -> int:
+    """Collections made, from the agent's one line per collection (not its lines per push)."""
+    word = "staged" if push_interval_s else "spooled"
+    line = re.compile(rf" {word} \d+ samples, \d+ events for \d+ GPUs")
+    return sum(1 for text in log.splitlines() if line.search(text))
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("push_interval_s", [0.0, 3.0])
 def test_agents_lose_nothing_and_duplicate_nothing_across_a_server_outage(
-    database_url: str, tmp_path: Path, shared_dir: Path
+    database_url: str, tmp_path: Path, shared_dir: Path, push_interval_s: float
 ) -> None:
     if database_url.startswith("sqlite"):
         fleetwatch("db", "upgrade", "--database-url", database_url)
@@ -52,6 +60,7 @@ def test_agents_lose_nothing_and_duplicate_nothing_across_a_server_outage(
                 "nvidia-smi",
                 "--nvidia-smi",
                 str(shared_dir / capture),
+                push_interval_s=push_interval_s,
             )
             for i, capture in enumerate(CAPTURES)
         ]
@@ -84,14 +93,77 @@ def test_agents_lose_nothing_and_duplicate_nothing_across_a_server_outage(
                     f"/v1/gpus/{gpu['uuid']}/samples", params={"limit": 100000}
                 ).json()
                 stamps = [p["ts"] for p in samples["data"]]
-                cycles = _spooled_cycles(logs[agent.name])
+                cycles = _cycles(logs[agent.name], push_interval_s)
                 assert cycles >= 10, f"{agent.name} ran only {cycles} cycles"
                 assert len(stamps) == len(set(stamps)), "a sample arrived twice"
                 assert len(stamps) == cycles, f"{agent.name}: {len(stamps)} stored of {cycles}"
+                if push_interval_s:
+                    assert node["interval_s"] == push_interval_s  # judged by its pushes
     for agent in agents:
         left = (
             sqlite3.connect(agent.spool_dir / "spool.db")
-            .execute("SELECT COUNT(*) FROM batches")
+            .execute("SELECT (SELECT COUNT(*) FROM batches) + (SELECT COUNT(*) FROM staged)")
             .fetchone()[0]
         )
         assert left == 0
+
+
+@pytest.mark.slow
+def test_agent_killed_between_collections_pushes_them_after_its_restart(
+    tmp_path: Path, shared_dir: Path
+) -> None:
+    """SIGKILL while collections are staged for a push a minute away: the next start pushes
+    them, each stored once."""
+    database_url = f"sqlite:///{tmp_path / 'fleetwatch.db'}"
+    fleetwatch("db", "upgrade", "--database-url", database_url)
+    agent_token, read_token = (
+        create_token(database_url, "agent"),
+        create_token(database_url, "read"),
+    )
+    args = ("--collectors", "nvidia-smi", "--nvidia-smi", str(shared_dir / CAPTURES[0]))
+    with live_server(database_url, tmp_path) as server:
+        agent = start_agent("node-k", server.url, agent_token, tmp_path, *args,
+                            interval_s=0.2, push_interval_s=60)  # fmt: skip
+        spool_db = agent.spool_dir / "spool.db"
+
+        def staged() -> int:
+            if not spool_db.exists():
+                return 0
+            db = sqlite3.connect(spool_db)
+            try:
+                return int(db.execute("SELECT COUNT(*) FROM staged").fetchone()[0])
+            except sqlite3.OperationalError:
+                return 0  # the agent has not made its tables yet
+            finally:
+                db.close()
+
+        deadline = time.monotonic() + 120
+        while staged() < 5 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        agent.process.kill()
+        agent.process.wait()
+        kept = staged()
+        assert kept >= 5
+        restarted = start_agent("node-k", server.url, agent_token, tmp_path, *args,
+                                interval_s=0.2, push_interval_s=0)  # fmt: skip
+        with httpx.Client(
+            base_url=server.url, headers={"Authorization": f"Bearer {read_token}"}
+        ) as read:
+
+            def stamps() -> list[str]:
+                found = read.get("/v1/gpus", params={"node": "node-k"}).json()
+                if not found:
+                    return []
+                samples = read.get(
+                    f"/v1/gpus/{found[0]['uuid']}/samples", params={"limit": 100000}
+                ).json()
+                return [p["ts"] for p in samples["data"]]
+
+            deadline = time.monotonic() + 120
+            while len(stamps()) < kept + 3 and time.monotonic() < deadline:
+                time.sleep(0.2)
+            log = restarted.stop()
+            stored = stamps()
+    assert staged() == 0
+    assert len(stored) == len(set(stored)), "a sample arrived twice"
+    assert len(stored) == kept + _cycles(log, 0), f"{len(stored)} stored of {kept} + restart"

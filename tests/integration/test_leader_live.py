@@ -8,23 +8,26 @@ another process, which acts on a new Xid the same way and repeats nothing alread
 
 from __future__ import annotations
 
-import signal
-import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import ExitStack
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import httpx
 import pytest
-from sqlalchemy import func, select
 
-from fleetwatch.config import ServerSettings
-from fleetwatch.server.db.session import Database, make_engine
-from fleetwatch.server.db.tables import alerts, evictions
 from tests.factories import make_batch
-from tests.integration.live import LiveServer, create_token, live_server
+from tests.faults.waiting import wait_for
+from tests.integration.cluster import (
+    Fleet,
+    is_leader,
+    kill_leader,
+    push,
+    report,
+    runs,
+    start,
+    the_leader,
+)
+from tests.integration.live import LiveServer, create_token
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres]
 
@@ -42,40 +45,6 @@ def pg_db(migrated_postgres_url: str, monkeypatch: pytest.MonkeyPatch) -> str:
     return migrated_postgres_url
 
 
-def metric(server: LiveServer, prefix: str) -> float | None:
-    """The value of the first /metrics line starting with ``prefix``, None if it does not
-    answer or has no such line."""
-    try:
-        text = httpx.get(f"{server.url}/metrics", timeout=5).text
-    except httpx.TransportError:
-        return None
-    for line in text.splitlines():
-        if line.startswith(prefix):
-            return float(line.split()[-1])
-    return None
-
-
-def is_leader(server: LiveServer) -> bool:
-    return metric(server, "fleetwatch_leader{") == 1.0
-
-
-def runs(server: LiveServer, job: str) -> float:
-    return metric(server, f'fleetwatch_background_runs_total{{job="{job}"}}') or 0.0
-
-
-def wait_for(condition: Callable[[], bool], what: str, timeout: float = 90.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
-def leaders(servers: list[LiveServer]) -> list[LiveServer]:
-    return [s for s in servers if s.process.poll() is None and is_leader(s)]
-
-
 def fatal_batch(node: str) -> dict:
     batch = make_batch(node, gpus=2, ticks=3)
     failing = batch["gpus"][1]
@@ -87,42 +56,11 @@ def fatal_batch(node: str) -> dict:
     return batch
 
 
-def report(line: str) -> None:
-    sys.stdout.write(line + "\n")  # what the test checked, for the run's log
-
-
-class Fleet:
-    """Counts, straight from the database, of what the leader did for the test's nodes."""
-
-    def __init__(self, url: str) -> None:
-        self.db = Database(make_engine(ServerSettings(database_url=url)))
-
-    def evictions(self, node: str) -> int:
-        with self.db.read() as conn:
-            query = select(func.count()).select_from(evictions).where(evictions.c.node == node)
-            return int(conn.execute(query).scalar_one())
-
-    def alerts(self, node: str) -> list[tuple[str, str]]:
-        with self.db.read() as conn:
-            rows = conn.execute(select(alerts.c.kind, alerts.c.state).where(alerts.c.node == node))
-            return [(r.kind, r.state) for r in rows]
-
-
 @pytest.fixture
 def fleet(pg_db: str) -> Iterator[Fleet]:
     counts = Fleet(pg_db)
     yield counts
-    counts.db.dispose()
-
-
-def start(stack: ExitStack, url: str, tmp_path: Path, roles: list[str]) -> list[LiveServer]:
-    return [stack.enter_context(live_server(url, tmp_path, "--role", role)) for role in roles]
-
-
-def push(server: LiveServer, token: str, batch: dict) -> None:
-    with server.client(token) as client:
-        response = client.post("/v1/ingest", json=batch)
-        assert response.status_code == 200, response.text
+    counts.dispose()
 
 
 def check_fatal_xid_once(
@@ -133,13 +71,13 @@ def check_fatal_xid_once(
     next run an hour later)."""
     assert not is_leader(api)
     wait_for(
-        lambda: all(runs(leader, job) >= 1 for job in ("planner", "alerts", "assessment")),
         "the leader's first passes",
+        lambda: all(runs(leader, job) >= 1 for job in ("planner", "alerts", "assessment")),
     )
     timer_runs = {job: runs(leader, job) for job in ("planner", "alerts")}
     push(api, token, fatal_batch(node))
-    wait_for(lambda: fleet.evictions(node) >= 1, f"an eviction of {node} after a wake-up")
-    wait_for(lambda: any(s == "firing" for _, s in fleet.alerts(node)), f"an alert for {node}")
+    wait_for(f"an eviction of {node} after a wake-up", lambda: fleet.evictions(node) >= 1)
+    wait_for(f"an alert for {node}", lambda: any(s == "firing" for _, s in fleet.alerts(node)))
     assert {job: runs(leader, job) for job in timer_runs} == timer_runs, "a timer ran, not a wake"
     report(f"{node}: {fleet.evictions(node)} eviction(s), alerts {fleet.alerts(node)}")
     assert fleet.evictions(node) == 1
@@ -156,18 +94,15 @@ def test_one_leader_acts_on_a_wake_from_any_replica_and_survives_kill(
     with ExitStack() as stack:
         servers = start(stack, pg_db, tmp_path, roles)
         api = servers[0]
-        wait_for(lambda: len(leaders(servers)) == 1, "one leader")
-        [leader] = leaders(servers)
+        leader = the_leader(servers)
         assert leader is not api, "an api replica never leads"
         report(f"{tag}: one leader of {len(servers)} ({leader.url})")
         check_fatal_xid_once(fleet, api, leader, token, f"wake-{tag}")
 
-        leader.process.send_signal(signal.SIGKILL)
-        leader.process.wait(timeout=30)
+        kill_leader(leader)
         if len(servers) == 2:  # only the api replica is left: start a worker to take over
             servers += start(stack, pg_db, tmp_path, ["worker"])
-        wait_for(lambda: len(leaders(servers)) == 1, "a new leader", timeout=120)
-        [successor] = leaders(servers)
+        successor = the_leader(servers)
         report(f"{tag}: after kill -9, {successor.url} leads")
         # The new leader's first passes see the old Xid: nothing of it is done twice.
         check_fatal_xid_once(fleet, api, successor, token, f"after-{tag}")

@@ -1,5 +1,10 @@
 """Fifty real agent processes on one machine, each its own node with its own spool, against one
-real server on loopback: every node and GPU arrives, nothing is rejected."""
+real server on loopback: every node and GPU arrives, nothing is rejected.
+
+The agents push four collections at a time (``--push-interval 4`` at a 1 s interval), as a fleet
+does by default: the server must judge their silence by the push interval, so no node shows as
+unreachable between its pushes (three collection intervals are shorter than one push interval).
+"""
 
 from __future__ import annotations
 
@@ -13,6 +18,7 @@ from tests.integration.live import create_token, fleetwatch, live_server, start_
 
 AGENTS = 50
 GPUS = 8
+PUSH_INTERVAL_S = 4.0
 
 
 @pytest.mark.slow
@@ -50,6 +56,7 @@ def test_fifty_agents_push_to_one_server(tmp_path: Path) -> None:
                 "sim",
                 "--sim-spec",
                 str(spec),
+                push_interval_s=PUSH_INTERVAL_S,
             )
             for name in names
         ]
@@ -62,7 +69,7 @@ def test_fifty_agents_push_to_one_server(tmp_path: Path) -> None:
                 if len(nodes) == AGENTS and all(n["gpu_count"] >= GPUS - 1 for n in nodes):
                     break
                 time.sleep(1)
-            time.sleep(3)  # a few more rounds from everyone
+            time.sleep(2 * PUSH_INTERVAL_S)  # a few more pushes from everyone
             nodes = read.get("/v1/nodes").json()["data"]
             gpus = read.get("/v1/gpus").json()
             metrics = read.get("/metrics").text
@@ -71,6 +78,7 @@ def test_fifty_agents_push_to_one_server(tmp_path: Path) -> None:
             logs = [agent.stop() for agent in agents]
     assert sorted(n["name"] for n in nodes) == sorted(names)
     assert all(n["state"] == "up" for n in nodes)
+    assert all(n["interval_s"] == PUSH_INTERVAL_S for n in nodes)
     # A simulated GPU may already have failed (it then leaves); nearly all report.
     assert len(gpus) >= AGENTS * GPUS * 0.95
     assert all(g["latest"] is not None for g in gpus)

@@ -2,10 +2,11 @@
 
 slurmctld: the Debian 12 packages (``scripts/ensure-slurm.sh`` installs them and starts munged;
 ``make test`` runs it). The fixture writes a ``slurm.conf`` in a temporary directory (nodes
-gpu[01-04] at 127.0.0.1 in State=IDLE, free ports, state, pid and log files in the directory,
+gpu[01-05] at 127.0.0.1 in State=IDLE, free ports, state, pid and log files in the directory,
 ``SlurmUser=root``, munge auth) and runs ``slurmctld -D -f <conf>`` for this module. No slurmd
 runs: the controller accepts DRAIN and RESUME for nodes it has never heard from, which is all the
-adapter does. ``scontrol`` (the test's and the adapter's) finds it through ``SLURM_CONF``.
+adapter does. ``scontrol`` (the test's and the adapter's) finds it through ``SLURM_CONF``. gpu05
+is the running loop's (``--interval 60``), on a server of its own.
 
 Where Slurm is not installed the tests skip, unless ``FLEETWATCH_REQUIRE_SLURM=1`` (as `make test`
 sets), where they fail; a slurmctld that is installed but does not start always fails, with its
@@ -20,6 +21,7 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -30,7 +32,15 @@ import pytest
 from fleetwatch.config import ServerSettings
 from fleetwatch.server.db.session import Database, make_engine
 from fleetwatch.server.repo.evictions import create_eviction
-from tests.integration.live import LiveServer, create_token, fleetwatch, live_server
+from tests.faults.waiting import wait_for
+from tests.integration.live import (
+    FLEETWATCH,
+    LiveServer,
+    create_token,
+    fleetwatch,
+    live_server,
+    stop_process,
+)
 from tests.integration.slurm import SlurmctldFailed, running_slurmctld
 
 pytestmark = pytest.mark.slow
@@ -58,8 +68,8 @@ def slurm_conf(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         pytest.fail(f"scripts/ensure-slurm.sh failed: {ensure.stderr.strip()}")
     root = tmp_path_factory.mktemp("slurm")
     try:
-        with running_slurmctld(root, cluster="fwtest", node_groups=("gpu[01-02]", "gpu[03-04]"),
-                               partition="gpu[01-04]") as conf:  # fmt: skip
+        with running_slurmctld(root, cluster="fwtest", node_groups=("gpu[01-02]", "gpu[03-05]"),
+                               partition="gpu[01-05]") as conf:  # fmt: skip
             yield conf
     except SlurmctldFailed as exc:
         pytest.fail(str(exc))
@@ -92,11 +102,9 @@ class Server:
     token: str
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    """A real FleetWatch server on SQLite for this module, nothing in the background, and a
-    scheduler token. Each test works on its own node."""
-    root = tmp_path_factory.mktemp("server")
+@contextmanager
+def _server(root: Path) -> Iterator[Server]:
+    """A real FleetWatch server on SQLite, nothing in the background, and a scheduler token."""
     url = f"sqlite:///{root / 'fleetwatch.db'}"
     fleetwatch("db", "upgrade", "--database-url", url)
     token = create_token(url, "scheduler", "slurm-adapter")
@@ -104,6 +112,13 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         patch.setenv("FLEETWATCH_SERVER_BACKGROUND_JOBS", "false")
         with live_server(url, root) as live:
             yield Server(live, url, token)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """One server for this module. Each test works on its own node."""
+    with _server(tmp_path_factory.mktemp("server")) as made:
+        yield made
 
 
 def seed(server: Server, node: str, reason: str = "xid 79: GPU fell off the bus") -> int:
@@ -154,6 +169,47 @@ def test_slurm_sync_drains_in_slurmctld_completes_and_resumes_on_return(
     done = sync_once(server)
     assert "DRAIN" not in show("gpu02")["state"] and show("gpu02")["reason"] == ""
     assert "released 1" in done.stderr
+
+
+def test_slurm_sync_loop_drains_and_resumes_at_once_with_a_60_s_interval(
+    slurm_env: Path, tmp_path: Path
+) -> None:
+    """`slurm-sync --interval 60` as a process: a new eviction is drained and a return resumed
+    while it waits between passes. Each is waited for at most 30 s, so an adapter that slept out
+    its interval fails here instead of passing slowly."""
+    assert "DRAIN" not in show("gpu05")["state"]
+    adapter: subprocess.Popen[bytes] | None = None
+    log = tmp_path / "slurm-sync.log"
+    try:
+        with _server(tmp_path) as server, log.open("wb") as sink:
+            args = ["slurm-sync", "--server", server.live.url, "--interval", "60"]
+            adapter = subprocess.Popen(
+                [*FLEETWATCH, *args],
+                env={**os.environ, "FLEETWATCH_SCHEDULER_TOKEN": server.token},
+                stdout=sink,
+                stderr=subprocess.STDOUT,
+            )
+            wait_for("the first pass", lambda: "slurm sync pass:" in log.read_text(), 60)
+            eviction_id = seed(server, "gpu05")
+            wait_for("gpu05 drained", lambda: "DRAIN" in show("gpu05")["state"], 30)
+            wait_for(
+                "the eviction completed",
+                lambda: eviction(server, eviction_id)["state"] == "completed",
+                30,
+            )
+            with server.live.client(server.token) as http:
+                back = http.post("/v1/nodes/gpu05/return", json={"note": "GPU reseated"})
+            assert back.status_code == 200, back.text
+            wait_for("gpu05 resumed", lambda: "DRAIN" not in show("gpu05")["state"], 30)
+            assert show("gpu05")["reason"] == ""
+            assert adapter.poll() is None, log.read_text()
+            adapter.terminate()  # the server stopping next releases its long-poll
+    finally:
+        if adapter is not None:
+            stop_process(adapter)
+        resume = ["scontrol", "update", "NodeName=gpu05", "State=RESUME"]
+        subprocess.run(resume, capture_output=True, timeout=30)  # fails when already resumed
+    assert "released node gpu05" in log.read_text()
 
 
 def test_slurm_sync_leaves_a_node_drained_by_someone_else(slurm_env: Path, server: Server) -> None:

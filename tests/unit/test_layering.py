@@ -15,26 +15,11 @@ import sys
 import tokenize
 from pathlib import Path
 
-import pytest
-
 SRC = Path(__file__).resolve().parents[2] / "src"
 PACKAGE = SRC / "fleetwatch"
 
 # Parts that may import the server: the server itself and what starts or migrates it.
 MAY_IMPORT_SERVER = ("server", "cli", "demo.py", "__main__.py", "migrations")
-
-# Modules that other branches of issue 11 are reworking keep their packed lines until a later pass
-# re-formats them after the merge; every other module has none. Shrink this list, never grow it.
-FMT_SKIP_PENDING = (
-    "adapters/",
-    "models/stragglers.py",
-    "server/act/planner.py",
-    "server/jobs/weekly_report.py",
-    "server/judge/liveness.py",
-    "server/judge/straggler_detector.py",
-    "server/metrics/exposition.py",
-    "server/page.py",
-)
 
 
 def _modules(root: Path) -> list[Path]:
@@ -114,17 +99,11 @@ def _fmt_skips(path: Path) -> int:
 
 def test_no_module_keeps_its_lines_from_the_formatter() -> None:
     packed = {
-        name: count
+        str(path.relative_to(PACKAGE)): count
         for path in _modules(PACKAGE)
         if (count := _fmt_skips(path))
-        and not (name := str(path.relative_to(PACKAGE))).startswith(FMT_SKIP_PENDING)
     }
     assert packed == {}
-
-
-@pytest.mark.parametrize("pending", FMT_SKIP_PENDING)
-def test_pending_fmt_skip_exceptions_name_existing_modules(pending: str) -> None:
-    assert (PACKAGE / pending).exists(), f"{pending} moved or went: update FMT_SKIP_PENDING"
 
 
 def test_fmt_skip_counting_reads_comments_only(tmp_path: Path) -> None:

@@ -2,8 +2,11 @@
 
 The contract (bearer token with scope ``scheduler``)::
 
-    GET  /v1/evictions?state=pending&limit=N   -> {"count": n, "data": [eviction, ...]}
+    GET  /v1/evictions?state=pending&limit=N   -> {"count": n, "data": [eviction, ...],
+                                                   "cursor": c}
     GET  /v1/evictions?state=pending&wait=S    -> the same, held up to S s until one matches
+    GET  /v1/evictions?state=pending&state=returned&changed_after=C&wait=S
+                                               -> those changed after cursor C, held up to S s
     POST /v1/evictions/{id}/ack      {"lease_s": 300}  -> 200 eviction | 409 held by another
     POST /v1/evictions/{id}/complete                   -> 200 eviction
     POST /v1/evictions/{id}/reject   {"reason": ...}   -> 200 eviction
@@ -16,6 +19,8 @@ network refuses; ``EvictionConflict`` for a 409 on ack (someone else holds the l
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
@@ -24,7 +29,7 @@ from pydantic import BaseModel, ConfigDict
 
 from fleetwatch.errors import FleetWatchError
 
-__all__ = ["Eviction", "EvictionConflict", "SchedulerApiError", "SchedulerClient"]
+__all__ = ["Eviction", "EvictionConflict", "EvictionList", "SchedulerApiError", "SchedulerClient"]
 
 logger = logging.getLogger(__name__)
 
@@ -59,6 +64,12 @@ class Eviction(BaseModel):
     claimed_by: str | None = None
 
 
+@dataclass(frozen=True)
+class EvictionList:
+    evictions: list[Eviction]
+    cursor: int | None  # the server's change cursor; None from a server older than cursors
+
+
 class SchedulerClient:
     """Calls the scheduler API through the given ``httpx.Client`` (its base_url is the server)."""
 
@@ -78,21 +89,42 @@ class SchedulerClient:
         self._http.close()
 
     def list_evictions(self, state: str, limit: int = 500) -> list[Eviction]:
-        body = self._call("GET", "/v1/evictions", params={"state": state, "limit": limit})
-        return [Eviction.model_validate(item) for item in body.get("data", [])]
+        return self.read_evictions((state,), limit).evictions
 
     def wait_for_evictions(self, state: str, wait_s: float, limit: int = 500) -> list[Eviction]:
         """The long-poll: answered as soon as an eviction in ``state`` exists, else after
         ``wait_s`` (0 to 60) with an empty list. A server older than the long-poll ignores
         ``wait`` and answers at once; the caller must not treat that as news."""
-        configured = self._http.timeout
-        # The server holds the answer up to wait_s: the read timeout must outlast it.
-        read_s = (configured.read if configured.read is not None else 10.0) + wait_s
-        timeout = httpx.Timeout(configured.connect, read=read_s, write=configured.write,
-                                pool=configured.pool)  # fmt: skip
-        params = {"state": state, "limit": limit, "wait": f"{wait_s:g}"}
+        return self.read_evictions((state,), limit, wait_s=wait_s).evictions
+
+    def read_evictions(
+        self,
+        states: Sequence[str],
+        limit: int = 500,
+        *,
+        changed_after: int | None = None,
+        wait_s: float = 0.0,
+    ) -> EvictionList:
+        """Evictions in any of ``states``; with ``changed_after``, only those changed since that
+        cursor; with ``wait_s``, held until one matches (a long-poll, 0 to 60 s)."""
+        params: dict[str, Any] = {"state": list(states), "limit": limit}
+        timeout: Any = httpx.USE_CLIENT_DEFAULT
+        if changed_after is not None:
+            params["changed_after"] = changed_after
+        if wait_s > 0:
+            params["wait"] = f"{wait_s:g}"
+            configured = self._http.timeout
+            # The server holds the answer up to wait_s: the read timeout must outlast it.
+            read_s = (configured.read if configured.read is not None else 10.0) + wait_s
+            timeout = httpx.Timeout(
+                configured.connect, read=read_s, write=configured.write, pool=configured.pool
+            )
         body = self._call("GET", "/v1/evictions", params=params, timeout=timeout)
-        return [Eviction.model_validate(item) for item in body.get("data", [])]
+        cursor = body.get("cursor")
+        return EvictionList(
+            [Eviction.model_validate(item) for item in body.get("data", [])],
+            cursor if isinstance(cursor, int) else None,
+        )
 
     def ack(self, eviction_id: int, lease_s: int = 300) -> Eviction:
         """Claim an eviction; raises ``EvictionConflict`` if another adapter holds it."""

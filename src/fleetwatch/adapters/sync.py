@@ -15,11 +15,18 @@ A pass, in order:
      ``POST /v1/nodes/{name}/return``: the repair happened;
    - ``returned`` whose node FleetWatch still holds -> release it (resume/uncordon).
 
-Between passes the engine long-polls ``GET /v1/evictions?state=pending&wait=<interval>``: a new
-eviction starts the next pass at once, and the completed/returned side is still looked at every
-interval. A server that ignores ``wait`` (older than the long-poll), a failed long-poll, or
-pending evictions the last pass already saw (claimed elsewhere, a dry run) never make the loop
-spin: it then sleeps out the rest of the interval, as before.
+Between passes the engine long-polls ``GET /v1/evictions?state=pending&state=returned&
+changed_after=<cursor>&wait=<interval>``, the cursor being the one the pass's first read
+returned: an eviction that became pending (drain it) or returned (release it) since the pass
+began starts the next one at once, whichever replica or person made the change. The pass's own
+acks and completions are not in those states, so they wake nothing; a node an operator freed is
+still found by the pass every interval (that change happens in the scheduler, not FleetWatch).
+
+A server without change cursors (an older one) is long-polled on ``state=pending`` alone, as
+before, and a returned eviction waits for the interval there. A server that ignores ``wait``
+(older than the long-poll), a failed long-poll, or pending evictions the last pass already saw
+(claimed elsewhere, a dry run) never make the loop spin: it then sleeps out the rest of the
+interval.
 
 Only holds that are FleetWatch's own are ever released. ``dry_run`` changes nothing, neither in
 the scheduler nor in FleetWatch: each pass logs what it would do.
@@ -98,6 +105,8 @@ class PassReport:
 _Step = Callable[[Eviction, PassReport], None]
 
 MAX_WAIT_S = 60.0  # the longest long-poll the server grants
+# What a pass acts on that FleetWatch changes: a new drain, or a node given back.
+WAKE_STATES = ("pending", "returned")
 
 
 class SyncEngine:
@@ -118,12 +127,16 @@ class SyncEngine:
         self._lease_s = lease_s
         self._limit = limit
         self._seen_pending: set[int] = set()  # pending ids the last pass saw
+        self._cursor: int | None = None  # where the last pass began, if the server has cursors
 
     def run_pass(self) -> PassReport:
         """One pass; raises ``SchedulerApiError`` only when the eviction lists cannot be read."""
         started = time.monotonic()
         report = PassReport()
-        pending = self._client.list_evictions("pending", self._limit)
+        # Read first: its cursor covers everything this pass can see, so the wait after it
+        # hears of any later change, including those made while the pass runs.
+        listed = self._client.read_evictions(("pending",), self._limit)
+        pending, self._cursor = listed.evictions, listed.cursor
         self._seen_pending = {eviction.id for eviction in pending}
         for eviction in pending:
             self._guard(self._evict, eviction, report)
@@ -163,19 +176,25 @@ class SyncEngine:
             stop.wait(interval_s)  # the server is not answering: no long-poll either
 
     def wait_for_work(self, stop: threading.Event, interval_s: float) -> bool:
-        """Until a pending eviction the last pass did not see exists (True), else until
-        ``interval_s`` has passed or ``stop`` is set (False)."""
+        """Until an eviction became pending or returned since the last pass began (True), else
+        until ``interval_s`` has passed or ``stop`` is set (False)."""
         deadline = time.monotonic() + interval_s
         if stop.is_set():
             return False
+        wait_s = min(interval_s, MAX_WAIT_S)
         try:
-            pending = self._client.wait_for_evictions(
-                "pending", min(interval_s, MAX_WAIT_S), self._limit
-            )
+            if self._cursor is not None:
+                changed = self._client.read_evictions(
+                    WAKE_STATES, self._limit, changed_after=self._cursor, wait_s=wait_s
+                )
+                news = bool(changed.evictions)
+            else:
+                pending = self._client.wait_for_evictions("pending", wait_s, self._limit)
+                news = any(eviction.id not in self._seen_pending for eviction in pending)
         except FleetWatchError as exc:
             logger.debug("%s long-poll failed (%s); sleeping the interval", self._backend.name, exc)
-            pending = []
-        if any(eviction.id not in self._seen_pending for eviction in pending):
+            news = False
+        if news:
             return True
         stop.wait(max(0.0, deadline - time.monotonic()))
         return False
@@ -200,8 +219,12 @@ class SyncEngine:
             hold = self._backend.inspect(node)
             logger.info(
                 "dry run: eviction %d, node %s is %s in %s: would %s",
-                eviction.id, node, hold.kind.value, backend, _plan(hold),
-            )  # fmt: skip
+                eviction.id,
+                node,
+                hold.kind.value,
+                backend,
+                _plan(hold),
+            )
             return
         try:
             self._client.ack(eviction.id, self._lease_s)
@@ -228,8 +251,12 @@ class SyncEngine:
                 return
             logger.info(
                 "held node %s in %s for eviction %d (%s: %s)",
-                node, backend, eviction.id, eviction.reason_kind, eviction.reason,
-            )  # fmt: skip
+                node,
+                backend,
+                eviction.id,
+                eviction.reason_kind,
+                eviction.reason,
+            )
             report.held.append(eviction.id)
             self._complete(eviction, report)
 

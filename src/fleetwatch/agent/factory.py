@@ -127,4 +127,5 @@ def build_agent(
         metrics=metrics,
         clock=utc_clock,
         boot_id_source=boot_id_source,
+        push_interval_s=settings.push_interval_s,
     )

@@ -4,6 +4,10 @@ Three kinds of thread: the collection loop (this module's ``run``), the pusher d
 and one per watching collector (kernel log, NVML events) that hands events over the moment they
 appear. Only this module catches broad exceptions, once per cycle, so that one bad reading never
 stops the agent.
+
+With a push interval longer than the collection interval, collections are staged in the spool and
+combined into one batch per push (:mod:`fleetwatch.agent.batching` says how nothing is lost or
+stored twice); otherwise each collection is its own batch.
 """
 
 from __future__ import annotations
@@ -17,10 +21,12 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 
 from fleetwatch import __version__
+from fleetwatch.agent.batching import combine_ticks, split_critical, tick_body, ticks_per_push
 from fleetwatch.agent.collectors.base import Collection, Collector, Watcher, merge_readings
 from fleetwatch.agent.push import Pusher
 from fleetwatch.agent.selfmetrics import AgentMetrics
 from fleetwatch.agent.spool import DropReport, SetAside, Spool
+from fleetwatch.agent.spool_staging import NewBatch, StagedTick
 from fleetwatch.agent.textclean import clean_batch, clean_text
 from fleetwatch.errors import CollectorError
 from fleetwatch.telemetry import Batch, Event, GpuIdentity, NodeInfo
@@ -101,8 +107,10 @@ class Agent:
         metrics: AgentMetrics,
         clock: Callable[[], datetime],
         boot_id_source: Callable[[datetime], str | None] | None = None,
+        push_interval_s: float = 0.0,
     ) -> None:
         self.node = node
+        self.push_interval_s = push_interval_s
         # A simulated node reboots in simulated time; a real one restarts the agent instead.
         self._boot_id_source = boot_id_source
         self._collectors = list(collectors)
@@ -115,7 +123,37 @@ class Agent:
         self._dropped_seen = spool.counter("dropped_batches")
         self._errors_seen: dict[tuple[str, str], int] = {}
 
+    @property
+    def ticks_per_push(self) -> int:
+        return ticks_per_push(self.node.interval_s, self.push_interval_s)
+
+    def node_info(self) -> NodeInfo:
+        """The node as batches describe it now: its boot and, when batching, its push interval."""
+        update: dict[str, object] = {}
+        if self._boot_id_source is not None:
+            update["boot_id"] = self._boot_id_source(self._clock())
+        if self.ticks_per_push > 1:
+            update["push_interval_s"] = self.ticks_per_push * self.node.interval_s
+        return self.node.model_copy(update=update) if update else self.node
+
     # -- one cycle --------------------------------------------------------------------------
+
+    def cycle(self) -> None:
+        """Collect once; spool the collection as a batch, or stage it until its push is due."""
+        collection = self.collect()
+        if self.ticks_per_push == 1:
+            batch = self.spool_collection(collection)
+            if batch is not None:
+                logger.info(
+                    "spooled %d samples, %d events for %d GPUs",
+                    len(batch.samples),
+                    len(batch.events),
+                    len(batch.gpus),
+                )
+            return
+        self.stage_collection(collection)
+        if self._push_due():
+            self.push_staged()
 
     def collect(self) -> Collection:
         """Every collector once, merged; a failing collector is counted and skipped."""
@@ -158,11 +196,8 @@ class Agent:
         collection.events.extend(_set_aside_event(item) for item in set_aside)
         if not (collection.samples or collection.events):
             return None
-        node = self.node
-        if self._boot_id_source is not None:
-            node = node.model_copy(update={"boot_id": self._boot_id_source(self._clock())})
         try:
-            batch = build_batch(node, collection, batch_id)
+            batch = build_batch(self.node_info(), collection, batch_id)
             stored = self._spool.put(
                 batch.batch_id,
                 encode(batch),
@@ -177,12 +212,93 @@ class Agent:
             if set_aside:
                 self._spool.release_set_aside_reports(batch_id)
             raise
+        self._count_drops()
+        self._pusher.wake()
+        return batch if stored else None
+
+    def _count_drops(self) -> None:
         dropped = self._spool.counter("dropped_batches")
         if dropped > self._dropped_seen:
             self._metrics.spool_dropped.inc(dropped - self._dropped_seen)
             self._dropped_seen = dropped
-        self._pusher.wake()
-        return batch if stored else None
+
+    def stage_collection(self, collection: Collection) -> bool:
+        """Stage a collection for the next push; its critical events are pushed at once.
+        ``False`` if there was nothing to stage or the full disk dropped it."""
+        critical, routine = split_critical(collection.events)
+        if critical:
+            self.emit_critical(critical)
+        if not (collection.samples or routine):
+            return False
+        tick = build_batch(
+            self.node_info(),
+            Collection(gpus=collection.gpus, samples=collection.samples, events=routine),
+            "staged",
+        )
+        stored = self._spool.stage(
+            tick_body(tick),
+            collected=self._clock().timestamp(),
+            samples=len(tick.samples),
+            events=len(tick.events),
+        )
+        self._count_drops()
+        staged, _ = self._spool.staged()
+        self._metrics.staged_ticks.set(staged)
+        if not stored:
+            return False  # the spool logged the drop
+        logger.info(
+            "staged %d samples, %d events for %d GPUs (%d of %d collections per push)",
+            len(tick.samples),
+            len(tick.events),
+            len(tick.gpus),
+            staged,
+            self.ticks_per_push,
+        )
+        return True
+
+    def _push_due(self) -> bool:
+        staged, oldest = self._spool.staged()
+        if staged >= self.ticks_per_push:
+            return True
+        # Ticks an earlier run left, or ticks skipped (a cycle with nothing to stage), wait no
+        # longer than one push interval.
+        period = self.ticks_per_push * self.node.interval_s
+        return oldest is not None and self._clock().timestamp() - oldest >= period
+
+    def push_staged(self) -> list[NewBatch]:
+        """Combine the staged collections into batches for the pusher (with the reports the
+        server has not heard yet), atomically; at each push, at start and at shutdown."""
+        carrier = str(uuid.uuid4())
+        combined = 0
+
+        def make(
+            ticks: list[StagedTick], report: DropReport, aside: list[SetAside]
+        ) -> list[NewBatch]:
+            nonlocal combined
+            combined = len(ticks)
+            extra = [_drop_event(report, self._clock())] if report else []
+            extra.extend(_set_aside_event(item) for item in aside)
+            batches = combine_ticks(
+                ticks, node=self.node_info(), carrier=carrier, extra_events=extra
+            )
+            return [NewBatch(b.batch_id, encode(b), len(b.samples), len(b.events)) for b in batches]
+
+        made = self._spool.combine_staged(make, carrier=carrier)
+        self._count_drops()
+        self._metrics.staged_ticks.set(self._spool.staged()[0])
+        if made is None:
+            logger.warning("spool disk full: staged collections stay staged until it has room")
+            return []
+        if made:
+            self._pusher.wake()
+            logger.info(
+                "spooled %d samples, %d events of %d collections in %d batch(es)",
+                sum(b.samples for b in made),
+                sum(b.events for b in made),
+                combined,
+                len(made),
+            )
+        return made
 
     def emit_critical(self, events: list[Event]) -> None:
         """Called from watcher threads: spool these events as their own batch and push now."""
@@ -216,30 +332,26 @@ class Agent:
         for watcher in watchers:
             watcher.start_watch(self.emit_critical)
         logger.info(
-            "agent %s for node %s: collectors %s, every %.1fs",
+            "agent %s for node %s: collectors %s, every %.1fs, pushing every %d collection(s)",
             __version__,
             self.node.name,
             ", ".join(c.name for c in self._collectors),
             self.node.interval_s,
+            self.ticks_per_push,
         )
         try:
+            self._push_staged_safely()  # what an earlier run left staged has waited enough
             while not stop.is_set():
                 started = time.monotonic()
                 try:
-                    batch = self.spool_collection(self.collect())
-                    if batch is not None:
-                        logger.info(
-                            "spooled %d samples, %d events for %d GPUs",
-                            len(batch.samples),
-                            len(batch.events),
-                            len(batch.gpus),
-                        )
+                    self.cycle()
                 except Exception:
                     logger.exception("collection cycle failed; trying again next interval")
                 stop.wait(max(0.0, self.node.interval_s - (time.monotonic() - started)))
         finally:
             for watcher in watchers:
                 watcher.stop_watch()
+            self._push_staged_safely()
             self._pusher.wake()
             pusher.join(timeout=10)
             # One last attempt for what the final cycle spooled; whatever fails stays spooled
@@ -247,3 +359,11 @@ class Agent:
             self._pusher.drain()
             for collector in self._collectors:
                 collector.close()
+
+    def _push_staged_safely(self) -> None:
+        """Combine what is staged, if anything (at start and at shutdown)."""
+        try:
+            if self._spool.staged()[0]:
+                self.push_staged()
+        except Exception:
+            logger.exception("combining the staged collections failed; they stay staged")

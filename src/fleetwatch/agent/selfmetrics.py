@@ -29,6 +29,11 @@ class AgentMetrics:
         self.spool_bytes = Gauge(
             "fleetwatch_agent_spool_bytes", "Bytes waiting in the spool.", registry=r
         )
+        self.staged_ticks = Gauge(
+            "fleetwatch_agent_staged_ticks",
+            "Collections staged in the spool for the next push (push interval > interval).",
+            registry=r,
+        )
         self.spool_dropped = Counter(
             "fleetwatch_agent_spool_dropped_batches_total",
             "Batches dropped because the spool (its bound or its disk) was full.",

@@ -13,6 +13,11 @@ older can give way, the new batch itself is dropped, and counted.
 A batch the pusher gives up on (refused, or failing for long) leaves the spool through
 :meth:`Spool.reject` or :meth:`Spool.set_aside`; a set-aside batch leaves a report behind that a
 later batch carries to the server, and that is kept until a batch carrying it is acknowledged.
+
+Collections may also wait here, *staged*, until a push combines them into one batch
+(:mod:`fleetwatch.agent.spool_staging`): :meth:`Spool.combine_staged` writes the batches and
+removes the ticks they hold in one transaction, so a crash leaves each tick staged or in exactly
+one batch.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from typing import TypeVar
 from fleetwatch.agent.spool_disk import (
     DEFAULT_RESERVE_BYTES,
     WAL_CHECKPOINT_PAGES,
+    Transaction,
     fit_to_disk,
     give_back_emergency_room,
     is_disk_full,
@@ -46,8 +52,18 @@ from fleetwatch.agent.spool_reports import (
     restore_drops,
     take_drops,
 )
+from fleetwatch.agent.spool_staging import (
+    STAGED_SCHEMA,
+    Combine,
+    NewBatch,
+    StagedTick,
+    count_staged,
+    insert_staged,
+    load_staged,
+    remove_staged,
+)
 
-__all__ = ["DropReport", "SetAside", "Spool", "SpooledBatch"]
+__all__ = ["Combine", "DropReport", "NewBatch", "SetAside", "Spool", "SpooledBatch", "StagedTick"]
 
 logger = logging.getLogger(__name__)
 
@@ -106,7 +122,7 @@ class Spool:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")
         self._db.execute(f"PRAGMA wal_autocheckpoint={WAL_CHECKPOINT_PAGES}")
-        self._db.executescript(_SCHEMA + SET_ASIDE_SCHEMA)
+        self._db.executescript(_SCHEMA + SET_ASIDE_SCHEMA + STAGED_SCHEMA)
         # Reports claimed by a batch that a crash kept from being written are due again.
         self._db.execute(
             "UPDATE set_aside SET carrier = NULL WHERE carrier IS NOT NULL"
@@ -134,42 +150,100 @@ class Spool:
         """Spool a batch; ``False`` if it was dropped at once (counted, and its reports kept)
         because the disk is full and nothing older could give way."""
         carried = carries or DropReport(0, 0, 0)
-        row = (
-            batch_id,
-            time.time(),
-            int(critical),
-            samples,
-            events,
-            len(body),
-            body,
-            carried.batches,
-            carried.samples,
-            carried.events,
-        )
-        with self._lock:
-            keep_emergency_room(self.directory, self.reserve_bytes)
-            while True:
-                fit_to_disk(self._db, self.directory, self.reserve_bytes)
-                try:
-                    with self._transaction():
-                        self._db.execute(
-                            "INSERT INTO batches (batch_id, created, critical, samples, events,"
-                            " size, body, carried_batches, carried_samples, carried_events)"
-                            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                            row,
-                        )
-                        self._enforce_bound()
-                    return self._holds(batch_id)
-                except sqlite3.Error as exc:
-                    if not is_disk_full(exc, self.directory, self.reserve_bytes):
-                        raise
-                    logger.debug("spool disk full while spooling %s: %s", batch_id, exc)
-                if not self._on_full_disk(lambda: self._make_room(critical)):
-                    self._on_full_disk(lambda: self._drop_new(batch_id, samples, events, carried))
-                    return False
 
-    def _transaction(self) -> _Transaction:
-        return _Transaction(self._db)
+        def write() -> None:
+            self._insert(batch_id, body, samples, events, critical, carried)
+            self._enforce_bound()
+
+        with self._lock:
+            if self._write_making_room(write, critical=critical, what=batch_id):
+                return self._holds(batch_id)
+            self._on_full_disk(lambda: self._drop_new(batch_id, samples, events, carried))
+            return False
+
+    def stage(self, body: bytes, *, collected: float, samples: int, events: int) -> bool:
+        """Stage one collection for the next :meth:`combine_staged`; ``False`` if the full disk
+        dropped it (counted as a dropped batch) because nothing older could give way."""
+        with self._lock:
+            if self._write_making_room(
+                lambda: insert_staged(
+                    self._db, body, collected=collected, samples=samples, events=events
+                ),
+                critical=False,
+                what="a collection",
+            ):
+                return True
+            self._on_full_disk(lambda: self._drop_new("", samples, events, DropReport(0, 0, 0)))
+            return False
+
+    def combine_staged(self, make: Combine, *, carrier: str) -> list[NewBatch] | None:
+        """Replace every staged tick by the batches ``make`` builds of them, in one transaction,
+        with the drop and set-aside reports not yet told (claimed for ``carrier``).
+
+        ``None`` when the disk is full and nothing can give way: the ticks stay staged for the
+        next try, and the reports stay due.
+        """
+        made: list[NewBatch] = []
+
+        def write() -> None:
+            ticks = load_staged(self._db)
+            report = take_drops(self._db)
+            set_aside = claim_set_aside(self._db, carrier, 50)
+            made[:] = make(ticks, report, set_aside)
+            if (report or set_aside) and carrier not in {b.batch_id for b in made}:
+                raise ValueError(f"no batch {carrier} to carry the reports")
+            for b in made:
+                carried = report if b.batch_id == carrier else DropReport(0, 0, 0)
+                self._insert(b.batch_id, b.body, b.samples, b.events, False, carried)
+            remove_staged(self._db, ticks)
+            self._enforce_bound()
+
+        with self._lock:
+            if self._write_making_room(write, critical=False, what="staged collections"):
+                return made
+        return None
+
+    def staged(self) -> tuple[int, float | None]:
+        """(collections staged, when the oldest was collected)."""
+        with self._lock:
+            return count_staged(self._db)
+
+    def _insert(
+        self,
+        batch_id: str,
+        body: bytes,
+        samples: int,
+        events: int,
+        critical: bool,
+        carried: DropReport,
+    ) -> None:
+        row = (batch_id, time.time(), int(critical), samples, events, len(body), body)
+        self._db.execute(
+            "INSERT INTO batches (batch_id, created, critical, samples, events,"
+            " size, body, carried_batches, carried_samples, carried_events)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (*row, carried.batches, carried.samples, carried.events),
+        )
+
+    def _write_making_room(self, write: Callable[[], None], *, critical: bool, what: str) -> bool:
+        """Run ``write`` in a transaction; on a full disk, drop the batch that gives way (see
+        :meth:`_make_room`) and try again. ``False`` when nothing could give way."""
+        keep_emergency_room(self.directory, self.reserve_bytes)
+        while True:
+            fit_to_disk(self._db, self.directory, self.reserve_bytes)
+            try:
+                with self._transaction():
+                    write()
+                return True
+            except sqlite3.Error as exc:
+                if not is_disk_full(exc, self.directory, self.reserve_bytes):
+                    raise
+                logger.debug("spool disk full while spooling %s: %s", what, exc)
+            if not self._on_full_disk(lambda: self._make_room(critical)):
+                return False
+
+    def _transaction(self) -> Transaction:
+        return Transaction(self._db)
 
     def _on_full_disk(self, write: Callable[[], _T]) -> _T:
         """Run a write that must succeed even on a disk full to the last block: if the disk
@@ -347,28 +421,3 @@ class Spool:
         """Reports claimed for a batch that was not spooled are due again."""
         with self._lock, self._transaction():
             release_set_aside(self._db, carrier)
-
-
-class _Transaction:
-    """``BEGIN IMMEDIATE`` ... ``COMMIT``, rolled back on any error (SQLite may already have
-    rolled back on its own, e.g. after SQLITE_FULL)."""
-
-    def __init__(self, db: sqlite3.Connection) -> None:
-        self._db = db
-
-    def __enter__(self) -> None:
-        self._db.execute("BEGIN IMMEDIATE")
-
-    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
-        if exc_type is None:
-            try:
-                self._db.execute("COMMIT")
-            except BaseException:
-                self._rollback()
-                raise
-        else:
-            self._rollback()
-
-    def _rollback(self) -> None:
-        if self._db.in_transaction:
-            self._db.execute("ROLLBACK")

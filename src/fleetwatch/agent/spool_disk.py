@@ -15,6 +15,9 @@ When another program takes even the reserve, a delete can still fail; for that t
 preallocated file (``spool.reserve``, 256 KiB) that it gives back to the disk, together with the
 log's own space (a truncating checkpoint), before it tries again; the file is made again once the
 disk has room.
+
+Every spool write runs in a :class:`Transaction`, which rolls back what SQLite left open when it
+answered SQLITE_FULL (it may already have rolled back on its own).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from pathlib import Path
 __all__ = [
     "DEFAULT_RESERVE_BYTES",
     "WAL_CHECKPOINT_PAGES",
+    "Transaction",
     "fit_to_disk",
     "give_back_emergency_room",
     "is_disk_full",
@@ -100,3 +104,28 @@ def give_back_emergency_room(db: sqlite3.Connection, directory: Path) -> None:
     if path.exists():
         path.unlink()
         logger.warning("spool disk %s is full: gave back the emergency room", directory)
+
+
+class Transaction:
+    """``BEGIN IMMEDIATE`` ... ``COMMIT``, rolled back on any error (SQLite may already have
+    rolled back on its own, e.g. after SQLITE_FULL)."""
+
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self._db = db
+
+    def __enter__(self) -> None:
+        self._db.execute("BEGIN IMMEDIATE")
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        if exc_type is None:
+            try:
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._rollback()
+                raise
+        else:
+            self._rollback()
+
+    def _rollback(self) -> None:
+        if self._db.in_transaction:
+            self._db.execute("ROLLBACK")

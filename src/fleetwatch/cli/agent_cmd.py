@@ -32,6 +32,13 @@ logger = logging.getLogger(__name__)
 @click.option("--node-name", help="Default: the hostname")
 @click.option("--label", "labels", multiple=True, help="key=value, repeatable")
 @click.option("--interval", "interval_s", type=float, help="Seconds between collections [10]")
+@click.option(
+    "--push-interval",
+    "push_interval_s",
+    type=float,
+    help="Seconds between pushes; collections in between wait in the spool, Xids go at once "
+    "(0: push every collection) [60]",
+)
 @click.option("--collectors", help="nvml,dcgm-exporter,nvidia-smi,kernel-log,sim")
 @click.option("--spool-dir", type=click.Path(path_type=Path))
 @click.option("--spool-max-bytes", type=int)
@@ -62,6 +69,9 @@ def agent(
     from fleetwatch.agent.factory import build_agent
     from fleetwatch.agent.selfmetrics import AgentMetrics
 
+    if once:
+        # One collection, one batch, as ever: nothing is staged and no push interval declared.
+        settings = settings.model_copy(update={"push_interval_s": 0.0})
     metrics = AgentMetrics()
     if settings.metrics_port:
         metrics.serve(settings.metrics_port)

@@ -27,13 +27,15 @@ Classification, fixed when the verdict opens:
 
 ``node_slowness`` keeps, per node, an exponentially weighted mean (weight 0.05 per window) of the
 node's ratio :math:`m_i / M` over every judged window of every job.
+
+A :class:`JobDetector` is a value: :meth:`JobDetector.state` is everything its next
+:meth:`~JobDetector.feed` depends on, as JSON, and :meth:`JobDetector.resume` continues from it
+exactly (the background job stores it with each pass's verdicts).
 """
 
 from __future__ import annotations
 
 import logging
-import threading
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -45,9 +47,7 @@ __all__ = [
     "DetectorConfig",
     "JobDetector",
     "NodeWindow",
-    "JobTrackers",
     "StepRow",
-    "TrackedJob",
     "Transition",
     "WindowResult",
     "judge_window",
@@ -165,10 +165,16 @@ def judge_window(
         z = 0.6745 * (p50 - center) / mad
         node_ratio = p50 / job_median
         nodes[node] = NodeWindow(
-            node=node, steps=count, p50_ms=p50, p99_ms=p99, ratio=node_ratio, robust_z=z,
+            node=node,
+            steps=count,
+            p50_ms=p50,
+            p99_ms=p99,
+            ratio=node_ratio,
+            robust_z=z,
             slow=node_ratio >= ratio and z >= ROBUST_Z,
-            stages=tuple(sorted(stages.get(node, ()))), stage_peer_ratio=peer.get(node),
-        )  # fmt: skip
+            stages=tuple(sorted(stages.get(node, ()))),
+            stage_peer_ratio=peer.get(node),
+        )
     return WindowResult(start, end, job_median, nodes)
 
 
@@ -197,6 +203,39 @@ class _NodeTrack:
     open_since: datetime | None = None
     open_windows: int = 0
 
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "slow_run": self.slow_run,
+            "normal_run": self.normal_run,
+            "run_start": _iso(self.run_start),
+            "run_start_index": self.run_start_index,
+            "run_ratios": self.run_ratios,
+            "normal_ratios": self.normal_ratios,
+            "open_since": _iso(self.open_since),
+            "open_windows": self.open_windows,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> _NodeTrack:
+        return cls(
+            slow_run=data["slow_run"],
+            normal_run=data["normal_run"],
+            run_start=_datetime(data["run_start"]),
+            run_start_index=data["run_start_index"],
+            run_ratios=list(data["run_ratios"]),
+            normal_ratios=list(data["normal_ratios"]),
+            open_since=_datetime(data["open_since"]),
+            open_windows=data["open_windows"],
+        )
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value is not None else None
+
+
+def _datetime(value: str | None) -> datetime | None:
+    return datetime.fromisoformat(value) if value is not None else None
+
 
 class JobDetector:
     """One job's detector: feed it windows in time order; it answers verdict transitions.
@@ -219,6 +258,28 @@ class JobDetector:
         self.index = 0
         self.nodes: dict[str, _NodeTrack] = {}
         self.last: WindowResult | None = None
+
+    def state(self) -> dict[str, Any]:
+        """Everything :meth:`feed` depends on, as JSON (floats round-trip exactly)."""
+        return {
+            "index": self.index,
+            "from_start": self.from_start,
+            "nodes": {node: track.as_json() for node, track in self.nodes.items()},
+        }
+
+    @classmethod
+    def resume(
+        cls,
+        config: DetectorConfig,
+        state: dict[str, Any],
+        *,
+        slowness: Callable[[str], float | None] = lambda node: None,
+    ) -> JobDetector:
+        """The detector that :meth:`state` described, continuing exactly where it stopped."""
+        detector = cls(config, from_start=state["from_start"], slowness=slowness)
+        detector.index = state["index"]
+        detector.nodes = {n: _NodeTrack.from_json(t) for n, t in state["nodes"].items()}
+        return detector
 
     def adopt_open(self, node: str, started_at: datetime, windows: int) -> None:
         """Continue a verdict stored before this detector was built."""
@@ -250,8 +311,16 @@ class JobDetector:
                 track.slow_run = 0
                 track.normal_ratios = [*track.normal_ratios[-29:], nw.ratio]
                 if track.open_since is not None and track.normal_run >= self.config.normal_windows:
-                    out.append(Transition("close", node, result.end, track.open_since,
-                                          track.open_windows, nw.ratio))  # fmt: skip
+                    out.append(
+                        Transition(
+                            "close",
+                            node,
+                            result.end,
+                            track.open_since,
+                            track.open_windows,
+                            nw.ratio,
+                        )
+                    )
                     track.open_since, track.open_windows = None, 0
         return out
 
@@ -262,20 +331,28 @@ class JobDetector:
         ratio = float(np.median(track.run_ratios))
         if track.open_since is not None:
             track.open_windows += 1
-            return [Transition("update", node, result.end, track.open_since, track.open_windows,
-                               ratio)]  # fmt: skip
+            return [
+                Transition("update", node, result.end, track.open_since, track.open_windows, ratio)
+            ]
         if track.slow_run < self.config.windows:
             return []
         kind, evidence = self._classify(node, track, nw, result)
         track.open_since, track.open_windows = track.run_start, track.slow_run
         evidence.update(
-            ratio=round(ratio, 4), p50_ms=round(nw.p50_ms, 3), p99_ms=round(nw.p99_ms, 3),
-            p99_over_p50=round(nw.p99_over_p50, 4), job_median_ms=round(result.job_median_ms, 3),
-            robust_z=round(nw.robust_z, 2), windows=track.slow_run,
+            ratio=round(ratio, 4),
+            p50_ms=round(nw.p50_ms, 3),
+            p99_ms=round(nw.p99_ms, 3),
+            p99_over_p50=round(nw.p99_over_p50, 4),
+            job_median_ms=round(result.job_median_ms, 3),
+            robust_z=round(nw.robust_z, 2),
+            windows=track.slow_run,
             window_s=self.config.window_s,
-        )  # fmt: skip
-        return [Transition("open", node, result.end, track.run_start, track.slow_run, ratio,
-                           kind, evidence)]  # fmt: skip
+        )
+        return [
+            Transition(
+                "open", node, result.end, track.run_start, track.slow_run, ratio, kind, evidence
+            )
+        ]
 
     def _classify(
         self, node: str, track: _NodeTrack, nw: NodeWindow, result: WindowResult
@@ -309,30 +386,3 @@ class JobDetector:
             return "hardware", evidence
         evidence["reason"] = "slow with no earlier history to compare with"
         return "workload", evidence
-
-
-@dataclass
-class TrackedJob:
-    detector: JobDetector
-    next_start: datetime
-    last_seen: datetime | None = None
-    touched: float = field(default_factory=time.monotonic)
-
-
-class JobTrackers:
-    """The per-worker detectors, keyed by job; thread-safe for the /metrics reader."""
-
-    def __init__(self) -> None:
-        self.jobs: dict[str, TrackedJob] = {}
-        self.finished: dict[str, datetime] = {}  # job -> last_seen when its tracker was dropped
-        self.lock = threading.Lock()
-
-    def ratios(self) -> list[tuple[str, str, float]]:
-        """(job, node, ratio) of the newest judged window of each tracked job."""
-        with self.lock:
-            out: list[tuple[str, str, float]] = []
-            for job_id, tracked in self.jobs.items():
-                last = tracked.detector.last
-                if last is not None:
-                    out.extend((job_id, n, w.ratio) for n, w in last.nodes.items())
-            return out

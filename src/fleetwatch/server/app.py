@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from typing import Any
@@ -29,6 +29,7 @@ from fleetwatch.server.docs import add_offline_docs
 from fleetwatch.server.errors import install_error_handlers
 from fleetwatch.server.jobs.leader import single_process_problem
 from fleetwatch.server.jobs.registry import BackgroundJobs
+from fleetwatch.server.judge.liveness import Liveness
 from fleetwatch.server.metrics.exposition import FleetExposition
 from fleetwatch.server.metrics.families import ServerMetrics
 from fleetwatch.server.operations import add_operational_routes
@@ -88,8 +89,13 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
     return app.openapi_schema
 
 
-def create_app(settings: ServerSettings | None = None) -> FastAPI:
+def create_app(
+    settings: ServerSettings | None = None, *, clock: Callable[[], datetime] | None = None
+) -> FastAPI:
+    """``clock`` (UTC now; tests inject one) is the time node liveness is read at: this
+    process's start and every reader's now (``/v1/nodes``, the page, ``/metrics``)."""
     settings = settings or load_server_settings()
+    now = clock or (lambda: datetime.now(UTC))
     problem = single_process_problem(settings)
     if problem is not None:
         raise ConfigError(problem)
@@ -115,8 +121,12 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
         _seal_plaintext_secrets(db, secret_box)
         # Silence before this moment was not heard by this process: a node's unreachable clock
         # starts here at the earliest (server.judge.liveness), so a restart marks no node
-        # unreachable.
-        app.state.heard_since = heard_since = datetime.now(UTC)
+        # unreachable. The one reading of it: the planner, the alerter and every reader of node
+        # state.
+        heard_since = now()
+        app.state.liveness = liveness = Liveness(
+            settings.unreachable_after_intervals, heard_since=heard_since, clock=now
+        )
         registry = CollectorRegistry()
         registry.register(StorageCollector(storage))
         metrics = ServerMetrics(registry)
@@ -128,7 +138,7 @@ def create_app(settings: ServerSettings | None = None) -> FastAPI:
         app.state.fleet = FleetExposition(
             db,
             ttl_s=settings.metrics_cache_ttl_s,
-            unreachable_factor=settings.unreachable_after_intervals,
+            liveness=liveness,
         )
         jobs = BackgroundJobs(
             db, settings, metrics=metrics, secrets=secret_box, heard_since=heard_since

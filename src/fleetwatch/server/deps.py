@@ -22,11 +22,13 @@ from fleetwatch.server.auth import (
 )
 from fleetwatch.server.db.base import utcnow
 from fleetwatch.server.db.session import Database
+from fleetwatch.server.judge.liveness import Liveness
 
 __all__ = [
     "AdminAuth",
     "DatabaseDep",
     "IngestAuth",
+    "LivenessDep",
     "ReadAuth",
     "SchedulerAuth",
     "SettingsDep",
@@ -53,8 +55,15 @@ async def get_settings(request: Request) -> ServerSettings:
     return settings
 
 
+async def get_liveness(request: Request) -> Liveness:
+    liveness: Liveness = request.app.state.liveness
+    return liveness
+
+
 DatabaseDep = Annotated[Database, Depends(get_database)]
 SettingsDep = Annotated[ServerSettings, Depends(get_settings)]
+# This process's one rule for node state, shared with the planner and the alerter.
+LivenessDep = Annotated[Liveness, Depends(get_liveness)]
 Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
 
 _NO_AUTH = TokenInfo(token_id="-", name="insecure-no-auth", scope="admin", created_at=utcnow())

@@ -73,9 +73,7 @@ def add_operational_routes(app: FastAPI, settings: ServerSettings) -> None:
         body += await run_in_threadpool(
             render_risk, request.app.state.assessor.latest, settings.risk_horizons_h
         )
-        body += await run_in_threadpool(
-            render_stragglers, request.app.state.stragglers, request.app.state.db
-        )
+        body += await run_in_threadpool(render_stragglers, request.app.state.db)
         body += await run_in_threadpool(
             render_evictions, request.app.state.db, settings.drain_budget_pct
         )

@@ -1,6 +1,7 @@
 """The built-in fleet page at ``/``: one server-rendered HTML page, no JavaScript.
 
-It shows what an on-call engineer looks at first: nodes up and unreachable by rack, the riskiest
+It shows what an on-call engineer looks at first: nodes up and unreachable by rack (and those not
+heard from since the server started, judged as ``/v1/nodes`` and the alerter judge), the riskiest
 GPUs (ranked as ``GET /v1/risk`` ranks them), fatal Xids of the last day, evictions waiting for a
 scheduler or a person, and active stragglers.
 
@@ -49,7 +50,7 @@ from fleetwatch.server.db.tables import events, evictions, gpus, nodes, straggle
 from fleetwatch.server.deps import require
 from fleetwatch.server.judge.assessment import FleetAssessment, GpuRisk, risk_order
 from fleetwatch.server.judge.assessor import Assessor
-from fleetwatch.server.judge.liveness import node_state
+from fleetwatch.server.judge.liveness import Liveness
 
 __all__ = ["COOKIE", "authenticate_page", "router"]
 
@@ -223,8 +224,9 @@ async def weekly_report_page(
         await _authenticate(request, None)
     except AuthError as exc:
         return _sign_in(request, exc, presented=_bearer_token(request))
-    return await weekly_report_response(request.app.state.db, request.app.state.settings,
-                                        week, "html")  # fmt: skip
+    return await weekly_report_response(
+        request.app.state.db, request.app.state.settings, week, "html"
+    )
 
 
 @router.post("/signin", response_class=HTMLResponse, summary="Sign in to the fleet page")
@@ -262,6 +264,7 @@ class RackRow:
     rack: str
     up: list[str]
     unreachable: list[str]
+    unheard: list[str]
 
 
 @dataclass(frozen=True)
@@ -284,6 +287,7 @@ class FleetView:
     racks: list[RackRow]
     nodes_up: int
     nodes_unreachable: int
+    nodes_unheard: int
     gpu_count: int
     gpus_out: int
     risks: list[RiskRow]
@@ -296,12 +300,12 @@ class FleetView:
 
 def _build_view(request: Request, horizon: str, top: int) -> FleetView:
     db: Database = request.app.state.db
-    settings: ServerSettings = request.app.state.settings
     assessor: Assessor = request.app.state.assessor
     snap = assessor.current()
-    now = utcnow()
+    liveness: Liveness = request.app.state.liveness
+    now = liveness.clock()
     with db.read() as conn:
-        racks = _racks(conn, now, settings.unreachable_after_intervals)
+        racks = _racks(conn, now, liveness)
         gpu_count = conn.execute(select(func.count()).select_from(gpus)).scalar_one()
         fatal = _fatal_events(conn, assessor.judge.catalog, now - timedelta(hours=24))
         waiting = _waiting_evictions(conn)
@@ -315,6 +319,7 @@ def _build_view(request: Request, horizon: str, top: int) -> FleetView:
         racks=racks,
         nodes_up=sum(len(r.up) for r in racks),
         nodes_unreachable=sum(len(r.unreachable) for r in racks),
+        nodes_unheard=sum(len(r.unheard) for r in racks),
         gpu_count=gpu_count,
         gpus_out=sum(1 for g in snap.gpus if g.out_of_service),
         risks=[_risk_row(r) for r in risks[:top]],
@@ -326,15 +331,15 @@ def _build_view(request: Request, horizon: str, top: int) -> FleetView:
     )
 
 
-def _racks(conn: Connection, now: datetime, factor: float) -> list[RackRow]:
+def _racks(conn: Connection, now: datetime, liveness: Liveness) -> list[RackRow]:
     grouped: dict[str, RackRow] = {}
     query = select(nodes.c.name, nodes.c.labels, nodes.c.last_seen, nodes.c.interval_s)
     for row in conn.execute(query.order_by(nodes.c.name)):
         labels: Mapping[str, Any] = row.labels or {}
         rack = str(labels.get("rack") or "(no rack label)")
-        entry = grouped.setdefault(rack, RackRow(rack=rack, up=[], unreachable=[]))
-        state = node_state(row.last_seen, row.interval_s, factor, now)
-        (entry.up if state == "up" else entry.unreachable).append(row.name)
+        entry = grouped.setdefault(rack, RackRow(rack=rack, up=[], unreachable=[], unheard=[]))
+        by_state = {"up": entry.up, "unheard": entry.unheard, "unreachable": entry.unreachable}
+        by_state[liveness.state(row.last_seen, row.interval_s, now)].append(row.name)
     # Racks with unreachable nodes first: that is where to look.
     return sorted(grouped.values(), key=lambda r: (-len(r.unreachable), r.rack))
 
@@ -377,13 +382,19 @@ def _fatal_events(conn: Connection, catalog: XidCatalog, since: datetime) -> lis
     if not codes:
         return []
     query = (
-        select(events.c.ts, events.c.xid, events.c.gpu_uuid, events.c.pci_bus_id,
-               events.c.message, nodes.c.name.label("node"))
+        select(
+            events.c.ts,
+            events.c.xid,
+            events.c.gpu_uuid,
+            events.c.pci_bus_id,
+            events.c.message,
+            nodes.c.name.label("node"),
+        )
         .select_from(events.outerjoin(nodes, events.c.node_id == nodes.c.id))
         .where(events.c.kind == "xid", events.c.ts >= since, events.c.xid.in_(sorted(codes)))
         .order_by(events.c.ts.desc(), events.c.id.desc())
         .limit(_LIST_LIMIT)
-    )  # fmt: skip
+    )
     out = []
     for row in conn.execute(query):
         entry = codes[row.xid]
@@ -393,23 +404,35 @@ def _fatal_events(conn: Connection, catalog: XidCatalog, since: datetime) -> lis
 
 def _waiting_evictions(conn: Connection) -> list[dict[str, Any]]:
     query = (
-        select(evictions.c.id, evictions.c.node, evictions.c.state, evictions.c.reason_kind,
-               evictions.c.reason, evictions.c.dry_run, evictions.c.created_at)
+        select(
+            evictions.c.id,
+            evictions.c.node,
+            evictions.c.state,
+            evictions.c.reason_kind,
+            evictions.c.reason,
+            evictions.c.dry_run,
+            evictions.c.created_at,
+        )
         .where(evictions.c.state.in_(("pending", "paged")))
         .order_by(evictions.c.created_at.desc(), evictions.c.id.desc())
         .limit(_LIST_LIMIT)
-    )  # fmt: skip
+    )
     return [row._asdict() for row in conn.execute(query)]
 
 
 def _active_stragglers(conn: Connection) -> list[dict[str, Any]]:
     query = (
-        select(stragglers.c.job_id, stragglers.c.node, stragglers.c.kind, stragglers.c.ratio,
-               stragglers.c.started_at)
+        select(
+            stragglers.c.job_id,
+            stragglers.c.node,
+            stragglers.c.kind,
+            stragglers.c.ratio,
+            stragglers.c.started_at,
+        )
         .where(stragglers.c.ended_at.is_(None))
         .order_by(stragglers.c.ratio.desc(), stragglers.c.id)
         .limit(_LIST_LIMIT)
-    )  # fmt: skip
+    )
     return [row._asdict() for row in conn.execute(query)]
 
 

@@ -1,14 +1,19 @@
-"""Fixtures for the scheduler adapter tests: a fake scheduler API and a CLI runner."""
+"""Fixtures for the scheduler adapter tests: a fake scheduler API, a CLI runner, and a sync loop
+running in a thread."""
 
 from __future__ import annotations
 
 import logging
 import os
+import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 from click.testing import CliRunner
 from tests.fake_scheduler_api import FakeSchedulerApi, serve_fake_api
+
+from fleetwatch.adapters.sync import SyncEngine
 
 
 @pytest.fixture
@@ -28,3 +33,19 @@ def runner(monkeypatch: pytest.MonkeyPatch) -> Iterator[CliRunner]:
     saved = (root.handlers[:], root.level)
     yield CliRunner()
     root.handlers[:], root.level = saved
+
+
+@contextmanager
+def sync_loop(engine: SyncEngine, api: FakeSchedulerApi, interval_s: float) -> Iterator[None]:
+    """``engine.run_forever`` in a thread for the block, as ``slurm-sync`` runs it; stopped after
+    (its long-poll released by closing the fake API)."""
+    stop = threading.Event()
+    thread = threading.Thread(target=engine.run_forever, args=(stop, interval_s), daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        api.close()
+        thread.join(timeout=30)
+        assert not thread.is_alive(), "the sync loop did not stop"

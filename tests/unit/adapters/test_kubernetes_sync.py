@@ -17,11 +17,22 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from click.testing import CliRunner, Result
 from tests.fake_scheduler_api import FakeSchedulerApi
+from tests.faults.waiting import wait_for
+from tests.unit.adapters.conftest import sync_loop
 
-from fleetwatch.adapters.kubernetes import EVICTION_ANNOTATION, TAINT_KEY, taint_value
+from fleetwatch.adapters.client import SchedulerClient
+from fleetwatch.adapters.kubernetes import (
+    EVICTION_ANNOTATION,
+    TAINT_KEY,
+    KubernetesBackend,
+    core_api,
+    taint_value,
+)
+from fleetwatch.adapters.sync import SyncEngine
 from fleetwatch.cli import main
 
 MERGE_PATCH = "application/merge-patch+json"
@@ -227,6 +238,30 @@ def test_k8s_sync_returned_removes_only_its_own_taint_and_uncordons(
     }
     assert kube.nodes["node-a"]["spec"] == {"taints": [other_taint]}
     assert kube.nodes["node-b"]["spec"] == {"unschedulable": True}
+
+
+def test_k8s_sync_loop_cordons_and_uncordons_at_once_not_on_its_interval(
+    api: FakeSchedulerApi, kube: FakeKubeApi, kubeconfig: Path
+) -> None:
+    """As the Slurm loop test: a 60 s interval, each change waited for at most 20 s."""
+    kube.add("node-a")
+    client = SchedulerClient.connect(api.url, "sched-token")
+    engine = SyncEngine(client, KubernetesBackend(core_api(str(kubeconfig))))
+    with sync_loop(engine, api, interval_s=60.0):
+        wait_for("the first long-poll", lambda: api.waiting, timeout=20)
+        eviction = api.add("node-a")
+        wait_for("node-a cordoned", lambda: eviction["state"] == "completed", timeout=20)
+        assert kube.nodes["node-a"]["spec"]["unschedulable"] is True
+        wait_for("the long-poll after the cordon", lambda: api.waiting, timeout=20)
+        returned = httpx.post(
+            f"{api.url}/v1/nodes/node-a/return",
+            json={"note": "repaired"},
+            headers={"Authorization": "Bearer sched-token"},
+        )
+        assert returned.status_code == 200, returned.text
+        wait_for("node-a uncordoned", lambda: kube.nodes["node-a"]["spec"] == {}, timeout=20)
+    client.close()
+    assert EVICTION_ANNOTATION not in kube.nodes["node-a"]["metadata"]["annotations"]
 
 
 def test_k8s_sync_operator_uncordon_returns_the_node_then_cleans_up(

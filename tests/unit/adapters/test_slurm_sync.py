@@ -11,11 +11,16 @@ import stat
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from click.testing import CliRunner, Result
 from tests.fake_scheduler_api import FakeSchedulerApi
+from tests.faults.waiting import wait_for
+from tests.unit.adapters.conftest import sync_loop
 
-from fleetwatch.adapters.slurm import MAX_REASON, drain_reason, parse_nodes
+from fleetwatch.adapters.client import SchedulerClient
+from fleetwatch.adapters.slurm import MAX_REASON, Scontrol, SlurmBackend, drain_reason, parse_nodes
+from fleetwatch.adapters.sync import SyncEngine
 from fleetwatch.cli import main
 
 HERE = Path(__file__).parent
@@ -200,6 +205,41 @@ def test_slurm_sync_reports_a_node_an_operator_resumed_as_returned(
     assert [c[1] for c in api.changes()] == ["/v1/nodes/gpu01/return"]
     assert "slurm" in api.changes()[0][2]["note"]
     assert slurm.updates() == []
+
+
+def _slurm_state(slurm: FakeSlurm, node: str) -> str | None:
+    try:
+        return str(slurm.node(node)["state"])
+    except json.JSONDecodeError:  # fake scontrol is rewriting the file right now
+        return None
+
+
+def test_slurm_sync_loop_drains_and_resumes_at_once_not_on_its_interval(
+    api: FakeSchedulerApi, slurm: FakeSlurm
+) -> None:
+    """The loop runs with a 60 s interval; each change comes while it waits in its long-poll and
+    is waited for at most 20 s, so a loop that slept out its interval fails here."""
+    client = SchedulerClient.connect(api.url, "sched-token")
+    engine = SyncEngine(client, SlurmBackend(Scontrol(str(slurm.path))))
+    with sync_loop(engine, api, interval_s=60.0):
+        wait_for("the first long-poll", lambda: api.waiting, timeout=20)
+        eviction = api.add("gpu02")
+        wait_for("gpu02 drained", lambda: eviction["state"] == "completed", timeout=20)
+        assert _slurm_state(slurm, "gpu02") == "IDLE+DRAIN"
+        wait_for("the long-poll after the drain", lambda: api.waiting, timeout=20)
+        # An operator returns the repaired node through the API.
+        returned = httpx.post(
+            f"{api.url}/v1/nodes/gpu02/return",
+            json={"note": "reseated"},
+            headers={"Authorization": "Bearer sched-token"},
+        )
+        assert returned.status_code == 200, returned.text
+        wait_for("gpu02 resumed", lambda: _slurm_state(slurm, "gpu02") == "IDLE", timeout=20)
+    client.close()
+    assert [argv[1:3] for argv in slurm.updates()] == [
+        ["NodeName=gpu02", "State=DRAIN"],
+        ["NodeName=gpu02", "State=RESUME"],
+    ]
 
 
 def test_slurm_sync_dry_run_changes_nothing(

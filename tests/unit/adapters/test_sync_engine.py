@@ -173,3 +173,40 @@ def test_engine_never_spins_when_the_long_poll_answers_early(answer: str) -> Non
     polls = [url for url in gets if "wait=" in url]
     assert len(polls) == 3, gets  # one long-poll per pass, each followed by a sleep
     assert len(stop.sleeps) == 3 and all(0 < s <= 0.5 for s in stop.sleeps), stop.sleeps
+
+
+def test_engine_waits_for_a_drain_or_a_return_since_its_pass_began() -> None:
+    """A server with change cursors: the wait asks for pending or returned evictions changed
+    after the cursor of the pass's first read, and a return ends it at once."""
+    polls: list[httpx.Request] = []
+
+    def server(request: httpx.Request) -> httpx.Response:
+        if "wait" in request.url.params:
+            polls.append(request)
+            data = [eviction(3, "n3", "returned")]
+            return httpx.Response(200, json={"count": 1, "data": data, "cursor": 9})
+        return httpx.Response(200, json={"count": 0, "data": [], "cursor": 7})
+
+    http = httpx.Client(base_url="http://fw", transport=httpx.MockTransport(server))
+    engine = SyncEngine(SchedulerClient(http), MemoryBackend({}))
+    engine.run_pass()
+    stop = CountingStop(sleeps=1)
+    assert engine.wait_for_work(stop, interval_s=5.0) is True
+    assert stop.sleeps == [], "a return must not wait out the interval"
+    [poll] = polls
+    assert poll.url.params.get_list("state") == ["pending", "returned"]
+    assert (poll.url.params["changed_after"], poll.url.params["wait"]) == ("7", "5")
+
+
+def test_engine_sleeps_out_the_interval_when_nothing_changed_since_its_cursor() -> None:
+    """The long-poll answers empty (here at once, as a capped server may): one sleep, no spin."""
+
+    def server(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, json={"count": 0, "data": [], "cursor": 7})
+
+    http = httpx.Client(base_url="http://fw", transport=httpx.MockTransport(server))
+    engine = SyncEngine(SchedulerClient(http), MemoryBackend({}))
+    engine.run_pass()
+    stop = CountingStop(sleeps=1)
+    assert engine.wait_for_work(stop, interval_s=5.0) is False
+    assert len(stop.sleeps) == 1 and 0 < stop.sleeps[0] <= 5.0

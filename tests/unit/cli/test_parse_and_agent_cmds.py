@@ -129,3 +129,21 @@ def test_agent_unknown_collector_is_a_config_error(runner: CliRunner) -> None:
     result = runner.invoke(main, ["agent", "--once", "--dry-run", "--collectors", "nvml,gpud"])
     assert result.exit_code == 2
     assert "unknown collector" in result.output and "gpud" in result.output
+
+
+def test_agent_push_interval_comes_from_the_flag_or_the_environment(
+    runner: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from fleetwatch.agent.factory import build_agent
+    from fleetwatch.config import load_agent_settings
+
+    result = runner.invoke(main, ["agent", "--once", "--dry-run", "--push-interval", "-1"])
+    assert result.exit_code == 2 and "push_interval_s" in result.output
+    assert load_agent_settings().push_interval_s == 60.0
+    monkeypatch.setenv("FLEETWATCH_AGENT_PUSH_INTERVAL_S", "30")
+    settings = load_agent_settings(token="t", spool_dir=tmp_path, collectors=["nvidia-smi"])
+    assert settings.push_interval_s == 30.0
+    agent = build_agent(settings, collectors=[])
+    assert agent.ticks_per_push == 3
+    assert agent.node_info().push_interval_s == 30.0
+    assert agent.node_info().interval_s == 10.0  # the collection interval, as before

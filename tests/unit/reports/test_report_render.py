@@ -129,10 +129,11 @@ def test_weekly_job_sends_each_week_once(
         sent.append((key, payload))
         return 1
 
-    # A stand-in outbox: someone is always waiting for the report.
+    # A stand-in outbox with one subscriber, who waits for each week until it is queued.
     job = WeeklyReportJob(
-        db, settings, XidCatalog.load(), enqueue=enqueue, waiting=lambda conn, key: 1
-    )
+        db, settings, XidCatalog.load(), enqueue=enqueue,
+        waiting=lambda conn, key: int(all(k != key for k, _ in sent)),
+    )  # fmt: skip
     monday = START + timedelta(days=7)  # the Monday after 2026-W48
     assert job(monday + timedelta(hours=5)) == "2026-W47"  # before the delay: the week before
     sent.clear()
@@ -191,3 +192,26 @@ def test_a_restarted_worker_does_not_rebuild_a_report_every_subscriber_has(
     WeeklyReportJob(db, settings, XidCatalog.load())(when)
     WeeklyReportJob(db, settings, XidCatalog.load())(when)  # restarted: the week is queued
     assert builds == ["built"]
+
+
+def test_weekly_job_queues_for_a_subscription_added_later_that_week(
+    db: Database, settings: ServerSettings, fleet_rows: Any
+) -> None:
+    """The same job instance (one leader all along) does what a new leader would: the outbox,
+    not the job's memory, says who still waits for the week."""
+    from sqlalchemy import insert, select
+
+    from fleetwatch.server.db.tables import webhook_outbox, webhook_subscriptions
+
+    job = WeeklyReportJob(db, settings, XidCatalog.load())
+    when = START + timedelta(days=7, hours=settings.report_delay_h + 1)
+    assert job(when) is None  # nobody subscribed: nothing built, nothing queued
+    with db.write() as conn:
+        conn.execute(insert(webhook_subscriptions).values(
+            name="late", kind="generic", url="http://example.invalid/hook", secret=None,
+            filters={"weekly_report": True}, enabled=True, created_at=NOW))  # fmt: skip
+    assert job(when + timedelta(days=2)) == WEEK
+    assert job(when + timedelta(days=2, minutes=10)) is None  # queued once
+    with db.read() as conn:
+        keys = conn.execute(select(webhook_outbox.c.idempotency_key)).scalars().all()
+    assert len(keys) == 1 and WEEK in keys[0]

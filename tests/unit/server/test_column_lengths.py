@@ -172,6 +172,8 @@ def column_bounds() -> dict[str, int]:
         "stragglers.node": w["node"],
         "stragglers.kind": _vocabulary("hardware", "workload"),
         "node_slowness.node": w["node"],
+        "straggler_state.job_id": w["job_id"],
+        "leader_state.name": _vocabulary("planner", "rollups"),  # the jobs that keep state
         "evictions.node": w["node"],
         "evictions.state": _vocabulary(*eviction_states),
         "evictions.reason_kind": _vocabulary("rule", "risk", "straggler"),

@@ -23,7 +23,7 @@ from fleetwatch.server.app import create_app
 from fleetwatch.server.auth import create_token
 from fleetwatch.server.db.base import utcnow
 from fleetwatch.server.db.session import Database
-from fleetwatch.server.repo.evictions import create_eviction
+from fleetwatch.server.repo.evictions import ack_eviction, create_eviction, return_node
 
 
 def _create(database_url: str, node: str, state: str = "pending") -> int:
@@ -36,6 +36,25 @@ def _create(database_url: str, node: str, state: str = "pending") -> int:
                 conn, node=node, state=state, reason_kind="rule", reason="xid_79 on GPU 1",
                 evidence={}, expected_saving_usd=None, dry_run=False, now=utcnow(),
             )  # fmt: skip
+    finally:
+        engine.dispose()
+
+
+def _return(database_url: str, node: str) -> None:
+    """The node's completed eviction returned through another connection (another replica)."""
+    engine = create_engine(database_url)
+    try:
+        with Database(engine).write() as conn:
+            return_node(conn, node, actor="ops", note="repaired", now=utcnow())
+    finally:
+        engine.dispose()
+
+
+def _ack(database_url: str, eviction_id: int) -> None:
+    engine = create_engine(database_url)
+    try:
+        with Database(engine).write() as conn:
+            ack_eviction(conn, eviction_id, claimer="other-adapter", lease_s=300, now=utcnow())
     finally:
         engine.dispose()
 
@@ -66,6 +85,10 @@ def _watch(client: TestClient) -> EvictionWatch:
 
 def _waiting(client: TestClient) -> bool:
     return bool(_watch(client)._waiters)
+
+
+def _empty(body: dict[str, Any]) -> bool:
+    return body["count"] == 0 and body["data"] == [] and body["cursor"] >= 0
 
 
 def test_long_poll_answers_at_once_when_something_matches(
@@ -103,7 +126,7 @@ def test_long_poll_times_out_with_an_empty_list(
     response = client.get("/v1/evictions", params={"state": "pending", "wait": 0.5},
                           headers=bearer(tokens["scheduler"]))  # fmt: skip
     assert response.status_code == 200, response.text
-    assert response.json() == {"count": 0, "data": []}
+    assert _empty(response.json())
     assert not _waiting(client), "a finished long-poll left its waiter behind"
 
 
@@ -124,7 +147,7 @@ def test_long_poll_ends_when_the_server_stops(client: TestClient, tokens: dict[s
     _watch(client).stop()  # what the lifespan does at shutdown, and SIGINT/SIGTERM at once
     poll.join(timeout=30)
     assert poll.response is not None, "the long-poll outlived the server's stop"
-    assert poll.response.json() == {"count": 0, "data": []}
+    assert _empty(poll.response.json())
 
 
 def test_long_poll_is_held_no_longer_than_long_poll_max_s(settings: ServerSettings) -> None:
@@ -137,4 +160,59 @@ def test_long_poll_is_held_no_longer_than_long_poll_max_s(settings: ServerSettin
         response = client.get("/v1/evictions", params={"state": "pending", "wait": 60},
                               headers=bearer(token))  # fmt: skip
         assert response.status_code == 200, response.text
-        assert response.json() == {"count": 0, "data": []}
+        assert _empty(response.json())
+
+
+def test_several_states_and_a_cursor_list_only_what_changed_since(
+    client: TestClient, database_url: str, tokens: dict[str, str]
+) -> None:
+    pending = _create(database_url, "node-a")
+    returned = _create(database_url, "node-b", state="returned")
+    _create(database_url, "node-c", state="completed")
+    headers = bearer(tokens["scheduler"])
+    wanted = {"state": ["pending", "returned"]}
+    body = client.get("/v1/evictions", params=wanted, headers=headers).json()
+    assert [e["id"] for e in body["data"]] == [returned, pending]
+    cursor = body["cursor"]
+    since = client.get(
+        "/v1/evictions", params={**wanted, "changed_after": cursor}, headers=headers
+    ).json()
+    assert since["data"] == [] and since["cursor"] == cursor
+    newer = _create(database_url, "node-d")
+    since = client.get(
+        "/v1/evictions", params={**wanted, "changed_after": cursor}, headers=headers
+    ).json()
+    assert [e["id"] for e in since["data"]] == [newer] and since["cursor"] > cursor
+
+
+def test_long_poll_with_a_cursor_wakes_on_a_return_not_on_what_was_read(
+    client: TestClient, database_url: str, tokens: dict[str, str]
+) -> None:
+    """What a scheduler adapter waits on: pending or returned, changed since its last pass."""
+    pending = _create(database_url, "node-a")
+    drained = _create(database_url, "node-b", state="completed")
+    headers = bearer(tokens["scheduler"])
+    cursor = client.get("/v1/evictions", headers=headers).json()["cursor"]
+    poll = _Poll(client, headers, state=["pending", "returned"], changed_after=cursor, wait=60)
+    poll.start()
+    _until(lambda: _waiting(client), "the long-poll to wait")
+    # The pending eviction was there before the cursor, and acking it is no change to a listed
+    # state: the poll keeps waiting through both.
+    _ack(database_url, pending)
+    _return(database_url, "node-b")
+    poll.join(timeout=45)
+    assert poll.response is not None, "the long-poll was not released by the return"
+    assert poll.response.status_code == 200, poll.response.text
+    body = poll.response.json()
+    assert [(e["id"], e["state"]) for e in body["data"]] == [(drained, "returned")]
+    assert body["cursor"] > cursor
+
+
+@pytest.mark.parametrize("changed_after", ["-1", "soon", str(2**63)])
+def test_a_bad_cursor_is_refused(
+    client: TestClient, tokens: dict[str, str], changed_after: str
+) -> None:
+    params = {"changed_after": changed_after}
+    response = client.get("/v1/evictions", params=params, headers=bearer(tokens["scheduler"]))
+    assert response.status_code == 422, response.text
+    assert response.json()["detail"][0]["loc"] == ["query", "changed_after"]

@@ -23,6 +23,10 @@ def test_openapi_documents_the_ingest_body_schema_example_and_errors(client: Tes
     refs = [v for v in _walk(spec) if isinstance(v, str) and v.startswith("#/components/")]
     assert all(ref.split("/")[-1] in schemas for ref in refs)
     assert spec["components"]["securitySchemes"]["HTTPBearer"]["scheme"] == "bearer"
+    # Optional, so older agents' batches stay valid; described, so other pushers can use it.
+    node = schemas["NodeInfo"]
+    assert "push_interval_s" in node["properties"] and "push_interval_s" not in node["required"]
+    assert "unreachable" in node["properties"]["push_interval_s"]["description"]
 
 
 def test_docs_page_is_served_without_a_token(client: TestClient) -> None:

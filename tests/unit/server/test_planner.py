@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import time
 from datetime import timedelta
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -20,10 +21,12 @@ from tests.unit.server.conftest import Push
 from tests.unit.server.test_risk_api import _store_model, _xid_batch
 
 from fleetwatch.config import ServerSettings
-from fleetwatch.server.act.planner import DrainCosts, EvictionPlanner, PlanResult
+from fleetwatch.rules.overrides import load_rules
+from fleetwatch.server.act.planner import DrainCosts, EvictionPlanner, PlanResult, made_from
 from fleetwatch.server.db.base import utcnow
 from fleetwatch.server.db.session import Database
 from fleetwatch.server.db.tables import events, eviction_audit, evictions, stragglers
+from fleetwatch.server.judge.assessor import Assessor
 
 
 def _planner(client: TestClient, **overrides: Any) -> EvictionPlanner:
@@ -202,8 +205,8 @@ def test_planner_risk_drains_only_above_the_cost_break_even(
         assert _pass(client, small).created == {}
     big_gpus = math.ceil(break_even * 1.1)
     big = _planner(client, job_gpus=big_gpus)
+    assert _pass(client, big).created == {}  # the first risky assessment
     assert big.run_once().created == {}  # the same assessment twice counts once
-    assert big.run_once().created == {}
     assert _pass(client, big).created == {"pending": 1}  # second consecutive assessment
     [row] = _rows(db)
     assert row["reason_kind"] == "risk"
@@ -310,3 +313,109 @@ def test_a_gpu_gone_from_its_node_drains_and_alerts_with_json_evidence(
     firing = client.get("/v1/alerts", params={"state": "firing"},
                         headers=bearer(tokens["read"])).json()  # fmt: skip
     assert any(a["node"] == "node-m" for a in firing["data"]), firing
+
+
+# --- a leader change: another process's assessor and planner on the same database -------------
+
+Leader = tuple[Assessor, EvictionPlanner]
+TAKEOVER = pytest.mark.parametrize("takeover", [False, True], ids=["one_leader", "new_leader"])
+
+
+def _leader(client: TestClient, **overrides: Any) -> Leader:
+    """What a freshly started process would plan with: its own assessor, nothing in memory."""
+    state = client.app.state  # type: ignore[attr-defined]
+    settings: ServerSettings = state.settings.model_copy(update=overrides)
+    catalog, thresholds = load_rules(settings.rules_file)
+    assessor = Assessor(state.db, settings, catalog, thresholds)
+    return assessor, EvictionPlanner(state.db, settings, assessor)
+
+
+def _assess_and_plan(leader: Leader) -> PlanResult:
+    leader[0].run_once()
+    return leader[1].run_once()
+
+
+def _budget_events(db: Database) -> list[Any]:
+    with db.read() as conn:
+        return conn.execute(select(events).where(events.c.kind == "drain_budget_exhausted")).all()
+
+
+@TAKEOVER
+def test_planner_risk_streak_continues_on_a_new_leader(
+    client: TestClient, push: Push, db: Database, takeover: bool
+) -> None:
+    _store_model(db)
+    assert push(make_batch("node-a", gpus=2, ticks=3)).status_code == 200
+    snap = client.app.state.assessor.run_once()  # type: ignore[attr-defined]
+    p = 1.0 - math.prod(1.0 - r.model_probability for r in snap.node_risks(1.0)["node-a"][1])
+    job_gpus = math.ceil(20.0 / (p * 1.875) * 2)  # twice the break-even job (see above)
+    first = _leader(client, job_gpus=job_gpus)
+    assert _assess_and_plan(first).created == {}  # one risky assessment: not yet
+    second = _leader(client, job_gpus=job_gpus) if takeover else first
+    assert _assess_and_plan(second).created == {"pending": 1}  # the second, whoever counts it
+    [row] = _rows(db)
+    assert row["node"] == "node-a" and row["reason_kind"] == "risk"
+
+
+@TAKEOVER
+def test_planner_budget_episode_continues_on_a_new_leader(
+    client: TestClient, push: Push, db: Database, tokens: dict[str, str], takeover: bool
+) -> None:
+    """20 nodes with a fatal Xid: a budget of 1, 19 paged, one event. A person rejects the 19;
+    with no cooldown the next pass pages them again: the same episode, so no second event."""
+    for i in range(20):
+        assert push(_xid_batch(f"node-{i:02d}", 79)).status_code == 200
+    first = _leader(client, eviction_cooldown_s=0)
+    result = _assess_and_plan(first)
+    assert result.budget == 1 and result.created == {"pending": 1, "paged": 19}
+    assert result.budget_event
+    for row in _rows(db):
+        if row["state"] == "paged":
+            rejected = client.post(f"/v1/evictions/{row['id']}/reject", json={"reason": "not now"},
+                                   headers=bearer(tokens["scheduler"]))  # fmt: skip
+            assert rejected.status_code == 200, rejected.text
+    second = _leader(client, eviction_cooldown_s=0) if takeover else first
+    again = _assess_and_plan(second)
+    assert again.created == {"paged": 19} and not again.budget_event
+    assert len(_budget_events(db)) == 1
+
+
+def test_planner_a_stale_snapshot_does_not_cancel_what_it_has_not_seen(
+    client: TestClient, push: Push, db: Database
+) -> None:
+    """A standby assessed node-a healthy; then a fatal Xid came and the leader drained node-a.
+    Taking over before its next assessment, the standby must not cancel that eviction."""
+    assert push(make_batch("node-a", gpus=2, ticks=3)).status_code == 200
+    standby = _leader(client)
+    standby[0].run_once()
+    assert push(_xid_batch("node-a", 79, minutes_ago=0)).status_code == 200
+    assert _pass(client).created == {"pending": 1}  # the leader, on a fresh assessment
+    assert standby[1].run_once().cancelled == 0  # the standby's older snapshot: no Xid in it
+    [row] = _rows(db)
+    assert row["state"] == "pending"
+    assert made_from(_row_of(db, row["id"])) > standby[0].current().at
+    assert _assess_and_plan(standby).created == {}  # fresh: the Xid is there, nothing new
+    assert [r["state"] for r in _rows(db)] == ["pending"]
+
+
+def _row_of(db: Database, eviction_id: int) -> Any:
+    with db.read() as conn:
+        return conn.execute(select(evictions).where(evictions.c.id == eviction_id)).one()
+
+
+def test_made_from_falls_back_to_creation_and_ignores_database_reasons(
+    client: TestClient, push: Push, db: Database
+) -> None:
+    assert push(_xid_batch("node-a", 79)).status_code == 200
+    snap = client.app.state.assessor.run_once()  # type: ignore[attr-defined]
+    _planner(client).run_once()
+    row = _row_of(db, _rows(db)[0]["id"])
+    assert made_from(row) == snap.at  # the assessment the eviction was made from
+
+    def like(**changes: Any) -> Any:
+        return SimpleNamespace(**{**row._mapping, **changes})
+
+    older = like(evidence={k: v for k, v in row.evidence.items() if k != "assessed_at"})
+    assert made_from(older) == row.created_at  # made before evidence carried assessed_at
+    assert made_from(like(reason_kind="straggler")) is None  # read at each pass
+    assert made_from(like(reason="node_unreachable: no report for 40 s")) is None

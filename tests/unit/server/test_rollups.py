@@ -13,7 +13,12 @@ from fleetwatch.models.telemetry_features import GPU_CATEGORIES, HourRollup, win
 from fleetwatch.rules.xid_catalog import XidCatalog
 from fleetwatch.server.db.session import Database
 from fleetwatch.server.db.tables import gpu_hourly
-from fleetwatch.server.jobs.rollups import fleet_window_features, refresh_rollups, roll_up_hours
+from fleetwatch.server.jobs.rollups import (
+    RollupJob,
+    fleet_window_features,
+    refresh_rollups,
+    roll_up_hours,
+)
 
 CATALOG = XidCatalog.load()
 NOW = datetime.now(UTC).replace(minute=30, second=0, microsecond=0) - timedelta(hours=1)
@@ -109,6 +114,22 @@ def test_late_samples_hours_back_are_rolled_up_by_their_ids(push: Push, db: Data
     assert push(batch).status_code == 200
     with db.write() as conn:
         refresh_rollups(conn, now=NOW, catalog=CATALOG, after_id=mark)
+        hours = {r.hour for r in conn.execute(select(gpu_hourly.c.hour))}
+    assert hours == {HOUR, late}
+
+
+def test_a_new_leader_rolls_up_late_samples_that_came_after_the_last_pass(
+    push: Push, db: Database
+) -> None:
+    """The newest sample id of the last pass is kept in the database, not in the job: a job
+    started afresh (a new leader) still rolls up samples from 30 hours ago that arrived since."""
+    _push_hour(push, sbe_step=1, temp=50.0, throttled_every=2)
+    RollupJob(db, CATALOG)(now=NOW)
+    late = HOUR - timedelta(hours=30)
+    batch = make_batch("node-a", gpus=1, ticks=3, start=late + timedelta(minutes=5))
+    assert push(batch).status_code == 200
+    RollupJob(db, CATALOG)(now=NOW)
+    with db.read() as conn:
         hours = {r.hour for r in conn.execute(select(gpu_hourly.c.hour))}
     assert hours == {HOUR, late}
 

@@ -3,15 +3,19 @@ the API (steps in, verdicts, job detail, /metrics, telemetry evidence)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import numpy as np
 import pytest
 from fastapi.testclient import TestClient
+from sqlalchemy import delete, select
 from tests.conftest import bearer
 from tests.factories import gpu_uuid, make_gpu, make_sample
 
+from fleetwatch.config import ServerSettings
 from fleetwatch.models.stragglers import (
     DetectorConfig,
     JobDetector,
@@ -19,6 +23,9 @@ from fleetwatch.models.stragglers import (
     Transition,
     judge_window,
 )
+from fleetwatch.server.db.session import Database
+from fleetwatch.server.db.tables import job_steps, jobs, node_slowness, straggler_state, stragglers
+from fleetwatch.server.judge.straggler_detector import StragglerDetector
 
 START = datetime(2024, 3, 1, 12, 0, tzinfo=UTC)  # an old job, judged on its own clock
 WINDOW = timedelta(seconds=10)
@@ -228,8 +235,6 @@ def test_straggler_hardware_verdict_carries_throttle_evidence(
 def test_straggler_restarted_detector_adopts_and_closes_open_verdict(
     client: TestClient, tokens: dict[str, str]
 ) -> None:
-    from fleetwatch.server.judge.straggler_detector import StragglerDetector
-
     def spell(node: str, rank: int, t: float) -> float:
         return 1.4 if node == "n01" and 20.0 <= t < 50.0 else 1.0
 
@@ -243,3 +248,92 @@ def test_straggler_restarted_detector_adopts_and_closes_open_verdict(
     found = client.get("/v1/stragglers", headers=bearer(tokens["read"])).json()["data"]
     assert len(found) == 1  # the same verdict, not a second one from the replayed windows
     assert found[0]["ended_at"] is not None and found[0]["node"] == "n01"
+
+
+# --- several workers, one truth -----------------------------------------------------------------
+
+
+def test_straggler_detector_state_round_trips_through_json() -> None:
+    def spell(node: str, rank: int, t: float) -> float:
+        return 1.4 if node == "n02" and t >= 20.0 else 1.0
+
+    rows = make_steps(factor=spell, seconds=60.0, nodes=4)
+    whole = JobDetector(DetectorConfig())
+    resumed = JobDetector(DetectorConfig())
+    out_whole: list[Transition] = []
+    out_resumed: list[Transition] = []
+    for w in range(6):
+        start, end = START + WINDOW * w, START + WINDOW * (w + 1)
+        result = judge_window([r for r in rows if start <= r.ts < end], start, end, ratio=1.25)
+        out_whole.extend(whole.feed(result))
+        out_resumed.extend(resumed.feed(result))
+        state = json.loads(json.dumps(resumed.state()))
+        resumed = JobDetector.resume(DetectorConfig(), state)
+    assert [t.action for t in out_whole] == ["open", "update"]  # slow from window 2
+    assert out_resumed == out_whole
+    assert resumed.state() == whole.state()
+
+
+def _outcome(db: Database) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+    """Every verdict and every node's slowness, without row ids and wall-clock times."""
+    with db.read() as conn:
+        verdicts = [
+            (r.job_id, r.node, r.kind, r.started_at, r.ended_at, r.windows, r.ratio, r.evidence)
+            for r in conn.execute(select(stragglers).order_by(stragglers.c.node, stragglers.c.id))
+        ]
+        slowness = [
+            (r.node, r.score, r.windows)
+            for r in conn.execute(select(node_slowness).order_by(node_slowness.c.node))
+        ]
+    return verdicts, slowness
+
+
+def test_straggler_workers_taking_turns_judge_exactly_as_one(
+    client: TestClient, tokens: dict[str, str], db: Database, settings: ServerSettings
+) -> None:
+    """Steps arrive 15 s at a time; after each chunk a pass runs, on one worker, or on two
+    taking turns (a leader change at every pass). Same verdicts, same node slowness."""
+
+    def spell(node: str, rank: int, t: float) -> float:
+        return 1.4 if node == "n02" and 30.0 <= t < 80.0 else 1.0
+
+    rows = make_steps(factor=spell, seconds=150.0, nodes=4)
+    chunks = [[r for r in rows if k * 15 <= (r.ts - START).total_seconds() < (k + 1) * 15]
+              for k in range(10)]  # fmt: skip
+
+    def play(workers: int) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+        detectors = [StragglerDetector(db, settings) for _ in range(workers)]
+        for k, chunk in enumerate(chunks):
+            _post(client, tokens["agent"], "turns", chunk)
+            detectors[k % workers].run_once()
+        return _outcome(db)
+
+    alone = play(1)
+    with db.write() as conn:
+        for table in (straggler_state, stragglers, node_slowness, job_steps, jobs):
+            conn.execute(delete(table))
+    taking_turns = play(2)
+    verdicts, slowness = alone
+    # The last step is at 149.5 s: windows 0-13 are judged, each once, on every node.
+    assert [(n, windows) for n, _, windows in slowness] == [(f"n{i:02d}", 14) for i in range(4)]
+    assert [(v[1], v[2], v[5]) for v in verdicts] == [("n02", "hardware", 5)]
+    assert verdicts[0][4] == START + timedelta(seconds=110)  # closed after windows 8, 9, 10
+    assert taking_turns == alone
+
+
+def test_straggler_ratios_on_metrics_are_the_same_on_every_process(
+    client: TestClient, tokens: dict[str, str], make_client: Callable[..., TestClient]
+) -> None:
+    rows = make_steps(factor=slow_node_after("n03", 20.0), seconds=56.0)
+    _post(client, tokens["agent"], "replay-2", rows)
+    client.app.state.stragglers.run_once()  # type: ignore[attr-defined]
+    other = make_client()  # another process on the database: it judged nothing itself
+
+    def ratios(on: TestClient) -> list[str]:
+        text = on.get("/metrics", headers=bearer(tokens["read"])).text
+        return [line for line in text.splitlines()
+                if line.startswith("fleetwatch_node_step_slowdown_ratio{")]  # fmt: skip
+
+    mine = ratios(client)
+    assert len(mine) == 8 and any('node="n03",job="replay-2"' in line for line in mine)
+    assert ratios(other) == mine

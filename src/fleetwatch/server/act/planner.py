@@ -11,7 +11,8 @@ for the strongest of three reasons:
 2. ``straggler``: a ``hardware`` straggler verdict on the node has been open for at least
    ``straggler_drain_after_s``.
 3. ``risk``: the model's P(node fails within ``drain_horizon_h``) makes a drain cheaper than the
-   failure it avoids, on two consecutive assessments::
+   failure it avoids, on two consecutive assessments (counted in ``leader_state``, so a new leader
+   continues the count; an assessment older than the last one counted does not count)::
 
        failure = job_gpus x gpu_hour_usd x (checkpoint_interval_h / 2 + restart_h)
        drain   = node GPUs x drain_hours x gpu_hour_usd
@@ -25,12 +26,16 @@ for the strongest of three reasons:
 Hysteresis: no eviction for a node with an open one (pending, acked, completed and not yet
 returned, paged, recommended), nor within ``eviction_cooldown_s`` of a rejection or a return. An
 eviction nobody acted on (pending, paged, recommended) is cancelled once its node has no reason
-left. Expired scheduler leases return their eviction to pending.
+left; a reason read from the assessment counts as gone only on an assessment at least as new as
+the one the eviction was made from (its ``assessed_at``, else its ``created_at``): a stale
+snapshot (a new leader's, or one taken before a fatal Xid) has not seen the evidence. Expired
+scheduler leases return their eviction to pending.
 
 Fleet drain budget: at most ``drain_budget_pct`` of the known nodes (at least one node) draining
 at once (pending + acked + completed). Past it, new evictions are created ``paged``, never
 drained automatically, and one ``drain_budget_exhausted`` fleet event (``node_id`` NULL) records
-the episode's counts and top reasons; the episode ends when the budget has room again. An Xid
+the episode's counts and top reasons; the episode ends when the budget has room again (whether
+one is open is kept in ``leader_state``, so a new leader does not announce it again). An Xid
 storm on every node (a bad driver roll-out) thus drains a few nodes and pages a person.
 
 Dry run (``planner_dry_run``): evictions are created ``recommended`` with ``dry_run`` true.
@@ -49,12 +54,14 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, func, insert, select, text
+from sqlalchemy import Connection, Row, func, insert, select
 
 from fleetwatch.config import ServerSettings
 from fleetwatch.server.db.session import Database
 from fleetwatch.server.db.tables import events, evictions, nodes, stragglers
 from fleetwatch.server.jobs.isolation import ItemGuard
+from fleetwatch.server.jobs.locks import LockKey, try_transaction_lock
+from fleetwatch.server.jobs.state import load_state, save_state
 from fleetwatch.server.judge.assessment import FleetAssessment, GpuAssessment
 from fleetwatch.server.judge.assessor import Assessor
 from fleetwatch.server.judge.judging import Verdict
@@ -67,13 +74,13 @@ from fleetwatch.server.repo.evictions import (
     expire_leases,
 )
 
-__all__ = ["Candidate", "DrainCosts", "EvictionPlanner", "PlanResult"]
+__all__ = ["Candidate", "DrainCosts", "EvictionPlanner", "PlanResult", "PlannerState", "made_from"]
 
 logger = logging.getLogger(__name__)
 
-_PLANNER_LOCK = 0x46575F504C4E  # "FW_PLN"
 _PRIORITY = {"rule": 0, "straggler": 1, "risk": 2}
 _RISK_PASSES = 2
+_STATE = "planner"  # its row in leader_state
 
 
 @dataclass(frozen=True)
@@ -88,8 +95,13 @@ class DrainCosts:
 
     @classmethod
     def from_settings(cls, settings: ServerSettings) -> DrainCosts:
-        return cls(settings.gpu_hour_usd, settings.job_gpus, settings.checkpoint_interval_h,
-                   settings.restart_h, settings.drain_hours)  # fmt: skip
+        return cls(
+            settings.gpu_hour_usd,
+            settings.job_gpus,
+            settings.checkpoint_interval_h,
+            settings.restart_h,
+            settings.drain_hours,
+        )
 
     @property
     def failure_usd(self) -> float:
@@ -130,10 +142,17 @@ def _iso(value: datetime | None) -> str | None:
 
 def _verdict_json(v: Verdict) -> dict[str, Any]:
     return {
-        "kind": v.kind, "rule": v.rule, "severity": v.severity, "action": v.action,
-        "xids": list(v.xids), "source": v.source, "first_seen": _iso(v.first_seen),
-        "last_seen": _iso(v.last_seen), "evidence": dict(v.evidence), "note": v.note,
-    }  # fmt: skip
+        "kind": v.kind,
+        "rule": v.rule,
+        "severity": v.severity,
+        "action": v.action,
+        "xids": list(v.xids),
+        "source": v.source,
+        "first_seen": _iso(v.first_seen),
+        "last_seen": _iso(v.last_seen),
+        "evidence": dict(v.evidence),
+        "note": v.note,
+    }
 
 
 def rule_candidates(
@@ -145,9 +164,10 @@ def rule_candidates(
     for gpu in snapshot.gpus:
         since = returned.get(gpu.node)
         out = [
-            v for v in gpu.verdicts
+            v
+            for v in gpu.verdicts
             if v.takes_gpu_out and (since is None or v.last_seen is None or v.last_seen > since)
-        ]  # fmt: skip
+        ]
         if out:
             failing.setdefault(gpu.node, []).append((gpu, out))
     found = {}
@@ -155,44 +175,63 @@ def rule_candidates(
         gpu, verdicts = items[0]
         first = verdicts[0]
         more = f" and {len(items) - 1} more GPU(s)" if len(items) > 1 else ""
-        reason = (f"{first.rule} on GPU {gpu.index} ({gpu.uuid}): {first.severity}, "
-                  f"{first.action}{more}")  # fmt: skip
+        reason = (
+            f"{first.rule} on GPU {gpu.index} ({gpu.uuid}): {first.severity}, {first.action}{more}"
+        )
         evidence = {
             "gpus": [
-                {"uuid": g.uuid, "index": g.index, "serial": g.serial,
-                 "verdicts": [_verdict_json(v) for v in vs]}
+                {
+                    "uuid": g.uuid,
+                    "index": g.index,
+                    "serial": g.serial,
+                    "verdicts": [_verdict_json(v) for v in vs],
+                }
                 for g, vs in items
             ],
             "node_gpus": gpu_count[node],
-        }  # fmt: skip
-        found[node] = Candidate(node, "rule", reason, first.rule, evidence,
-                                round(costs.saving(1.0, gpu_count[node]), 2))  # fmt: skip
+            "assessed_at": snapshot.at.isoformat(),
+        }
+        found[node] = Candidate(
+            node, "rule", reason, first.rule, evidence, round(costs.saving(1.0, gpu_count[node]), 2)
+        )
     return found
 
 
 def unreachable_candidates(
-    conn: Connection, *, now: datetime, factor: float, costs: DrainCosts,
-    gpu_count: Counter[str], within: timedelta = timedelta(days=1),
+    conn: Connection,
+    *,
+    now: datetime,
+    factor: float,
+    costs: DrainCosts,
+    gpu_count: Counter[str],
+    within: timedelta = timedelta(days=1),
     heard_since: datetime | None = None,
-) -> dict[str, Candidate]:  # fmt: skip
+) -> dict[str, Candidate]:
     """Nodes silent for ``factor`` of their intervals (agent or node dead): drain them so nothing
     new is scheduled there. Nodes silent for longer than ``within`` are left alone: decommissioned
     or long known, not news. Silence before ``heard_since`` (this process's start) is not
     counted."""
     rows = conn.execute(
-        select(nodes.c.name, nodes.c.last_seen, nodes.c.interval_s)
-        .where(nodes.c.last_seen >= now - within)
-    )  # fmt: skip
+        select(nodes.c.name, nodes.c.last_seen, nodes.c.interval_s).where(
+            nodes.c.last_seen >= now - within
+        )
+    )
     found = {}
     for row in rows:
         deadline = unreachable_deadline(row.last_seen, row.interval_s, factor, heard_since)
         if now <= deadline:
             continue
         silent = (now - row.last_seen).total_seconds()
-        reason = (f"node_unreachable: no report for {silent:.0f} s "
-                  f"({factor:g} intervals of {row.interval_s:g} s)")  # fmt: skip
-        evidence = {"last_seen": _iso(row.last_seen), "interval_s": row.interval_s,
-                    "silent_s": round(silent, 3), "after_intervals": factor}  # fmt: skip
+        reason = (
+            f"node_unreachable: no report for {silent:.0f} s "
+            f"({factor:g} intervals of {row.interval_s:g} s)"
+        )
+        evidence = {
+            "last_seen": _iso(row.last_seen),
+            "interval_s": row.interval_s,
+            "silent_s": round(silent, 3),
+            "after_intervals": factor,
+        }
         gpus = gpu_count.get(row.name, 0)
         saving = round(costs.saving(1.0, gpus), 2) if gpus else None
         found[row.name] = Candidate(row.name, "rule", reason, "node_unreachable", evidence, saving)
@@ -207,9 +246,10 @@ def unheard_nodes(
     if heard_since is None:
         return set()
     rows = conn.execute(
-        select(nodes.c.name, nodes.c.last_seen, nodes.c.interval_s)
-        .where(nodes.c.last_seen < heard_since)
-    )  # fmt: skip
+        select(nodes.c.name, nodes.c.last_seen, nodes.c.interval_s).where(
+            nodes.c.last_seen < heard_since
+        )
+    )
     return {r.name for r in rows if is_unheard(r.last_seen, r.interval_s, factor, now, heard_since)}
 
 
@@ -244,36 +284,56 @@ def risk_candidates(
         ranked = sorted(known, key=lambda r: -(r.model_probability or 0.0))
         top = ranked[0]
         break_even = drain / failure if failure > 0 else None
-        reason = (f"P(failure within {horizon_h:g} h) = {p:.3f} above break-even "
-                  f"{break_even or 0:.3f}; riskiest GPU {top.gpu.index} ({top.gpu.uuid}) "
-                  f"p = {top.model_probability:.3f}")  # fmt: skip
+        reason = (
+            f"P(failure within {horizon_h:g} h) = {p:.3f} above break-even "
+            f"{break_even or 0:.3f}; riskiest GPU {top.gpu.index} ({top.gpu.uuid}) "
+            f"p = {top.model_probability:.3f}"
+        )
         evidence = {
-            "probability": p, "horizon_h": horizon_h, "model_version": snapshot.model_version,
-            "failure_cost_usd": failure, "drain_cost_usd": drain,
-            "break_even_probability": break_even, "assessed_at": snapshot.at.isoformat(),
+            "probability": p,
+            "horizon_h": horizon_h,
+            "model_version": snapshot.model_version,
+            "failure_cost_usd": failure,
+            "drain_cost_usd": drain,
+            "break_even_probability": break_even,
+            "assessed_at": snapshot.at.isoformat(),
             "gpus": [
-                {"uuid": r.gpu.uuid, "index": r.gpu.index, "probability": r.model_probability,
-                 "model": r.model,
-                 "factors": [{"name": f.name, "value": f.value, "hazard_ratio": f.hazard_ratio}
-                             for f in r.factors]}
+                {
+                    "uuid": r.gpu.uuid,
+                    "index": r.gpu.index,
+                    "probability": r.model_probability,
+                    "model": r.model,
+                    "factors": [
+                        {"name": f.name, "value": f.value, "hazard_ratio": f.hazard_ratio}
+                        for f in r.factors
+                    ],
+                }
                 for r in ranked
             ],
-        }  # fmt: skip
+        }
         found[node] = Candidate(node, "risk", reason, "risk", evidence, round(saving, 2))
     return found
 
 
 def straggler_candidates(
-    conn: Connection, *, now: datetime, after_s: float, costs: DrainCosts, horizon_h: float,
+    conn: Connection,
+    *,
+    now: datetime,
+    after_s: float,
+    costs: DrainCosts,
+    horizon_h: float,
     gpu_count: Counter[str],
-) -> dict[str, Candidate]:  # fmt: skip
+) -> dict[str, Candidate]:
     """Nodes with a hardware straggler verdict open for at least ``after_s``."""
     rows = conn.execute(
         select(stragglers)
-        .where(stragglers.c.kind == "hardware", stragglers.c.ended_at.is_(None),
-               stragglers.c.started_at <= now - timedelta(seconds=after_s))
+        .where(
+            stragglers.c.kind == "hardware",
+            stragglers.c.ended_at.is_(None),
+            stragglers.c.started_at <= now - timedelta(seconds=after_s),
+        )
         .order_by(stragglers.c.ratio.desc(), stragglers.c.id)
-    )  # fmt: skip
+    )
     found: dict[str, Candidate] = {}
     for row in rows:
         if row.node in found:
@@ -281,33 +341,81 @@ def straggler_candidates(
         open_s = (now - row.started_at).total_seconds()
         lost = costs.job_gpus * costs.gpu_hour_usd * (1.0 - 1.0 / max(row.ratio, 1.0)) * horizon_h
         saving = lost - costs.drain_usd(gpu_count.get(row.node, 0))
-        reason = (f"hardware straggler in job {row.job_id} for {open_s / 60:.0f} min: step time "
-                  f"{row.ratio:.2f}x the job's median over {row.windows} windows")  # fmt: skip
+        reason = (
+            f"hardware straggler in job {row.job_id} for {open_s / 60:.0f} min: step time "
+            f"{row.ratio:.2f}x the job's median over {row.windows} windows"
+        )
         evidence = {
-            "job_id": row.job_id, "ratio": row.ratio, "windows": row.windows,
-            "started_at": row.started_at.isoformat(), "open_s": round(open_s, 1),
-            "straggler_id": row.id, "detector": row.evidence,
-        }  # fmt: skip
-        found[row.node] = Candidate(row.node, "straggler", reason, "straggler", evidence,
-                                    round(saving, 2))  # fmt: skip
+            "job_id": row.job_id,
+            "ratio": row.ratio,
+            "windows": row.windows,
+            "started_at": row.started_at.isoformat(),
+            "open_s": round(open_s, 1),
+            "straggler_id": row.id,
+            "detector": row.evidence,
+        }
+        found[row.node] = Candidate(
+            row.node, "straggler", reason, "straggler", evidence, round(saving, 2)
+        )
     return found
 
 
-def _leader(conn: Connection) -> bool:
-    if conn.dialect.name != "postgresql":
-        return True
-    lock = text("SELECT pg_try_advisory_xact_lock(:k)")
-    return bool(conn.execute(lock, {"k": _PLANNER_LOCK}).scalar())
+def made_from(row: Row[Any]) -> datetime | None:
+    """When the assessment an open eviction was made from was taken; None for a reason read from
+    the database at each pass (an unreachable node, a straggler verdict), which no stale snapshot
+    can hide. Evictions made before evidence carried ``assessed_at`` fall back to creation."""
+    if row.reason_kind == "straggler" or row.reason.startswith("node_unreachable"):
+        return None
+    at = (row.evidence or {}).get("assessed_at")
+    if isinstance(at, str):
+        return datetime.fromisoformat(at)
+    created: datetime = row.created_at
+    return created
+
+
+@dataclass
+class PlannerState:
+    """What the planner remembers between passes, kept in ``leader_state`` (row ``planner``) and
+    written in the pass's transaction: a new leader continues the streaks and the episode."""
+
+    streaks: dict[str, int] = field(default_factory=dict)  # node -> consecutive risky assessments
+    assessed_at: datetime | None = None  # the newest assessment counted in the streaks
+    episode: bool | None = None  # a budget episode is open; None: unknown (nothing stored yet)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "streaks": self.streaks,
+            "assessed_at": _iso(self.assessed_at),
+            "episode": self.episode,
+        }
+
+    @classmethod
+    def load(cls, conn: Connection) -> PlannerState:
+        value = load_state(conn, _STATE)
+        if value is None:
+            return cls()
+        at = value.get("assessed_at")
+        return cls(
+            streaks={str(n): int(k) for n, k in value.get("streaks", {}).items()},
+            assessed_at=datetime.fromisoformat(at) if at else None,
+            episode=value.get("episode"),
+        )
 
 
 class EvictionPlanner:
-    """Plans evictions from the assessor's newest snapshot; remembers risk streaks between
-    passes (the two-consecutive-assessments rule) and whether a budget episode is open."""
+    """Plans evictions from the assessor's newest snapshot. Risk streaks (the
+    two-consecutive-assessments rule) and whether a budget episode is open are
+    :class:`PlannerState` in the database, not in this object: any instance, in any process,
+    continues them."""
 
     def __init__(
-        self, db: Database, settings: ServerSettings, assessor: Assessor,
-        guard: ItemGuard | None = None, heard_since: datetime | None = None,
-    ) -> None:  # fmt: skip
+        self,
+        db: Database,
+        settings: ServerSettings,
+        assessor: Assessor,
+        guard: ItemGuard | None = None,
+        heard_since: datetime | None = None,
+    ) -> None:
         self.guard = guard or ItemGuard("planner")
         # When this process started listening (None: judge silence by last_seen alone).
         self.heard_since = heard_since
@@ -315,9 +423,6 @@ class EvictionPlanner:
         self.settings = settings
         self.assessor = assessor
         self.costs = DrainCosts.from_settings(settings)
-        self._streaks: dict[str, int] = {}
-        self._last_assessed: datetime | None = None
-        self._episode: bool | None = None
         self._lock = threading.Lock()
 
     def run_once(self, now: datetime | None = None) -> PlanResult:
@@ -327,28 +432,37 @@ class EvictionPlanner:
         # holds the one writer lock, which ingest waits for.
         snapshot.node_risks(self.settings.drain_horizon_h / 24.0)
         with self._lock, self.db.write() as conn:
-            if not _leader(conn):
+            if not try_transaction_lock(conn, LockKey.PLANNER):
                 return PlanResult(skipped=True)
             result = self._plan(conn, snapshot, now)
         if result.created or result.cancelled or result.expired:
             logger.info(
                 "planner: created %s, cancelled %d, leases expired %d; %d of %d budget draining",
-                dict(result.created), result.cancelled, result.expired, result.draining,
+                dict(result.created),
+                result.cancelled,
+                result.expired,
+                result.draining,
                 result.budget,
-            )  # fmt: skip
+            )
         return result
 
-    def _risk(self, snapshot: FleetAssessment) -> tuple[dict[str, Candidate], dict[str, Candidate]]:
+    def _risk(
+        self, snapshot: FleetAssessment, kept: PlannerState
+    ) -> tuple[dict[str, Candidate], dict[str, Candidate]]:
         """(risk candidates now, those seen on enough consecutive assessments)."""
         now_risky = risk_candidates(snapshot, self.costs, self.settings.drain_horizon_h)
-        if snapshot.at != self._last_assessed:  # count assessments, not planner passes
-            self._streaks = {n: self._streaks.get(n, 0) + 1 for n in now_risky}
-            self._last_assessed = snapshot.at
-        ready = {n: c for n, c in now_risky.items() if self._streaks.get(n, 0) >= _RISK_PASSES}
+        # Count assessments, not planner passes; one older than the last counted (a standby's
+        # snapshot) is not the next one.
+        if kept.assessed_at is None or snapshot.at > kept.assessed_at:
+            kept.streaks = {n: kept.streaks.get(n, 0) + 1 for n in now_risky}
+            kept.assessed_at = snapshot.at
+        ready = {n: c for n, c in now_risky.items() if kept.streaks.get(n, 0) >= _RISK_PASSES}
         return now_risky, ready
 
     def _plan(self, conn: Connection, snapshot: FleetAssessment, now: datetime) -> PlanResult:
         settings = self.settings
+        kept = PlannerState.load(conn)
+        stored = kept.as_json()
         result = PlanResult(expired=expire_leases(conn, now=now))
         factor = settings.unreachable_after_intervals
         heard = self.heard_since
@@ -365,16 +479,24 @@ class EvictionPlanner:
         gpu_count = Counter(g.node for g in snapshot.gpus)
         rules = {
             **unreachable_candidates(
-                conn, now=now, factor=factor, costs=self.costs, gpu_count=gpu_count,
+                conn,
+                now=now,
+                factor=factor,
+                costs=self.costs,
+                gpu_count=gpu_count,
                 heard_since=heard,
             ),
             **rule_candidates(snapshot, self.costs, returned),
-        }  # fmt: skip
+        }
         slow = straggler_candidates(
-            conn, now=now, after_s=settings.straggler_drain_after_s, costs=self.costs,
-            horizon_h=settings.drain_horizon_h, gpu_count=gpu_count,
-        )  # fmt: skip
-        risky_now, risky = self._risk(snapshot)
+            conn,
+            now=now,
+            after_s=settings.straggler_drain_after_s,
+            costs=self.costs,
+            horizon_h=settings.drain_horizon_h,
+            gpu_count=gpu_count,
+        )
+        risky_now, risky = self._risk(snapshot, kept)
         candidates: dict[str, Candidate] = {**risky, **slow, **rules}  # stronger reasons win
 
         open_rows = conn.execute(select(evictions).where(evictions.c.state.in_(OPEN_STATES))).all()
@@ -384,8 +506,10 @@ class EvictionPlanner:
             # Silent since before this process started: not known to have come back yet.
             reason_left |= row.reason.startswith("node_unreachable") and row.node in unheard
             unknown = row.reason_kind != "straggler" and row.node not in gpu_count
+            made = made_from(row)
+            unseen = made is not None and snapshot.at < made  # this snapshot predates its evidence
             cancelled = False
-            if not reason_left and not unknown:
+            if not reason_left and not unknown and not unseen:
                 # One eviction per item (a savepoint each; cancellations are few): a failing one
                 # stays open and is logged, the others are still planned (server.jobs.isolation).
                 with self.guard.item(conn, f"eviction {row.id}"):
@@ -407,8 +531,8 @@ class EvictionPlanner:
         result.draining = sum(
             1 for row in open_rows if row.state in DRAINING_STATES and row.node in still_open
         )
-        if self._episode is None:
-            self._episode = result.draining >= result.budget and any(
+        if kept.episode is None:  # nothing stored (a database from before leader_state)
+            kept.episode = result.draining >= result.budget and any(
                 row.state == "paged" for row in open_rows
             )
 
@@ -426,14 +550,23 @@ class EvictionPlanner:
                 state = "pending"
             else:
                 state = "paged"
-                detail = (f"fleet drain budget exhausted: {result.draining} of {known} nodes "
-                          f"draining (budget {result.budget}); a person decides")  # fmt: skip
+                detail = (
+                    f"fleet drain budget exhausted: {result.draining} of {known} nodes "
+                    f"draining (budget {result.budget}); a person decides"
+                )
             with self.guard.item(conn, f"node {cand.node}") as ok:
                 create_eviction(
-                    conn, node=cand.node, state=state, reason_kind=cand.kind, reason=cand.reason,
-                    evidence=cand.evidence, expected_saving_usd=cand.saving,
-                    dry_run=settings.planner_dry_run, now=now, detail=detail,
-                )  # fmt: skip
+                    conn,
+                    node=cand.node,
+                    state=state,
+                    reason_kind=cand.kind,
+                    reason=cand.reason,
+                    evidence=cand.evidence,
+                    expected_saving_usd=cand.saving,
+                    dry_run=settings.planner_dry_run,
+                    now=now,
+                    detail=detail,
+                )
             if not ok:
                 continue
             result.created[state] = result.created.get(state, 0) + 1
@@ -441,35 +574,50 @@ class EvictionPlanner:
                 result.draining += 1
             elif state == "paged":
                 paged.append(cand)
-        if paged and not self._episode:
+        if paged and not kept.episode:
             with self.guard.item(conn, "drain budget event") as ok:
                 self._budget_event(conn, now=now, known=known, result=result, paged=paged)
             result.budget_event = bool(ok)
-            self._episode = bool(ok)
+            kept.episode = bool(ok)
         elif not paged and result.draining < result.budget:
-            self._episode = False
+            kept.episode = False
+        if kept.as_json() != stored:
+            save_state(conn, _STATE, kept.as_json(), now)
         return result
 
     def _budget_event(
-        self, conn: Connection, *, now: datetime, known: int, result: PlanResult,
+        self,
+        conn: Connection,
+        *,
+        now: datetime,
+        known: int,
+        result: PlanResult,
         paged: list[Candidate],
-    ) -> None:  # fmt: skip
+    ) -> None:
         top = Counter(c.key for c in paged).most_common(5)
         details = {
-            "known_nodes": known, "budget_nodes": result.budget,
-            "budget_pct": self.settings.drain_budget_pct, "draining": result.draining,
-            "paged": len(paged), "top_reasons": [{"reason": k, "nodes": n} for k, n in top],
-        }  # fmt: skip
+            "known_nodes": known,
+            "budget_nodes": result.budget,
+            "budget_pct": self.settings.drain_budget_pct,
+            "draining": result.draining,
+            "paged": len(paged),
+            "top_reasons": [{"reason": k, "nodes": n} for k, n in top],
+        }
         conn.execute(
             insert(events).values(
-                node_id=None, kind="drain_budget_exhausted", ts=now, received_at=now,
+                node_id=None,
+                kind="drain_budget_exhausted",
+                ts=now,
+                received_at=now,
                 message=f"fleet drain budget exhausted: {result.draining} of {known} nodes "
                 f"draining (budget {result.budget}); {len(paged)} evictions paged instead, "
                 f"top reason {top[0][0]} on {top[0][1]} nodes",
                 details=details,
             )
-        )  # fmt: skip
+        )
         logger.warning(
             "fleet drain budget exhausted: %d of %d nodes draining, %d evictions paged",
-            result.draining, known, len(paged),
-        )  # fmt: skip
+            result.draining,
+            known,
+            len(paged),
+        )

@@ -264,6 +264,18 @@ node_slowness = Table(
     Column("updated_at", UtcDateTime, nullable=False),
 )
 
+# Per job, the straggler detector after the windows judged so far, written with their verdicts:
+# whichever worker judges the job next continues from here (it never replays judged windows).
+straggler_state = Table(
+    "straggler_state",
+    metadata,
+    Column("job_id", String(128), primary_key=True),
+    Column("next_start", UtcDateTime, nullable=False, comment="the first window not judged yet"),
+    Column("detector", Json, nullable=False, comment="window index, runs and ratios per node"),
+    Column("ratios", Json, nullable=False, comment="node ratios of the newest judged window"),
+    Column("updated_at", UtcDateTime, nullable=False),
+)
+
 # A recommendation to drain a node, and its life: pending -> acked -> completed -> returned,
 # or rejected / cancelled; "paged" when the fleet drain budget was exhausted.
 evictions = Table(
@@ -361,4 +373,16 @@ webhook_outbox = Table(
     Column("created_at", UtcDateTime, nullable=False),
     Column("delivered_at", UtcDateTime),
     Index("ix_webhook_outbox_state_next_attempt_at", "state", "next_attempt_at"),
+)
+
+# --- Leader: what a background job remembers between passes -----------------------------------
+
+# One row per job (the planner's risk streaks and budget episode, the rollups' newest sample id),
+# written in the transaction of the pass that changed it: a new leader continues from it.
+leader_state = Table(
+    "leader_state",
+    metadata,
+    Column("name", String(32), primary_key=True),
+    Column("value", Json, nullable=False),
+    Column("updated_at", UtcDateTime, nullable=False),
 )

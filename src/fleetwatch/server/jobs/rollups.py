@@ -24,6 +24,7 @@ from fleetwatch.server.db.session import Database
 from fleetwatch.server.db.tables import events, gpu_hourly, gpu_samples, gpus
 from fleetwatch.server.jobs.isolation import ItemGuard
 from fleetwatch.server.jobs.locks import LockKey, try_transaction_lock
+from fleetwatch.server.jobs.state import load_state, save_state
 
 __all__ = [
     "RollupJob",
@@ -165,26 +166,30 @@ def refresh_rollups(
 
 
 class RollupJob:
-    """The leader's rollups job: keeps ``gpu_hourly`` current, remembering the newest sample id
-    between passes. A pass is skipped while another process runs one."""
+    """The leader's rollups job: keeps ``gpu_hourly`` current. A pass is skipped while another
+    process runs one. The newest sample id of the last pass is kept in ``leader_state`` (not
+    memory): a pass starting without it would miss late samples older than its lookback that
+    arrived since that pass (an agent's spool after an outage)."""
 
     def __init__(self, db: Database, catalog: XidCatalog, guard: ItemGuard | None = None) -> None:
         self.db = db
         self.catalog = catalog
         self.guard = guard or ItemGuard("rollups")
-        self.after_id: int | None = None
 
     def __call__(self, now: datetime | None = None) -> int | None:
+        now = now or datetime.now(UTC)
         with self.db.write() as conn:
             if not try_transaction_lock(conn, LockKey.ROLLUPS):
                 return None
-            written, self.after_id = refresh_rollups(
+            state = load_state(conn, "rollups") or {}
+            written, after_id = refresh_rollups(
                 conn,
-                now=now or datetime.now(UTC),
+                now=now,
                 catalog=self.catalog,
-                after_id=self.after_id,
+                after_id=state.get("after_id"),
                 guard=self.guard,
             )
+            save_state(conn, "rollups", {"after_id": after_id}, now)
             return written
 
 

@@ -5,6 +5,10 @@ Delivery goes through ``fleetwatch.server.tell.outbox.enqueue_report`` (to subsc
 filters say ``weekly_report: true``); tests pass their own ``enqueue``. The report is built only
 when a subscriber is still waiting for that week (a restart does not rebuild a sent report, and
 a fleet without report subscribers never builds one).
+
+Who is still waiting is read from the outbox at every tick (a count), never remembered: a
+subscription added later in the week gets that week's report at the next tick, whichever process
+leads and since when.
 """
 
 from __future__ import annotations
@@ -41,7 +45,8 @@ def summary(report: dict[str, Any]) -> dict[str, Any]:
 
 
 class WeeklyReportJob:
-    """Call it periodically; it sends each completed week once (per process, and per outbox key)."""
+    """Call it periodically; it queues each completed week's report once per subscription (the
+    outbox key), as soon as a subscription is waiting for it."""
 
     def __init__(
         self,
@@ -59,21 +64,19 @@ class WeeklyReportJob:
             enqueue_report, guard=guard or ItemGuard("weekly_report")
         )
         self.waiting: Waiting = waiting or report_recipients_waiting
-        self.sent: IsoWeek | None = None
 
     def due(self, now: datetime) -> IsoWeek:
         return IsoWeek.last_complete(now, timedelta(hours=self.settings.report_delay_h))
 
     def __call__(self, now: datetime | None = None) -> str | None:
+        """The week whose report was queued now; None when no subscription waits for it."""
         now = now or datetime.now(UTC)
         week = self.due(now)
-        if self.sent is not None and week <= self.sent:
-            return None
         with self.db.read() as conn:
             waiting = self.waiting(conn, key=f"weekly:{week}")
-        if waiting:
-            self.deliver(week, now)
-        self.sent = week
+        if not waiting:
+            return None
+        self.deliver(week, now)
         return str(week)
 
     def deliver(self, week: IsoWeek, now: datetime) -> int:

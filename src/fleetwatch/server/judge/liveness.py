@@ -8,13 +8,26 @@ judging by ``last_seen`` alone while an API replica restarts, and a freshly star
 every node its intervals before calling it unreachable. A node silent past its deadline by
 ``last_seen`` but not yet past it since ``heard_since`` is *unheard*: neither up nor unreachable,
 so nothing is fired, resolved, evicted or cancelled for it until the grace ends.
+
+Readers (``GET /v1/nodes``, the fleet page, ``/metrics``) judge by the same rule and the same
+start as the jobs: one :class:`Liveness` per process, on ``app.state.liveness``. They show an
+unheard node as ``unheard``, not as up and not as unreachable.
 """
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Literal
 
-__all__ = ["is_unheard", "node_state", "unreachable_deadline"]
+__all__ = ["Liveness", "NodeReading", "is_unheard", "node_state", "unreachable_deadline"]
+
+NodeReading = Literal["up", "unheard", "unreachable"]
+
+
+def _utcnow() -> datetime:
+    return datetime.now(UTC)
 
 
 def unreachable_deadline(
@@ -41,3 +54,19 @@ def is_unheard(
     """Silent past its deadline by ``last_seen``, but the server has not listened that long."""
     silent = node_state(last_seen, interval_s, factor, now) == "unreachable"
     return silent and node_state(last_seen, interval_s, factor, now, heard_since) == "up"
+
+
+@dataclass(frozen=True)
+class Liveness:
+    """How this process reads a node's state: its ``factor``, its start and its clock."""
+
+    factor: float
+    heard_since: datetime | None = None
+    clock: Callable[[], datetime] = field(default=_utcnow)
+
+    def state(self, last_seen: datetime, interval_s: float, now: datetime) -> NodeReading:
+        if node_state(last_seen, interval_s, self.factor, now) == "up":
+            return "up"
+        if node_state(last_seen, interval_s, self.factor, now, self.heard_since) == "up":
+            return "unheard"
+        return "unreachable"

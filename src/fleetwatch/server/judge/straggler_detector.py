@@ -2,44 +2,50 @@
 
 Every ``straggler_interval_s`` it reads the jobs table, and for each job whose newest step is half a
 window past the next unjudged window, judges the windows in order
-(:mod:`fleetwatch.models.stragglers`). It writes verdict transitions and ``node_slowness`` in one
-transaction per job. A telemetry correlation is attached to hardware verdicts when they open.
+(:mod:`fleetwatch.models.stragglers`). It writes verdict transitions, ``node_slowness`` and the
+job's detector state (``straggler_state``: the next unjudged window, each node's runs of slow and
+normal windows, open verdicts, the newest window's ratios) in one transaction per job. A telemetry
+correlation is attached to hardware verdicts when they open.
 
-Detector state (runs of slow and normal windows) lives in this worker's memory. A worker that
-builds a detector for a job it has not followed (a restart, or another worker that held the lock)
-replays up to the job's last 60 windows and adopts its open verdicts; ``node_slowness`` may then
-count those windows twice. So a job that posts old steps all at once is judged whole when it is
-shorter than 10 minutes of steps, and on its last 10 minutes otherwise. On PostgreSQL an advisory
-lock lets one worker do a pass; a worker that loses the race drops its detectors so that it
-rebuilds them from the database when it next wins.
+No state that matters stays in a worker's memory: whichever worker judges a job next (after a
+restart, or as a new leader) resumes from its stored state exactly, so no window is judged, or
+counted in ``node_slowness``, twice, and ``/metrics`` shows the same ratios on every process. A job
+without stored state (new, or judged by a version before ``straggler_state``) is built by
+replaying up to its last 60 windows and adopting its open verdicts (for the latter,
+``node_slowness`` counts those windows a second time, once). So a job that posts old steps all at
+once is judged whole when it is shorter than 10 minutes of steps, and on its last 10 minutes
+otherwise. On PostgreSQL an advisory lock lets one worker do a pass.
 """
 
 from __future__ import annotations
 
 import logging
-import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection
 
 from fleetwatch.config import ServerSettings
 from fleetwatch.models.stragglers import (
     DetectorConfig,
     JobDetector,
-    JobTrackers,
-    TrackedJob,
     judge_window,
 )
 from fleetwatch.server.db.session import Database
 from fleetwatch.server.jobs.isolation import ItemGuard
+from fleetwatch.server.jobs.locks import LockKey, try_transaction_lock
 from fleetwatch.server.metrics.exposition import escape_label
 from fleetwatch.server.repo.jobs import (
     JobRow,
+    StoredDetector,
     apply_transitions,
+    detector_starts,
     list_jobs,
     list_stragglers,
+    load_detector,
     load_slowness,
     read_steps,
+    recent_ratios,
+    save_detector,
     telemetry_evidence,
     update_slowness,
 )
@@ -48,16 +54,9 @@ __all__ = ["StragglerDetector", "render_stragglers"]
 
 logger = logging.getLogger(__name__)
 
-_LOCK = 0x46575F535452  # "FW_STR"
 REBUILD_WINDOWS = 60
 MAX_WINDOWS_PER_PASS = 2000
-_IDLE_DROP_S = 3600.0
-
-
-def _singleton(conn: Connection) -> bool:
-    if conn.dialect.name != "postgresql":
-        return True
-    return bool(conn.execute(text("SELECT pg_try_advisory_xact_lock(:k)"), {"k": _LOCK}).scalar())
+RATIOS_FRESH_S = 600.0
 
 
 class StragglerDetector:
@@ -74,76 +73,70 @@ class StragglerDetector:
             windows=settings.straggler_windows,
             normal_windows=settings.straggler_windows,
         )
-        self.trackers = JobTrackers()
 
     def run_once(self, now: datetime | None = None) -> int:
         """One pass over every job; returns the number of windows judged."""
         now = now or datetime.now(UTC)
         judged = 0
         with self.db.write() as conn:
-            if not _singleton(conn):
-                with self.trackers.lock:
-                    self.trackers.jobs.clear()
+            if not try_transaction_lock(conn, LockKey.STRAGGLERS):
                 return 0
             slowness = load_slowness(conn)
-            for job in list_jobs(conn, limit=1000):
-                if self._idle(job):
+            listed = list_jobs(conn, limit=1000)
+            starts = detector_starts(conn, [job.job_id for job in listed])
+            for job in listed:
+                start = starts.get(job.job_id)
+                if start is not None and start + self.config.width > self._ready(job):
                     continue  # most jobs, most passes: no savepoint for nothing to do
-                # A savepoint per job: its detector state in memory moves with its writes, so a
-                # failing job is rolled back alone and rebuilt from the database next pass.
-                with self.guard.item(conn, f"job {job.job_id}") as ok:
-                    judged += self._run_job(conn, job, slowness, now)
-                if not ok:
-                    with self.trackers.lock:
-                        self.trackers.jobs.pop(job.job_id, None)
-        self._forget_idle()
+                # A savepoint per job: its stored state moves with its writes, so a failing job is
+                # rolled back alone and judged again from where it was, next pass (its slowness
+                # scores too: the later jobs of this pass must not see them).
+                with self.guard.item(conn, f"job {job.job_id}"):
+                    scores = dict(slowness)
+                    judged += self._run_job(conn, job, scores, now)
+                    slowness.update(scores)
         return judged
 
-    def _idle(self, job: JobRow) -> bool:
-        """Whether the job surely has no window to judge (what :meth:`_run_job` checks first)."""
-        if self.trackers.finished.get(job.job_id) == job.last_seen:
-            return True
-        tracked = self.trackers.jobs.get(job.job_id)
-        if tracked is None or job.job_id in self.trackers.finished:
-            return False  # _run_job builds the tracker, or drops the stale mark
-        return tracked.next_start + self.config.width > job.last_seen - self.config.grace
+    def _ready(self, job: JobRow) -> datetime:
+        """Windows ending by then may be judged (ranks flush at different moments)."""
+        return job.last_seen - self.config.grace
 
-    def _tracker(self, conn: Connection, job: JobRow, slowness: dict[str, float]) -> TrackedJob:
-        tracked = self.trackers.jobs.get(job.job_id)
-        if tracked is not None:
-            return tracked
+    def _rebuild(
+        self, conn: Connection, job: JobRow, slowness: dict[str, float]
+    ) -> tuple[JobDetector, datetime]:
+        """A detector for a job without stored state, and the window it starts at."""
         width = self.config.width
         start = job.first_seen
         if job.last_seen - job.first_seen > width * REBUILD_WINDOWS:
             skip = int((job.last_seen - job.first_seen - width * REBUILD_WINDOWS) / width)
             start = job.first_seen + width * skip
-        detector = JobDetector(self.config, from_start=start == job.first_seen,
-                               slowness=slowness.get)  # fmt: skip
+        detector = JobDetector(
+            self.config, from_start=start == job.first_seen, slowness=slowness.get
+        )
         for row in list_stragglers(conn, job_id=job.job_id, active=True):
             detector.adopt_open(row["node"], row["started_at"], row["windows"])
-        tracked = TrackedJob(detector, start)
-        with self.trackers.lock:
-            self.trackers.jobs[job.job_id] = tracked
-        return tracked
+        return detector, start
 
     def _run_job(
         self, conn: Connection, job: JobRow, slowness: dict[str, float], now: datetime
     ) -> int:
-        if self.trackers.finished.get(job.job_id) == job.last_seen:
+        stored = load_detector(conn, job.job_id)
+        if stored is None:
+            detector, next_start = self._rebuild(conn, job, slowness)
+            latest: dict[str, float] = {}
+        else:
+            detector = JobDetector.resume(self.config, stored.detector, slowness=slowness.get)
+            next_start, latest = stored.next_start, stored.ratios
+        width, ready = self.config.width, self._ready(job)
+        if next_start + width > ready:
             return 0
-        self.trackers.finished.pop(job.job_id, None)
-        tracked = self._tracker(conn, job, slowness)
-        width, ready = self.config.width, job.last_seen - self.config.grace
-        if tracked.next_start + width > ready:
-            return 0
-        tracked.touched, tracked.last_seen = time.monotonic(), job.last_seen
-        steps = read_steps(conn, job.job_id, tracked.next_start, ready)
+        steps = read_steps(conn, job.job_id, next_start, ready)
         judged = 0
         ratios: dict[str, list[float]] = {}
         transitions = []
         i = 0
-        while tracked.next_start + width <= ready and judged < MAX_WINDOWS_PER_PASS:
-            start, end = tracked.next_start, tracked.next_start + width
+        while next_start + width <= ready and judged < MAX_WINDOWS_PER_PASS:
+            start, end = next_start, next_start + width
             j = i
             while j < len(steps) and steps[j].ts < end:
                 j += 1
@@ -151,59 +144,57 @@ class StragglerDetector:
             i = j
             if window:
                 result = judge_window(window, start, end, ratio=self.config.ratio)
-                transitions.extend(tracked.detector.feed(result))
+                transitions.extend(detector.feed(result))
                 for node, nw in (result.nodes if result else {}).items():
                     ratios.setdefault(node, []).append(nw.ratio)
-                tracked.next_start = end
+                next_start = end
             elif i < len(steps):  # a gap: jump to the window holding the next step
-                tracked.next_start = start + width * int((steps[i].ts - start) / width)
+                next_start = start + width * int((steps[i].ts - start) / width)
             else:
-                tracked.next_start = start + width * int((ready - start) / width)
+                next_start = start + width * int((ready - start) / width)
             judged += 1
         for t in transitions:
             if t.action == "open" and t.kind == "hardware":
                 found = telemetry_evidence(conn, t.node, t.started_at, t.at)
                 if found is not None:
                     t.evidence["telemetry"] = found
-            logger.info("straggler %s: job %s node %s %s (%.2fx)", t.action, job.job_id, t.node,
-                        t.kind or "", t.ratio)  # fmt: skip
+            logger.info(
+                "straggler %s: job %s node %s %s (%.2fx)",
+                t.action,
+                job.job_id,
+                t.node,
+                t.kind or "",
+                t.ratio,
+            )
         apply_transitions(conn, job.job_id, transitions, now)
         if ratios:
             update_slowness(conn, ratios, slowness, now)
+        if detector.last is not None:
+            latest = {node: nw.ratio for node, nw in detector.last.nodes.items()}
+        save_detector(conn, job.job_id, StoredDetector(next_start, detector.state(), latest), now)
         return judged
 
-    def _forget_idle(self) -> None:
-        cutoff = time.monotonic() - _IDLE_DROP_S
-        with self.trackers.lock:
-            for job_id, tracked in list(self.trackers.jobs.items()):
-                if tracked.touched < cutoff and tracked.last_seen is not None:
-                    del self.trackers.jobs[job_id]
-                    self.trackers.finished[job_id] = tracked.last_seen
 
-
-def render_stragglers(detector: StragglerDetector | None, db: Database) -> str:
+def render_stragglers(db: Database, now: datetime | None = None) -> str:
     """``fleetwatch_node_step_slowdown_ratio{node,job}`` for jobs judged in the last 10 minutes
-    (this worker's detectors) and ``fleetwatch_node_slowness_score{node}`` for every node."""
+    and ``fleetwatch_node_slowness_score{node}`` for every node, both from the database (every
+    process shows the same)."""
+    since = (now or datetime.now(UTC)) - timedelta(seconds=RATIOS_FRESH_S)
     out: list[str] = []
-    if detector is not None:
-        fresh = time.monotonic() - 600.0
-        with detector.trackers.lock:
-            live = {j for j, t in detector.trackers.jobs.items() if t.touched >= fresh}
-        lines = [
+    with db.read() as conn:
+        ratios = recent_ratios(conn, since=since)
+        scores = load_slowness(conn)
+    if ratios:
+        out.append(
+            "# HELP fleetwatch_node_step_slowdown_ratio A node's median step time over its "
+            "job's median, newest window.\n"
+            "# TYPE fleetwatch_node_step_slowdown_ratio gauge\n"
+        )
+        out.extend(
             f"fleetwatch_node_step_slowdown_ratio"
             f'{{node="{escape_label(n)}",job="{escape_label(j)}"}} {r:.4f}\n'
-            for j, n, r in detector.trackers.ratios()
-            if j in live
-        ]
-        if lines:
-            out.append(
-                "# HELP fleetwatch_node_step_slowdown_ratio A node's median step time over its "
-                "job's median, newest window.\n"
-                "# TYPE fleetwatch_node_step_slowdown_ratio gauge\n"
-            )
-            out.extend(lines)
-    with db.read() as conn:
-        scores = load_slowness(conn)
+            for j, n, r in ratios
+        )
     if scores:
         out.append(
             "# HELP fleetwatch_node_slowness_score Exponentially weighted step-time ratio of the "

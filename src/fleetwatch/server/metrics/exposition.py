@@ -4,6 +4,12 @@ The cache follows the ``gpus``, ``nodes`` and ``events`` tables incrementally (r
 ``last_seen`` / ``received_at`` moved past a watermark, with an overlap that catches transactions
 committed out of order), so every replica and worker shows the whole fleet, not only what it
 ingested itself. Each GPU's lines are formatted once per new sample and reused between scrapes.
+
+Node liveness follows this process's :class:`~fleetwatch.server.judge.liveness.Liveness`, as the
+alerter and the planner do. An *unheard* node (silent since before the server started, still in
+its grace) has no ``fleetwatch_node_up`` sample: neither 1 nor 0 is known, and a 0 would start
+the ``FleetWatchNodeUnreachable`` rule's clock on every restart. ``fleetwatch_nodes`` counts it
+under ``state="unheard"``.
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ from fleetwatch.metrics import GPU_METRICS, THROTTLE_REASONS
 from fleetwatch.server.db.base import utcnow
 from fleetwatch.server.db.session import Database
 from fleetwatch.server.db.tables import events, gpus, nodes
-from fleetwatch.server.judge.liveness import node_state
+from fleetwatch.server.judge.liveness import Liveness, NodeReading
 
 __all__ = ["FleetExposition", "escape_label"]
 
@@ -72,12 +78,12 @@ class FleetExposition:
         db: Database,
         *,
         ttl_s: float,
-        unreachable_factor: float,
+        liveness: Liveness,
         clock: Callable[[], datetime] = utcnow,
     ) -> None:
         self._db = db
         self._ttl_s = ttl_s
-        self._factor = unreachable_factor
+        self._liveness = liveness
         self._clock = clock
         self._lock = threading.Lock()
         self._refreshed_at: float | None = None
@@ -197,7 +203,6 @@ class FleetExposition:
     def render(self) -> str:
         self.refresh()
         with self._lock:
-            now = self._clock()
             families: list[list[str]] = [[] for _ in range(_GPU_FAMILIES)]
             for gpu in self._gpus.values():
                 node = self._nodes.get(gpu.node_id)
@@ -226,7 +231,7 @@ class FleetExposition:
                     out.append(f"# HELP {name} {help_text}\n# TYPE {name} {kind}\n")
                     out.append("\n".join(lines))
                     out.append("\n")
-            out.append(self._node_text(now))
+            out.append(self._node_text(self._liveness.clock()))
             out.append(self._event_text())
             return "".join(out)
 
@@ -272,12 +277,13 @@ class FleetExposition:
 
     def _node_text(self, now: datetime) -> str:
         up, seen, info = [], [], []
-        states = {"up": 0, "unreachable": 0}
+        states: dict[NodeReading, int] = {"up": 0, "unheard": 0, "unreachable": 0}
         for node in sorted(self._nodes.values(), key=lambda n: n.name):
             name = escape_label(node.name)
-            state = node_state(node.last_seen, node.interval_s, self._factor, now)
+            state = self._liveness.state(node.last_seen, node.interval_s, now)
             states[state] += 1
-            up.append(f'fleetwatch_node_up{{node="{name}"}} {1 if state == "up" else 0}')
+            if state != "unheard":
+                up.append(f'fleetwatch_node_up{{node="{name}"}} {1 if state == "up" else 0}')
             seen.append(
                 f'fleetwatch_node_last_seen_timestamp_seconds{{node="{name}"}} '
                 f"{node.last_seen.timestamp()}"
@@ -287,7 +293,8 @@ class FleetExposition:
             )
             info.append(f'fleetwatch_node_info{{node="{name}"{extra}}} 1')
         parts = [
-            "# HELP fleetwatch_node_up 1 if the node reported within 3 of its intervals.\n"
+            "# HELP fleetwatch_node_up 1 if the node reported within 3 of its intervals, 0 if not "
+            "(absent while not heard since the server started).\n"
             "# TYPE fleetwatch_node_up gauge\n",
             *(line + "\n" for line in up),
             "# HELP fleetwatch_node_last_seen_timestamp_seconds Unix time of the last batch.\n"
@@ -296,7 +303,8 @@ class FleetExposition:
             "# HELP fleetwatch_node_info Node labels; always 1.\n"
             "# TYPE fleetwatch_node_info gauge\n",
             *(line + "\n" for line in info),
-            "# HELP fleetwatch_nodes Nodes by liveness state.\n# TYPE fleetwatch_nodes gauge\n",
+            "# HELP fleetwatch_nodes Nodes by liveness state (up, unheard, unreachable).\n"
+            "# TYPE fleetwatch_nodes gauge\n",
             *(f'fleetwatch_nodes{{state="{s}"}} {n}\n' for s, n in sorted(states.items())),
         ]
         return "".join(parts)

@@ -14,14 +14,21 @@ too, leave exactly one claimer. The loser reads the row again and gets a 409 nam
 Every creation and change also sends ``NOTIFY fleetwatch_evictions`` on PostgreSQL, in the same
 transaction, so it is delivered on commit: long-polls of ``GET /v1/evictions`` on every replica
 wake at once (``server/act/eviction_watch.py``).
+
+Every state change also writes one ``eviction_audit`` row, so the newest audit id is a change
+cursor: ``eviction_cursor`` reads it, and ``list_evictions(changed_after=c)`` lists only the
+evictions changed since. Ids are handed out at insert and two transactions may commit in the other
+order, so a cursor read between those commits can pass over the earlier one: a cursor is a way to
+hear of changes sooner, never the only way to find them.
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, Row, and_, insert, or_, select, text, update
+from sqlalchemy import Connection, Row, and_, func, insert, or_, select, text, update
 
 from fleetwatch.errors import Conflict, NotFound
 from fleetwatch.server.db.tables import eviction_audit, evictions
@@ -35,6 +42,7 @@ __all__ = [
     "cancel_eviction",
     "complete_eviction",
     "create_eviction",
+    "eviction_cursor",
     "eviction_from_row",
     "expire_leases",
     "get_eviction",
@@ -55,19 +63,28 @@ def eviction_from_row(row: Row[Any]) -> EvictionPublic:
     return EvictionPublic.model_validate(dict(row._mapping))
 
 
+def eviction_cursor(conn: Connection) -> int:
+    """The id of the newest eviction change (0 before the first)."""
+    return int(conn.execute(select(func.max(eviction_audit.c.id))).scalar() or 0)
+
+
 def list_evictions(
     conn: Connection,
     *,
-    state: str | None = None,
+    states: Collection[str] | None = None,
     node: str | None = None,
+    changed_after: int | None = None,
     limit: int = 1000,
 ) -> list[EvictionPublic]:
-    """Newest first."""
+    """Newest first; ``changed_after`` (a cursor) keeps those whose state changed since."""
     query = select(evictions)
-    if state is not None:
-        query = query.where(evictions.c.state == state)
+    if states:
+        query = query.where(evictions.c.state.in_(states))
     if node is not None:
         query = query.where(evictions.c.node == node)
+    if changed_after is not None:
+        changed = select(eviction_audit.c.eviction_id).where(eviction_audit.c.id > changed_after)
+        query = query.where(evictions.c.id.in_(changed))
     query = query.order_by(evictions.c.id.desc()).limit(limit)
     return [eviction_from_row(row) for row in conn.execute(query)]
 

@@ -127,7 +127,9 @@ def _upsert_node(conn: Connection, batch: Batch, now: datetime) -> int:
     info = batch.node
     fields = {
         "labels": info.labels,
-        "interval_s": info.interval_s,
+        # Every silence window (unreachable, missing GPUs, GPU owners) counts in these: a node
+        # that pushes several collections at once is silent for its push interval between them.
+        "interval_s": info.report_interval_s,
         "agent_version": info.agent_version,
         "last_seen": now,
     }

@@ -1,4 +1,5 @@
-"""Training jobs: their step reports, straggler verdicts, node slowness and telemetry evidence."""
+"""Training jobs: their step reports, straggler verdicts, the straggler detector's state, node
+slowness and telemetry evidence."""
 
 from __future__ import annotations
 
@@ -19,17 +20,23 @@ from fleetwatch.server.db.tables import (
     jobs,
     node_slowness,
     nodes,
+    straggler_state,
     stragglers,
 )
 
 __all__ = [
     "JobRow",
+    "StoredDetector",
     "apply_transitions",
+    "detector_starts",
     "get_job",
     "list_jobs",
     "list_stragglers",
+    "load_detector",
     "load_slowness",
     "read_steps",
+    "recent_ratios",
+    "save_detector",
     "store_steps",
     "telemetry_evidence",
     "update_slowness",
@@ -173,6 +180,60 @@ def apply_transitions(
             )
         else:
             conn.execute(update(stragglers).where(open_row).values(ended_at=t.at, updated_at=now))
+
+
+@dataclass(frozen=True)
+class StoredDetector:
+    """A job's straggler detector after the windows judged so far (``straggler_state``)."""
+
+    next_start: datetime  # the first window not judged yet
+    detector: dict[str, Any]  # JobDetector.state()
+    ratios: dict[str, float]  # each node's ratio in the newest window with steps
+
+
+def detector_starts(conn: Connection, job_ids: Sequence[str]) -> dict[str, datetime]:
+    """The first unjudged window of each of ``job_ids`` that has a stored detector."""
+    found: dict[str, datetime] = {}
+    for i in range(0, len(job_ids), 1000):
+        rows = conn.execute(
+            select(straggler_state.c.job_id, straggler_state.c.next_start).where(
+                straggler_state.c.job_id.in_(job_ids[i : i + 1000])
+            )
+        )
+        found.update({r.job_id: r.next_start for r in rows})
+    return found
+
+
+def load_detector(conn: Connection, job_id: str) -> StoredDetector | None:
+    row = conn.execute(select(straggler_state).where(straggler_state.c.job_id == job_id)).first()
+    if row is None:
+        return None
+    return StoredDetector(row.next_start, dict(row.detector), dict(row.ratios))
+
+
+def save_detector(conn: Connection, job_id: str, stored: StoredDetector, now: datetime) -> None:
+    """Replace the job's detector state, in the transaction of the verdicts it led to."""
+    values = {
+        "job_id": job_id,
+        "next_start": stored.next_start,
+        "detector": stored.detector,
+        "ratios": stored.ratios,
+        "updated_at": now,
+    }
+    new = (pg_insert if conn.dialect.name == "postgresql" else sqlite_insert)(straggler_state)
+    new = new.values(values)
+    changed = {k: new.excluded[k] for k in values if k != "job_id"}
+    conn.execute(new.on_conflict_do_update(index_elements=["job_id"], set_=changed))
+
+
+def recent_ratios(conn: Connection, *, since: datetime) -> list[tuple[str, str, float]]:
+    """(job, node, ratio) of the newest window of each job judged since ``since``."""
+    rows = conn.execute(
+        select(straggler_state.c.job_id, straggler_state.c.ratios)
+        .where(straggler_state.c.updated_at >= since)
+        .order_by(straggler_state.c.job_id)
+    )
+    return [(r.job_id, n, float(ratio)) for r in rows for n, ratio in sorted(r.ratios.items())]
 
 
 def load_slowness(conn: Connection) -> dict[str, float]:

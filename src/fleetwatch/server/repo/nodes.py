@@ -9,7 +9,7 @@ from sqlalchemy import Connection, Row, func, select
 
 from fleetwatch.errors import NotFound
 from fleetwatch.server.db.tables import gpus, nodes
-from fleetwatch.server.judge.liveness import node_state
+from fleetwatch.server.judge.liveness import Liveness
 from fleetwatch.server.repo.gpus import gpu_summary_query, summary_from_row
 from fleetwatch.server.schemas.fleet import NodeDetail, NodePublic
 
@@ -22,10 +22,10 @@ def _gpu_counts() -> Any:
     )
 
 
-def _public(row: Row[Any], *, factor: float, now: datetime) -> dict[str, Any]:
+def _public(row: Row[Any], *, liveness: Liveness, now: datetime) -> dict[str, Any]:
     return {
         "name": row.name,
-        "state": node_state(row.last_seen, row.interval_s, factor, now),
+        "state": liveness.state(row.last_seen, row.interval_s, now),
         "last_seen": row.last_seen,
         "first_seen": row.first_seen,
         "labels": row.labels,
@@ -39,7 +39,7 @@ def list_nodes(
     conn: Connection,
     *,
     now: datetime,
-    factor: float,
+    liveness: Liveness,
     state: str | None = None,
     labels: dict[str, str] | None = None,
     limit: int = 10_000,
@@ -55,13 +55,13 @@ def list_nodes(
     for row in conn.execute(query):
         if labels and any(row.labels.get(k) != v for k, v in labels.items()):
             continue
-        node = NodePublic(**_public(row, factor=factor, now=now))
+        node = NodePublic(**_public(row, liveness=liveness, now=now))
         if state is None or node.state == state:
             found.append(node)
     return found[offset : offset + limit]
 
 
-def get_node(conn: Connection, *, name: str, now: datetime, factor: float) -> NodeDetail:
+def get_node(conn: Connection, *, name: str, now: datetime, liveness: Liveness) -> NodeDetail:
     counts = _gpu_counts()
     row = conn.execute(
         select(nodes, counts.c.gpu_count)
@@ -74,7 +74,7 @@ def get_node(conn: Connection, *, name: str, now: datetime, factor: float) -> No
         gpu_summary_query().where(gpus.c.node_id == row.id).order_by(gpus.c.index)
     )
     return NodeDetail(
-        **_public(row, factor=factor, now=now),
+        **_public(row, liveness=liveness, now=now),
         boot_id=row.boot_id,
         gpus=[summary_from_row(g) for g in gpu_rows],
     )

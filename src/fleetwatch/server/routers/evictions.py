@@ -4,13 +4,16 @@ Reading needs read scope (scheduler and admin tokens have it); every change need
 scope, and the token's name is recorded as the actor and the claimer.
 
 ``GET /v1/evictions?wait=N`` is a long-poll: a scheduler hears of a new eviction the moment it
-is created, on whichever replica it asks (``server/act/eviction_watch.py`` says how).
+is created, on whichever replica it asks (``server/act/eviction_watch.py`` says how). With several
+``state`` values and ``changed_after`` (the ``cursor`` of its last read) it hears of every change
+it acts on, e.g. a return as well as a new drain, and not again of what it has already read.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Sequence
 from typing import Annotated
 
 from fastapi import APIRouter, Body, Query, Request
@@ -24,6 +27,7 @@ from fleetwatch.server.repo.evictions import (
     ack_eviction,
     approve_eviction,
     complete_eviction,
+    eviction_cursor,
     get_eviction,
     list_evictions,
     reject_eviction,
@@ -40,7 +44,7 @@ from fleetwatch.server.schemas.evictions import (
     ReturnBody,
     State,
 )
-from fleetwatch.server.schemas.fields import RowId, Text
+from fleetwatch.server.schemas.fields import INT64_MAX, RowId, Text
 
 __all__ = ["router"]
 
@@ -58,7 +62,14 @@ _WAIT_DESCRIPTION = (
     "Long-poll: seconds (0 to 60) to hold the request while nothing matches. The answer comes "
     "at once when an eviction matches, else as soon as one is created or changes to match (on "
     "any replica), else after `wait` seconds with an empty list (200). 0 (the default) answers "
-    "at once. Example: `state=pending&wait=30` is what a scheduler adapter waits on."
+    "at once. Example: `state=pending&wait=30` waits for something to drain; "
+    "`state=pending&state=returned&changed_after=<cursor>&wait=30` is what the scheduler adapters "
+    "wait on: a new drain or a return, whichever comes first."
+)
+_CHANGED_AFTER_DESCRIPTION = (
+    "Only evictions whose state changed after this cursor (the `cursor` of an earlier answer). "
+    "With `wait`, the long-poll answers on the next change to a listed state instead of at once "
+    "for evictions already in it."
 )
 
 
@@ -71,10 +82,16 @@ async def read_evictions(
     request: Request,
     db: DatabaseDep,
     _token: ReadAuth,
-    state: Annotated[State | None, Query(description="only this state")] = None,
+    state: Annotated[
+        list[State] | None,
+        Query(description="only this state; repeat it for several (state=pending&state=returned)"),
+    ] = None,
     node: Annotated[Text | None, Query(description="only this node")] = None,
     limit: Annotated[int, Query(ge=1, le=100_000)] = 1000,
     wait: Annotated[float, Query(ge=0, le=60, description=_WAIT_DESCRIPTION)] = 0,
+    changed_after: Annotated[
+        int | None, Query(ge=0, le=INT64_MAX, description=_CHANGED_AFTER_DESCRIPTION)
+    ] = None,
 ) -> EvictionsPublic:
     """With ``wait``, the request holds no database connection and no worker thread while it
     waits; it ends early when the client goes away or the server shuts down."""
@@ -86,7 +103,9 @@ async def read_evictions(
         # Taken before the read: a change between the read and the wait still wakes us.
         woken = watch.waiter() if watch is not None else None
         try:
-            found = await run_in_threadpool(_matching, db, state, node, limit)
+            found, cursor = await run_in_threadpool(
+                _matching, db, state, node, changed_after, limit
+            )
             remaining = deadline - loop.time()
             if found or remaining <= 0 or woken is None or watch is None or watch.stopping:
                 break
@@ -97,14 +116,23 @@ async def read_evictions(
         finally:
             if woken is not None and watch is not None:
                 watch.discard(woken)
-    return EvictionsPublic(count=len(found), data=found)
+    return EvictionsPublic(count=len(found), data=found, cursor=cursor)
 
 
 def _matching(
-    db: Database, state: str | None, node: str | None, limit: int
-) -> list[EvictionPublic]:
+    db: Database,
+    states: Sequence[str] | None,
+    node: str | None,
+    changed_after: int | None,
+    limit: int,
+) -> tuple[list[EvictionPublic], int]:
     with db.read() as conn:
-        return list_evictions(conn, state=state, node=node, limit=limit)
+        # The cursor first: whatever it covers was committed before the list is read.
+        cursor = eviction_cursor(conn)
+        found = list_evictions(
+            conn, states=states, node=node, changed_after=changed_after, limit=limit
+        )
+        return found, cursor
 
 
 @router.get(

@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated
 
 from fastapi import APIRouter, Query
 
 from fleetwatch.errors import InvalidInput
-from fleetwatch.server.db.base import utcnow
-from fleetwatch.server.deps import DatabaseDep, ReadAuth, SettingsDep
+from fleetwatch.server.deps import DatabaseDep, LivenessDep, ReadAuth
 from fleetwatch.server.repo.nodes import get_node, list_nodes
 from fleetwatch.server.schemas.common import error_responses
 from fleetwatch.server.schemas.fields import INT32_MAX, Text
-from fleetwatch.server.schemas.fleet import NodeDetail, NodesPublic
+from fleetwatch.server.schemas.fleet import NodeDetail, NodesPublic, NodeState
 
 __all__ = ["router"]
 
@@ -35,19 +34,20 @@ def _parse_labels(raw: list[str]) -> dict[str, str]:
 @router.get("", response_model=NodesPublic, summary="List nodes with liveness and GPU counts")
 def read_nodes(
     db: DatabaseDep,
-    settings: SettingsDep,
+    liveness: LivenessDep,
     _token: ReadAuth,
-    state: Literal["up", "unreachable"] | None = None,
+    state: NodeState | None = None,
     label: Annotated[list[Text], Query(description="Filter by label, e.g. rack=r12")] = [],  # noqa: B006
     limit: Annotated[int, Query(ge=1, le=100_000)] = 10_000,
     offset: Annotated[int, Query(ge=0, le=INT32_MAX)] = 0,
 ) -> NodesPublic:
-    """Nodes sorted by name; a node is unreachable after 3 silent intervals."""
+    """Nodes sorted by name; a node is unreachable after 3 silent intervals while the server
+    was up (unheard in the grace after a server start)."""
     with db.read() as conn:
         found = list_nodes(
             conn,
-            now=utcnow(),
-            factor=settings.unreachable_after_intervals,
+            now=liveness.clock(),
+            liveness=liveness,
             state=state,
             labels=_parse_labels(label),
             limit=limit,
@@ -62,7 +62,7 @@ def read_nodes(
     responses=error_responses(404),
     summary="One node and its GPUs",
 )
-def read_node(name: Text, db: DatabaseDep, settings: SettingsDep, _token: ReadAuth) -> NodeDetail:
+def read_node(name: Text, db: DatabaseDep, liveness: LivenessDep, _token: ReadAuth) -> NodeDetail:
     """The node's state, labels and boot id, with each GPU's identity and latest sample."""
     with db.read() as conn:
-        return get_node(conn, name=name, now=utcnow(), factor=settings.unreachable_after_intervals)
+        return get_node(conn, name=name, now=liveness.clock(), liveness=liveness)

@@ -63,6 +63,10 @@ class EvictionPublic(BaseModel):
 class EvictionsPublic(BaseModel):
     count: int
     data: list[EvictionPublic]
+    cursor: int = Field(
+        description="where the evictions' change history stood when this list was read; pass "
+        "it back as `changed_after` to hear only of later changes"
+    )
 
 
 class AuditPublic(BaseModel):

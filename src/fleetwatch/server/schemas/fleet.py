@@ -20,12 +20,16 @@ __all__ = [
     "SamplesPublic",
 ]
 
-NodeState = Literal["up", "unreachable"]
+NodeState = Literal["up", "unheard", "unreachable"]
 
 
 class NodePublic(BaseModel):
     name: str
-    state: NodeState = Field(description="unreachable when silent for 3 x interval_s")
+    state: NodeState = Field(
+        description="unreachable when silent for 3 x interval_s while the server was up; "
+        "unheard while silent that long only counting from before the server started (its "
+        "grace after a restart: not known to be up, not called unreachable yet)"
+    )
     last_seen: datetime
     first_seen: datetime
     labels: dict[str, str]
