@@ -76,9 +76,10 @@ class KernelLogReader:
         events.sort(key=lambda e: e.line_number or 0)
         return events, errors
 
-    def flush(self) -> list[KernelEvent]:
-        """Close every open record (end of input, or end of what is there to read now)."""
-        return self._records.flush(self._line)
+    def flush(self, *, final: bool = True) -> list[KernelEvent]:
+        """Close every open record: at the end of the input (``final``), or when a poll finds
+        nothing new (then a lone notice waits for one more such poll)."""
+        return self._records.flush(self._line, final=final)
 
     def _read(self, line: str, number: int) -> Reading | None:
         event = parse_kernel_line(line, year_hint=self._year_hint, tz=self._tz)

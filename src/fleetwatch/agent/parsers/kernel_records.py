@@ -18,8 +18,10 @@ fall in the middle of another record, and a capture can start in the middle of o
   (an AER port's announcement) is claimed only by the next head, never by an open record.
 
 A record closes when no line has added to it for :data:`WINDOW` lines, when a head with its key
-arrives, or at :meth:`KernelRecordReader.flush` (end of a file; the agent flushes after every
-read, so a record is never held back longer than one poll).
+arrives, or at a flush (end of a file; in the agent, a poll that finds no new line). A notice
+no record claimed stands alone at the end of a file, or at the second flush in a row that finds
+it unclaimed: the kernel prints a notice and its record microseconds apart, and one quiet poll
+between them must not split them.
 """
 
 from __future__ import annotations
@@ -95,6 +97,7 @@ LineGrammar = Callable[[str, int | None, Any], Reading | None]
 class _Pending:
     line: int
     notice: Notice
+    flushes: int = 0
 
 
 @dataclass
@@ -127,14 +130,19 @@ class RecordAssembler:
         """A line that is no part of any record: records may close of old age."""
         return self._expire(line)
 
-    def flush(self, line: int) -> list[KernelEvent]:
+    def flush(self, line: int, *, final: bool = True) -> list[KernelEvent]:
+        """Close every open record; hand on the unclaimed notices if ``final`` or if they were
+        unclaimed at the previous flush already."""
         out: list[KernelEvent] = []
         for key in list(self._open):
             out += self._close(key, line)
-        for pending in self._pending:
-            pending.notice.event.line_number = pending.line
-            out.append(pending.notice.event)
-        self._pending.clear()
+        for pending in list(self._pending):
+            if final or pending.flushes >= 1:
+                pending.notice.event.line_number = pending.line
+                out.append(pending.notice.event)
+                self._pending.remove(pending)
+            else:
+                pending.flushes += 1
         return out
 
     def _add_part(self, part: Part, line: int) -> list[KernelEvent]:
