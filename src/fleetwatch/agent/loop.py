@@ -323,6 +323,8 @@ class Agent:
         """Called from watcher threads for events that may wait for the next push (corrected
         errors): kept in the spool at once, so none is lost, but not pushed at once: staged to
         ride with the next push when batching, else spooled as an ordinary batch."""
+        critical, events = split_critical(events)
+        self.emit_critical(critical)  # a caller's mistake must not make a fatal error wait
         if not events:
             return
         events = attach_gpu_uuids(events, self._known_gpus)

@@ -229,6 +229,10 @@ def test_routine_events_from_a_watcher_are_staged_when_batching(
     assert agent._spool.staged()[0] == 1
     assert agent._spool.staged_collections() == 0
     assert agent.spool_depth()[0] == 0
+    # A fatal error handed to the routine path by mistake still leaves at once.
+    agent.emit_routine([Event(kind="sxid", ts=T0, details={"severity": "fatal"})])
+    assert agent.spool_depth()[0] == 1
+    assert agent._spool.staged()[0] == 1
 
 
 def test_fatal_sxid_reaches_the_server_before_the_next_tick_and_aer_names_the_gpu(
