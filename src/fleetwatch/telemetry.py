@@ -437,7 +437,12 @@ class GpuSample(_WireModel):
 class Event(_WireModel):
     """Something that happened once: an Xid, a GPU lost from the bus, an agent start."""
 
-    kind: str = Field(pattern=_KIND_RE, description="xid, gpu_lost, nvlink_down, agent_start, ...")
+    kind: str = Field(
+        pattern=_KIND_RE,
+        description="xid, gpu_lost, sxid (NVSwitch), pcie_aer, mce (machine check or firmware "
+        "hardware error), edac (memory controller count), agent_start, ...; a server stores "
+        "kinds it does not know as they are",
+    )
     ts: datetime
     uuid: str | None = Field(default=None, pattern=_UUID_RE)
     pci_bus_id: str | None = Field(default=None, max_length=32)
@@ -448,7 +453,11 @@ class Event(_WireModel):
     details: dict[str, Any] | None = Field(
         default=None,
         description="Source-specific extras, kept as sent (text without NUL, integers within "
-        "64 bits, finite numbers)",
+        "64 bits, finite numbers). Kernel-log kinds put their reading here: ``severity`` "
+        "(sxid: fatal|non_fatal|correctable; pcie_aer: fatal|non_fatal|corrected; mce: "
+        "fatal|uncorrected|deferred|corrected; edac: uncorrected|corrected), and e.g. ``sxid`` "
+        "and ``link``, the AER ``errors`` and ``reported_by`` port, the EDAC ``count`` and "
+        "``label``",
     )
 
     _ts = field_validator("ts")(_check_ts)

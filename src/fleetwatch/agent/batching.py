@@ -18,9 +18,10 @@ How nothing is lost or stored twice:
   server acknowledges them, and the server stores a ``batch_id`` once. The server does not
   deduplicate a (GPU, ts) sample across batches (only within one, see
   ``server/ingest_checks.py``), so exactly-once rests on this transaction.
-- **Critical events never wait.** Events that may take a GPU out of service
-  (:data:`CRITICAL_KINDS`, as the server's urgent kinds) are spooled at once as a critical batch,
-  as a watcher's are, while the tick's samples stay staged; other events ride with the tick.
+- **Critical events never wait.** Events that may take a GPU out of service (:func:`is_critical`:
+  the kinds in :data:`CRITICAL_KINDS`, as the server's urgent kinds, and a fatal NVSwitch SXid or
+  fatal PCIe AER error) are spooled at once as a critical batch, as a watcher's are, while the
+  tick's samples stay staged; other events ride with the tick.
 - **Batches the server takes.** A batch holds ticks of one node description (a tick staged before
   a reboot keeps its ``boot_id``, from which the server reads counter resets), one reading per GPU
   and instant (a clock stepped back starts a new batch instead of one the server refuses with
@@ -45,8 +46,10 @@ from fleetwatch.telemetry import Batch, Event, GpuIdentity, GpuSample, NodeInfo
 
 __all__ = [
     "CRITICAL_KINDS",
+    "FATAL_SEVERITY_KINDS",
     "MAX_BATCH_BYTES",
     "combine_ticks",
+    "is_critical",
     "split_critical",
     "tick_body",
     "ticks_per_push",
@@ -55,6 +58,10 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 CRITICAL_KINDS = frozenset({"xid", "gpu_lost"})
+# Critical only when the record says ``fatal``: a fatal SXid stops the NVLink fabric of the GPUs
+# behind the switch port, an uncorrected fatal AER error the PCIe link (the GPU may fall off the
+# bus next). Their corrected and non-fatal reports are routine and ride with the next tick.
+FATAL_SEVERITY_KINDS = frozenset({"sxid", "pcie_aer"})
 MAX_BATCH_BYTES = 4 * 1024 * 1024
 MAX_BATCH_SAMPLES = 20_000  # well under the server's default max_samples_per_batch (50,000)
 
@@ -66,12 +73,19 @@ def ticks_per_push(interval_s: float, push_interval_s: float) -> int:
     return max(1, int(push_interval_s / interval_s + 0.5))
 
 
+def is_critical(event: Event) -> bool:
+    """Whether ``event`` may take a GPU out of service, so it must be pushed at once."""
+    if event.kind in CRITICAL_KINDS:
+        return True
+    return event.kind in FATAL_SEVERITY_KINDS and (event.details or {}).get("severity") == "fatal"
+
+
 def split_critical(events: Iterable[Event]) -> tuple[list[Event], list[Event]]:
     """(events to push at once, events that may wait for the push)."""
     critical: list[Event] = []
     routine: list[Event] = []
     for event in events:
-        (critical if event.kind in CRITICAL_KINDS else routine).append(event)
+        (critical if is_critical(event) else routine).append(event)
     return critical, routine
 
 

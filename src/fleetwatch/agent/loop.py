@@ -23,6 +23,7 @@ from datetime import UTC, datetime
 from fleetwatch import __version__
 from fleetwatch.agent.batching import combine_ticks, split_critical, tick_body, ticks_per_push
 from fleetwatch.agent.collectors.base import Collection, Collector, Watcher, merge_readings
+from fleetwatch.agent.event_gpus import attach_gpu_uuids
 from fleetwatch.agent.push import Pusher
 from fleetwatch.agent.selfmetrics import AgentMetrics
 from fleetwatch.agent.spool import DropReport, SetAside, Spool
@@ -171,6 +172,7 @@ class Agent:
         merged = merge_readings(collections)
         if merged.gpus:
             self._known_gpus = merged.gpus
+        merged.events = attach_gpu_uuids(merged.events, merged.gpus)
         return merged
 
     def _export_inner_errors(self, collector: Collector) -> None:
@@ -257,8 +259,8 @@ class Agent:
         return True
 
     def _push_due(self) -> bool:
-        staged, oldest = self._spool.staged()
-        if staged >= self.ticks_per_push:
+        _, oldest = self._spool.staged()
+        if self._spool.staged_collections() >= self.ticks_per_push:
             return True
         # Ticks an earlier run left, or ticks skipped (a cycle with nothing to stage), wait no
         # longer than one push interval.
@@ -304,6 +306,7 @@ class Agent:
         """Called from watcher threads: spool these events as their own batch and push now."""
         if not events:
             return
+        events = attach_gpu_uuids(events, self._known_gpus)
         with self._critical_lock:
             # Declare the GPUs we know, so the server can attach the events even if this is the
             # first batch it ever sees from this node.
@@ -315,6 +318,22 @@ class Agent:
             len(events),
             ", ".join(f"{e.kind} {e.xid or ''}".strip() for e in events[:5]),
         )
+
+    def emit_routine(self, events: list[Event]) -> None:
+        """Called from watcher threads for events that may wait for the next push (corrected
+        errors): kept in the spool at once, so none is lost, but not pushed at once: staged to
+        ride with the next push when batching, else spooled as an ordinary batch."""
+        critical, events = split_critical(events)
+        self.emit_critical(critical)  # a caller's mistake must not make a fatal error wait
+        if not events:
+            return
+        events = attach_gpu_uuids(events, self._known_gpus)
+        collection = Collection(gpus=list(self._known_gpus), events=events)
+        with self._critical_lock:
+            if self.ticks_per_push > 1:
+                self.stage_collection(collection)
+            else:
+                self.spool_collection(collection)
 
     def drain_once(self) -> None:
         """Push what the spool holds now (``--once``); stops at the first failure."""
@@ -330,6 +349,8 @@ class Agent:
         pusher.start()
         watchers = [c for c in self._collectors if isinstance(c, Watcher)]
         for watcher in watchers:
+            if hasattr(watcher, "routine_sink"):
+                watcher.routine_sink = self.emit_routine  # events that may wait, kept durably
             watcher.start_watch(self.emit_critical)
         logger.info(
             "agent %s for node %s: collectors %s, every %.1fs, pushing every %d collection(s)",

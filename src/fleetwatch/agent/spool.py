@@ -58,6 +58,7 @@ from fleetwatch.agent.spool_staging import (
     NewBatch,
     StagedTick,
     count_staged,
+    count_staged_collections,
     insert_staged,
     load_staged,
     remove_staged,
@@ -207,6 +208,11 @@ class Spool:
         """(collections staged, when the oldest was collected)."""
         with self._lock:
             return count_staged(self._db)
+
+    def staged_collections(self) -> int:
+        """Staged ticks that hold samples (events staged by a watcher are not collections)."""
+        with self._lock:
+            return count_staged_collections(self._db)
 
     def _insert(
         self,

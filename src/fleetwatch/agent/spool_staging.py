@@ -22,6 +22,7 @@ __all__ = [
     "NewBatch",
     "StagedTick",
     "count_staged",
+    "count_staged_collections",
     "insert_staged",
     "load_staged",
     "remove_staged",
@@ -85,3 +86,9 @@ def count_staged(db: sqlite3.Connection) -> tuple[int, float | None]:
     """(ticks staged, when the oldest was collected)."""
     count, oldest = db.execute("SELECT COUNT(*), MIN(collected) FROM staged").fetchone()
     return int(count), oldest
+
+
+def count_staged_collections(db: sqlite3.Connection) -> int:
+    """Staged ticks that hold samples: collections, not events a watcher staged between them."""
+    (count,) = db.execute("SELECT COUNT(*) FROM staged WHERE samples > 0").fetchone()
+    return int(count)

@@ -1,9 +1,20 @@
-"""The kernel log: ``NVRM: Xid`` lines and GPUs fallen off the bus, pushed the moment they appear.
+"""The kernel log: Xid lines, GPUs fallen off the bus, NVSwitch SXids, PCIe AER, machine checks
+and EDAC counts (:mod:`fleetwatch.agent.parsers.kernel_events`).
 
 Counters miss the events that kill a node; the kernel log does not. As a :class:`Watcher`, a
-thread polls the log every ``poll_s`` and hands new events to the agent at once (coalesced per
-poll, so a flood of 800,000 Xid 95 lines becomes a few batches a second, not 800,000 pushes).
-Without a watcher (``fleetwatch agent --once``), ``collect`` reads what is new.
+thread polls the log every ``poll_s`` and hands critical events (:func:`~fleetwatch.agent.
+batching.is_critical`: every Xid, a lost GPU, a fatal SXid or AER error) to the agent at once,
+coalesced per poll, so a flood of 800,000 Xid 95 lines becomes a few batches a second, not
+800,000 pushes. Routine events (corrected AER, EDAC counts, machine checks, non-fatal SXids) go
+to ``routine_sink`` when the agent sets one (it keeps them in the spool at once, to ride with
+the next push, so a storm of corrected errors is neither lost nor pushed line by line); without
+a sink they are handed over with the critical ones. Without a watcher (``fleetwatch agent
+--once``), ``collect`` reads what is new.
+
+Records that span lines are put together across reads. The watcher closes open records at the
+first poll that finds no new line (one poll after the record's last line, as the kernel prints a
+record at once), or when a log flood has moved on by the reader's window; ``collect`` without a
+watcher closes them at the end of each read.
 """
 
 from __future__ import annotations
@@ -14,10 +25,11 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import ClassVar
 
+from fleetwatch.agent.batching import split_critical
 from fleetwatch.agent.collectors.base import Collection, EmitEvents
 from fleetwatch.agent.kmsg import LineSource
-from fleetwatch.agent.parsers import KernelEvent, ParseError
-from fleetwatch.agent.parsers.kernel_log import parse_kernel_line
+from fleetwatch.agent.parsers import KernelEvent
+from fleetwatch.agent.parsers.kernel_events import KernelLogReader
 from fleetwatch.errors import CollectorError
 from fleetwatch.telemetry import Event
 
@@ -35,27 +47,31 @@ class KernelLogCollector:
         self._source = source
         self._clock = clock
         self._poll_s = poll_s
-        self._lock = threading.Lock()  # the source is read by one thread at a time
+        self._lock = threading.Lock()  # the source and the reader are used by one thread at a time
+        self._reader = KernelLogReader()
+        self.routine_sink: EmitEvents | None = None  # set by the agent before start_watch
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.bad_lines = 0
         self.read_errors = 0
 
-    def read_events(self) -> list[Event]:
+    def read_events(self, *, close_records: bool = True) -> list[Event]:
+        """Every event completed by the lines appended since the last read, in log order; open
+        records are closed at the end unless ``close_records`` is false and lines were read."""
         with self._lock:
             lines = self._source.read_lines()
+            found: list[KernelEvent] = []
+            for line in lines:
+                events, errors = self._reader.feed(line)
+                found += events
+                for error in errors:
+                    self.bad_lines += 1
+                    logger.warning("unreadable line in the kernel log (%s): %r", error, line[:200])
+            if close_records or not lines:
+                found += self._reader.flush(final=close_records)
         now = self._clock()
-        events = []
-        for line in lines:
-            try:
-                found = parse_kernel_line(line)
-            except ParseError as exc:
-                self.bad_lines += 1
-                logger.warning("unreadable Xid line in the kernel log (%s): %r", exc, line[:200])
-                continue
-            if found is not None:
-                events.append(_to_event(found, now))
-        return events
+        found.sort(key=lambda e: e.line_number or 0)
+        return [_to_event(event, now) for event in found]
 
     def collect(self, now: datetime) -> Collection:
         if self._thread is not None:
@@ -66,14 +82,21 @@ class KernelLogCollector:
         def watch() -> None:
             while not self._stop.wait(self._poll_s):
                 try:
-                    events = self.read_events()
+                    events = self.read_events(close_records=False)
                 except (CollectorError, OSError) as exc:
                     # The watcher must outlive a bad read: it is how fatal Xids reach us.
                     self.read_errors += 1
                     logger.warning("reading the kernel log failed: %s", exc)
                     continue
-                if events:
-                    emit(events)
+                routine: list[Event] = []
+                if self.routine_sink is None:
+                    critical = events
+                else:
+                    critical, routine = split_critical(events)
+                if critical:
+                    emit(critical)
+                if routine and self.routine_sink is not None:
+                    self.routine_sink(routine)
 
         self._thread = threading.Thread(target=watch, name="kernel-log", daemon=True)
         self._thread.start()
@@ -97,4 +120,5 @@ def _to_event(found: KernelEvent, now: datetime) -> Event:
         message=found.message[:4096] if found.message else None,
         pid=found.pid,
         process=found.process[:256] if found.process else None,
+        details=found.details,
     )

@@ -28,9 +28,18 @@ class GpuReading:
 
 @dataclass
 class KernelEvent:
-    """One GPU event read from the kernel log: an ``NVRM: Xid`` line, or a GPU lost from the bus."""
+    """One event read from the kernel log (or the Fabric Manager log).
 
-    kind: str  # "xid" or "gpu_lost"
+    ``kind``: ``xid`` (an ``NVRM: Xid`` line), ``gpu_lost`` (a GPU fallen off the bus), ``sxid``
+    (an NVSwitch error), ``pcie_aer`` (a PCIe Advanced Error Reporting record), ``mce`` (a
+    machine-check or firmware hardware-error record) or ``edac`` (a memory controller's error
+    count). ``pci_bus_id`` is the reporting device's address (a GPU's for ``xid``, the NVSwitch's
+    for ``sxid``, the reporting port or endpoint for ``pcie_aer``); ``uuid`` is set only once the
+    address is known to be one of the node's GPUs. ``details`` holds what the kind adds (severity,
+    link, error names, counts), JSON-ready; ``line_number`` is the record's first line.
+    """
+
+    kind: str
     message: str
     xid: int | None = None
     pci_bus_id: str | None = None
@@ -38,6 +47,8 @@ class KernelEvent:
     pid: int | None = None
     process: str | None = None
     line_number: int | None = None
+    uuid: str | None = None
+    details: dict[str, Any] | None = None
 
 
 class ParseError(ValueError):

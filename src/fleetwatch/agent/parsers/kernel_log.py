@@ -16,11 +16,9 @@ The event is looked for wherever ``NVRM:`` sits in the line, so any prefix works
 ``gpu_lost``. NVSwitch ``SXid`` lines, ``NVRM: GPU at PCI:...: GPU-<uuid>`` mapping lines and
 device-plugin messages are not GPU events here (``None``).
 
-Time: ``ts`` is a UTC datetime only when the prefix holds an absolute time. Stamps without a zone
-(``dmesg -T``, syslog) are read in ``tz`` (default UTC); a syslog stamp has no year, so
-``year_hint`` or else the current year is used. Monotonic stamps (``[ 1234.5]``, kmsg's usec)
-give ``ts=None``; :func:`monotonic_seconds` reads them so a caller who knows the boot time can
-convert them.
+Time: ``ts`` is a UTC datetime only when the prefix holds an absolute time
+(:func:`fleetwatch.agent.parsers.log_time.line_time` says which stamps count); monotonic stamps
+give ``ts=None``, and :func:`monotonic_seconds` reads them.
 
 Control characters: a NUL or any other control character in a line (seen in a real log, inside
 the process name) becomes U+FFFD before parsing (:func:`fleetwatch.agent.textclean.clean_text`),
@@ -35,11 +33,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta, timezone, tzinfo
+from datetime import UTC, datetime, tzinfo
 
 from fleetwatch.agent.parsers import KernelEvent, ParseError
+from fleetwatch.agent.parsers.log_time import line_time
+from fleetwatch.agent.parsers.log_time import monotonic_seconds as _monotonic_seconds
+from fleetwatch.agent.parsers.pci_address import PCI_PATTERN, pci_address
 from fleetwatch.agent.textclean import clean_text
-from fleetwatch.telemetry import normalize_pci_bus_id
 
 __all__ = [
     "KernelLogResult",
@@ -48,15 +48,7 @@ __all__ = [
     "parse_kernel_log",
 ]
 
-_MONTHS = {
-    name: number
-    for number, name in enumerate(
-        ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"),
-        start=1,
-    )
-}
-_MONTH = "(?P<mon>" + "|".join(_MONTHS) + ")"
-_PCI = r"[0-9A-Fa-f]{1,8}:[0-9A-Fa-f]{1,2}:[0-9A-Fa-f]{1,2}(?:\.[0-7])?"
+_PCI = PCI_PATTERN
 
 _XID_MARK = re.compile(r"NVRM: Xid\b")
 _XID_RE = re.compile(rf"NVRM: Xid \((?:PCI:)?(?P<pci>{_PCI})\):\s*(?P<xid>\d+)\b(?P<body>.*)$")
@@ -66,21 +58,10 @@ _BODY_RE = re.compile(
 )
 _LOST_TEXT = "fallen off the bus"
 _LOST_RE = re.compile(rf"NVRM: GPU (?:at )?(?:PCI:)?(?P<pci>{_PCI}):\s*(?P<msg>.*)$")
+# Newer drivers: "NVRM: The NVIDIA GPU 0000:b3:00.0 (PCI ID: 10de:26b5) installed in this system
+# has fallen off the bus ..." (one kmsg record; dmesg splits it over three NVRM: lines).
+_ANY_GPU_PCI_RE = re.compile(rf"\bGPU (?:at )?(?:PCI:)?(?P<pci>{_PCI})\b")
 _NVRM = "NVRM:"
-
-_TIME = r"(?P<h>\d{2}):(?P<m>\d{2}):(?P<s>\d{2})"
-_ISO_RE = re.compile(
-    rf"(?P<y>\d{{4}})-(?P<mo>\d{{2}})-(?P<d>\d{{2}})[T ]{_TIME}(?:[.,](?P<frac>\d+))?"
-    r"(?P<zone>Z|[+-]\d{2}:?\d{2})?"
-)
-_CTIME_RE = re.compile(
-    rf"\[(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) {_MONTH} +(?P<d>\d{{1,2}}) {_TIME}(?: (?P<y>\d{{4}}))?\]"
-)
-_SYSLOG_RE = re.compile(
-    rf"(?:^|\s){_MONTH} +(?P<d>\d{{1,2}}) {_TIME}(?:\.(?P<frac>\d+))?\s+(?:\S+\s+)?kernel:"
-)
-_UPTIME_RE = re.compile(r"\[\s*(?P<sec>\d+\.\d+)\]")
-_KMSG_RE = re.compile(r"^\d+,\d+,(?P<usec>\d+),[^;]*;")
 
 
 @dataclass(frozen=True)
@@ -125,12 +106,7 @@ def parse_kernel_line(
 
 def monotonic_seconds(line: str) -> float | None:
     """Seconds since boot from a ``[ 1234.567890]`` stamp or a raw kmsg record, if present."""
-    kmsg = _KMSG_RE.match(line)
-    if kmsg is not None:
-        return int(kmsg["usec"]) / 1_000_000
-    start = line.find(_NVRM)
-    uptime = _UPTIME_RE.search(line if start < 0 else line[:start])
-    return float(uptime["sec"]) if uptime is not None else None
+    return _monotonic_seconds(line, before=_NVRM)
 
 
 def _xid_event(line: str, start: int, year_hint: int | None, tz: tzinfo) -> KernelEvent:
@@ -154,60 +130,25 @@ def _xid_event(line: str, start: int, year_hint: int | None, tz: tzinfo) -> Kern
 
 def _lost_event(line: str, start: int, year_hint: int | None, tz: tzinfo) -> KernelEvent:
     match = _LOST_RE.match(line, start)
+    if match is not None:
+        pci: str | None = _pci(match["pci"])
+        message = match["msg"]
+    else:
+        named = _ANY_GPU_PCI_RE.search(line, start)
+        pci = _pci(named["pci"]) if named is not None else None
+        message = line[start + len(_NVRM) :]
     return KernelEvent(
         kind="gpu_lost",
-        pci_bus_id=_pci(match["pci"]) if match is not None else None,
-        message=(match["msg"] if match is not None else line[start + len(_NVRM) :]).strip(),
+        pci_bus_id=pci,
+        message=message.strip(),
         ts=_timestamp(line[:start], year_hint, tz),
     )
 
 
 def _pci(value: str) -> str:
     # The kernel prints the bus id without its function ("0000:3b:00"); a GPU is function 0.
-    if "." not in value:
-        value += ".0"
-    try:
-        return normalize_pci_bus_id(value)
-    except ValueError as exc:
-        raise ParseError(str(exc)) from exc
+    return pci_address(value)
 
 
 def _timestamp(prefix: str, year_hint: int | None, tz: tzinfo) -> datetime | None:
-    """The absolute time in the text before ``NVRM:``, as UTC; ``None`` if it holds none."""
-    if iso := _ISO_RE.search(prefix):
-        zone = _zone(iso["zone"]) or tz
-        fields = (int(iso["y"]), int(iso["mo"]), int(iso["d"]))
-        return _build(fields, iso, zone)
-    if ctime := _CTIME_RE.search(prefix):
-        year = int(ctime["y"]) if ctime["y"] else _year(year_hint)
-        return _build((year, _MONTHS[ctime["mon"]], int(ctime["d"])), ctime, tz)
-    if syslog := _SYSLOG_RE.search(prefix):
-        date = (_year(year_hint), _MONTHS[syslog["mon"]], int(syslog["d"]))
-        return _build(date, syslog, tz)
-    return None
-
-
-def _build(date: tuple[int, int, int], match: re.Match[str], tz: tzinfo) -> datetime | None:
-    frac = match.groupdict().get("frac") or "0"
-    try:
-        stamp = datetime(
-            *date, int(match["h"]), int(match["m"]), int(match["s"]), int(frac[:6].ljust(6, "0"))
-        )
-    except ValueError:
-        return None  # an impossible date (e.g. Feb 29 in a guessed year): keep the event, no time
-    return stamp.replace(tzinfo=tz).astimezone(UTC)
-
-
-def _zone(text: str | None) -> tzinfo | None:
-    if text is None:
-        return None
-    if text == "Z":
-        return UTC
-    sign = -1 if text[0] == "-" else 1
-    digits = text[1:].replace(":", "")
-    return timezone(sign * timedelta(hours=int(digits[:2]), minutes=int(digits[2:])))
-
-
-def _year(year_hint: int | None) -> int:
-    # Syslog stamps carry no year; a log read across New Year needs the caller's hint.
-    return year_hint if year_hint is not None else datetime.now(UTC).year
+    return line_time(prefix, year_hint=year_hint, tz=tz)
