@@ -29,7 +29,6 @@ import hashlib
 import json
 import math
 import os
-import platform
 import random
 import sqlite3
 import sys
@@ -45,7 +44,7 @@ from typing import Any
 
 import httpx
 import psycopg
-from procstats import machine_busy, postgres_cpu_s, proc_cpu_s
+from procstats import machine, machine_busy, postgres_cpu_s, proc_cpu_s
 from rawhttp import read_response
 from serverproc import (
     ServerGroup,
@@ -1031,26 +1030,6 @@ def api_processes_markdown(rows: list[dict[str, Any]]) -> str:
             f"| {cpu['machine_busy_pct']}% | {r['server_cpu_us_per_row']} |"
         )
     return "\n".join(lines)
-
-
-def machine() -> dict[str, Any]:
-    model = "?"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {
-        "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "cpus": os.cpu_count(),
-        "cpu_model": model,
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "loadavg_at_start": [round(x, 2) for x in os.getloadavg()],
-        "command": " ".join([Path(sys.executable).name, *sys.argv]),
-    }
 
 
 def markdown(results: dict[str, Any]) -> str:

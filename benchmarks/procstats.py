@@ -7,8 +7,14 @@ leaves the process out) when the process is gone, so a snapshot never fails mid-
 from __future__ import annotations
 
 import os
+import platform
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
 
 __all__ = [
+    "machine",
     "machine_busy",
     "postgres_cpu_s",
     "proc_cpu_s",
@@ -99,3 +105,30 @@ def machine_busy() -> tuple[float, float]:
         return 0.0, 0.0
     idle = parts[3] + (parts[4] if len(parts) > 4 else 0)
     return float(sum(parts) - idle), float(sum(parts))
+
+
+def machine() -> dict[str, Any]:
+    """What a benchmark ran on, for its report."""
+    model = "?"
+    memory_gib = None
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                memory_gib = round(int(line.split()[1]) / 2**20, 1)
+                break
+    except OSError:
+        pass
+    return {
+        "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "cpus": os.cpu_count(),
+        "cpu_model": model,
+        "memory_gib": memory_gib,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "loadavg_at_start": [round(x, 2) for x in os.getloadavg()],
+        "command": " ".join([Path(sys.executable).name, *sys.argv]),
+    }

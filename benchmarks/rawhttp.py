@@ -42,42 +42,70 @@ _Connection = tuple[asyncio.StreamReader, asyncio.StreamWriter]
 
 class RawPool:
     """At most ``size`` keep-alive connections to one ``host:port``, opened on demand; a caller
-    waits for a free one. ``post`` raises ``OSError`` (or ``asyncio.IncompleteReadError``) when the
-    connection breaks; the broken connection is dropped and the next caller opens a new one."""
+    waits for a free one. The most recently used connection goes first, and one idle for longer
+    than ``max_idle_s`` is closed instead of used: the server closes idle connections (uvicorn
+    after 5 s), and a request sent as it does so is lost. A request that meets a connection the
+    server has just closed (no answer at all) is sent once more on a new one; callers must only
+    send requests that are safe to repeat (ingest is: batch ids make it idempotent).
+    ``post`` raises ``OSError`` or ``asyncio.IncompleteReadError`` when that fails too."""
 
-    def __init__(self, host: str, port: int, size: int, headers: dict[str, str]) -> None:
-        self.host, self.port = host, port
+    def __init__(
+        self, host: str, port: int, size: int, headers: dict[str, str], max_idle_s: float = 3.0
+    ) -> None:
+        self.host, self.port, self.max_idle_s = host, port, max_idle_s
         self._slots = asyncio.Semaphore(size)
-        self._idle: list[_Connection] = []
+        self._idle: list[tuple[_Connection, float]] = []
         lines = [f"Host: {host}:{port}", *(f"{k}: {v}" for k, v in headers.items())]
         self._headers = ("\r\n".join(lines) + "\r\n").encode()
+        self.reopened = 0  # requests sent again after the server closed a kept-alive connection
 
     async def post(self, path: str, body: bytes) -> tuple[int, bytes]:
+        request = (
+            b"POST %s HTTP/1.1\r\n" % path.encode(),
+            self._headers,
+            b"Content-Length: %d\r\n\r\n" % len(body),
+            body,
+        )
         async with self._slots:
-            reader, writer = self._idle.pop() if self._idle else await self._open()
+            connection, reused = self._take()
+            if connection is None:
+                connection = await asyncio.open_connection(self.host, self.port)
             try:
-                writer.writelines(
-                    (
-                        b"POST %s HTTP/1.1\r\n" % path.encode(),
-                        self._headers,
-                        b"Content-Length: %d\r\n\r\n" % len(body),
-                        body,
-                    )
-                )
-                status, payload, close = await read_response(reader)
-            except BaseException:
-                writer.close()
-                raise
-            if close:
-                writer.close()
-            else:
-                self._idle.append((reader, writer))
-            return status, payload
+                return await self._exchange(connection, request)
+            except (asyncio.IncompleteReadError, ConnectionError) as exc:
+                nothing = not isinstance(exc, asyncio.IncompleteReadError) or not exc.partial
+                if not (reused and nothing):
+                    raise
+            self.reopened += 1
+            connection = await asyncio.open_connection(self.host, self.port)
+            return await self._exchange(connection, request)
 
-    async def _open(self) -> _Connection:
-        return await asyncio.open_connection(self.host, self.port)
+    def _take(self) -> tuple[_Connection | None, bool]:
+        now = asyncio.get_running_loop().time()
+        while self._idle:
+            (reader, writer), since = self._idle.pop()
+            if now - since <= self.max_idle_s and not reader.at_eof():
+                return (reader, writer), True
+            writer.close()
+        return None, False
+
+    async def _exchange(
+        self, connection: _Connection, request: tuple[bytes, ...]
+    ) -> tuple[int, bytes]:
+        reader, writer = connection
+        try:
+            writer.writelines(request)
+            status, payload, close = await read_response(reader)
+        except BaseException:
+            writer.close()
+            raise
+        if close:
+            writer.close()
+        else:
+            self._idle.append((connection, asyncio.get_running_loop().time()))
+        return status, payload
 
     def close(self) -> None:
-        for _, writer in self._idle:
+        for (_, writer), _ in self._idle:
             writer.close()
         self._idle.clear()
