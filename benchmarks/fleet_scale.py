@@ -203,11 +203,13 @@ def print_progress(line: dict[str, Any], cpu: dict[str, Any] | None) -> None:
         cores = " | cores: " + " ".join(
             f"{k} {v / seconds:.2f}" for k, v in cpu["cpu_s"].items() if v
         )
+        cores += f"; I/O wait {cpu['machine_iowait_pct']:.0f} %"
     log(
         f"t={line['t']:5.0f}s offered {line['offered_rows_per_s']:,} rows/s, stored "
         f"{line['acked_rows_per_s']:,} rows/s (totals {line['offered_rows']:,} / "
-        f"{line['acked_rows']:,}); p50 {line['p50_ms']} ms p99 {line['p99_ms']} ms; in flight "
-        f"{line['in_flight']}, late pushes {line['pushes_late']}, errors {line['errors']}; "
+        f"{line['acked_rows']:,}); p50 {line['p50_ms']} ms p99 {line['p99_ms']} ms; pending "
+        f"{line['pending']} ({line['in_flight']} on a connection), late pushes "
+        f"{line['pushes_late']}, errors {line['errors']}; "
         f"Xid->eviction s {line['probes']}{cores}"
     )
 

@@ -16,6 +16,7 @@ from typing import Any
 __all__ = [
     "machine",
     "machine_busy",
+    "machine_times",
     "postgres_cpu_s",
     "proc_cpu_s",
     "process_tree",
@@ -98,13 +99,19 @@ def postgres_cpu_s(database: str | None) -> dict[int, float]:
 
 def machine_busy() -> tuple[float, float]:
     """(busy, total) jiffies from /proc/stat, all CPUs."""
+    busy, _, total = machine_times()
+    return busy, total
+
+
+def machine_times() -> tuple[float, float, float]:
+    """(busy, waiting for I/O, total) jiffies from /proc/stat, all CPUs."""
     try:
         with open("/proc/stat") as f:
             parts = [int(x) for x in f.readline().split()[1:]]
     except OSError:
-        return 0.0, 0.0
-    idle = parts[3] + (parts[4] if len(parts) > 4 else 0)
-    return float(sum(parts) - idle), float(sum(parts))
+        return 0.0, 0.0, 0.0
+    iowait = parts[4] if len(parts) > 4 else 0
+    return float(sum(parts) - parts[3] - iowait), float(iowait), float(sum(parts))
 
 
 def machine() -> dict[str, Any]:

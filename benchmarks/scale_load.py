@@ -4,10 +4,12 @@ fatal-Xid probes.
 
 Agents. Node ``i`` of ``N`` pushes at ``start + i * P / N + k * P`` (``P`` the push interval): the
 ``P / tick`` collections of all its GPUs since its last push, the newest stamped at the push time,
-gzip level 6 as the agent's spool stores them, over a pool of keep-alive connections to its server
-(``i % servers``). A node whose previous push is still unanswered pushes late: its rows count as
-offered at the scheduled time all the same, which is what a backlog is. A push answered 5xx or
-cut is retried after 1 s with the same batch id, as agents do (the server stores it once).
+gzip level 6 as the agent's spool stores them, over ``connections`` keep-alive connections to
+its server (``i % servers``; a push waits here for a free one, and its request time starts when
+it has one). A node whose previous push is still unanswered pushes late, one push after the
+other as an agent drains its spool: its pushes count as offered when they are due all the same,
+which is what a backlog is. A push answered 5xx or cut is retried after 1 s with the same batch
+id, as agents do (the server stores it once).
 
 Windows. Rows of pushes scheduled in ``[start, start + duration)`` are offered; those answered
 200 by ``start + duration + grace`` are stored on time (``grace`` covers requests in flight at
@@ -127,15 +129,14 @@ class Tally:
     start: float
     window_end: float
     grace_end: float
-    offered_rows: int = 0
-    offered_pushes: int = 0
     acked_rows_in_window: int = 0
     on_time_rows: int = 0
     acked_rows_total: int = 0
     acked_events_total: int = 0
     noise_events_sent: int = 0
-    pushes_late: int = 0  # sent more than 1 s after they were due
-    in_flight: int = 0
+    pushes_late: int = 0  # on a connection more than 1 s after they were due
+    pending: int = 0  # due and not answered yet: waiting for a connection, or in flight
+    in_flight: int = 0  # sent on a connection, not answered yet
     errors: int = 0
     retries: int = 0
     error_samples: list[str] = field(default_factory=list)
@@ -175,6 +176,8 @@ class LoadGenerator:
         per_server = max(1, config.connections // len(config.urls))
         poster = _POSTERS[config.client]
         self.posters: list[_Poster] = [poster(u, per_server, headers) for u in config.urls]
+        # Pushes wait here for a connection, so that a request's time is the server's alone.
+        self.slots = [asyncio.Semaphore(per_server) for _ in config.urls]
         # Critical events do not queue behind routine pushes: their own connections.
         self.probe_posters: list[_Poster] = [_RawPoster(u, 4, headers) for u in config.urls]
         self.reader = httpx.AsyncClient(
@@ -226,7 +229,7 @@ class LoadGenerator:
     async def _node(self, i: int) -> None:
         c, t = self.config, self.tally
         renderer = self.renderers[i]
-        poster = self.posters[i % len(self.posters)]
+        server = i % len(self.posters)
         phase = i * c.push_interval_s / c.nodes
         tpp = self.ticks_per_push
         k = 0
@@ -244,29 +247,31 @@ class LoadGenerator:
             t.body_bytes += len(body)
             t.bodies += 1
             in_window = due < t.window_end
-            if in_window:
-                t.offered_rows += self.rows_per_push
-                t.offered_pushes += 1
-            await self._push(poster, body, due, self.rows_per_push, len(events), in_window)
+            t.pending += 1
+            try:
+                await self._push(server, body, due, self.rows_per_push, len(events), in_window)
+            finally:
+                t.pending -= 1
             k += 1
 
     async def _push(
-        self, poster: _Poster, body: bytes, due: float, rows: int, events: int, in_window: bool
+        self, server: int, body: bytes, due: float, rows: int, events: int, in_window: bool
     ) -> None:
         t = self.tally
         first = True
         while True:
-            sent = time.monotonic()
-            if first and sent - due > 1.0:
-                t.pushes_late += 1
-            first = False
-            t.in_flight += 1
-            try:
-                status, payload = await poster.post("/v1/ingest", body)
-            except _BROKEN as exc:
-                status, payload = 0, f"{type(exc).__name__}: {exc}".encode()
-            finally:
-                t.in_flight -= 1
+            async with self.slots[server]:
+                sent = time.monotonic()
+                if first and sent - due > 1.0:
+                    t.pushes_late += 1
+                first = False
+                t.in_flight += 1
+                try:
+                    status, payload = await self.posters[server].post("/v1/ingest", body)
+                except _BROKEN as exc:
+                    status, payload = 0, f"{type(exc).__name__}: {exc}".encode()
+                finally:
+                    t.in_flight -= 1
             answered = time.monotonic()
             if status == 200:
                 self._acked(payload, due, sent, answered, rows, events, in_window)
@@ -302,6 +307,16 @@ class LoadGenerator:
             t.lags.append(answered - due)
             if answered <= t.grace_end:
                 t.on_time_rows += rows
+
+    def offered_pushes(self, until: float) -> int:
+        """Pushes due before ``until`` (and in the window), whether or not they could be sent:
+        a node still waiting for its previous answer owes them all the same."""
+        c, t = self.config, self.tally
+        horizon = min(until, t.window_end) - t.start
+        if horizon <= 0:
+            return 0
+        phases = (i * c.push_interval_s / c.nodes for i in range(c.nodes))
+        return sum(max(0, math.ceil((horizon - phase) / c.push_interval_s)) for phase in phases)
 
     async def _probes(self) -> None:
         c, t = self.config, self.tally
@@ -363,32 +378,34 @@ class LoadGenerator:
         while True:
             await asyncio.sleep(c.progress_s)
             now = time.monotonic()
+            offered = self.offered_pushes(now) * self.rows_per_push
             recent = t.latencies[last[3] :]
             self.emit(
                 {
                     "event": "progress",
                     "t": round(now - t.start, 1),
-                    "offered_rows": t.offered_rows,
+                    "offered_rows": offered,
                     "acked_rows": t.acked_rows_total,
-                    "offered_rows_per_s": round((t.offered_rows - last[1]) / (now - last[0])),
+                    "offered_rows_per_s": round((offered - last[1]) / (now - last[0])),
                     "acked_rows_per_s": round((t.acked_rows_total - last[2]) / (now - last[0])),
                     "p50_ms": _ms(percentile(recent, 50)),
                     "p99_ms": _ms(percentile(recent, 99)),
                     "in_flight": t.in_flight,
+                    "pending": t.pending,
                     "pushes_late": t.pushes_late,
                     "errors": t.errors,
                     "probes": [p.get("evicted_after_s") for p in self.probes],
                 }
             )
-            last = (now, t.offered_rows, t.acked_rows_total, len(t.latencies))
+            last = (now, offered, t.acked_rows_total, len(t.latencies))
 
     def _summary(self) -> dict[str, Any]:
         t, c = self.tally, self.config
         return {
             "duration_s": c.duration_s,
             "rows_per_push": self.rows_per_push,
-            "offered_rows": t.offered_rows,
-            "offered_pushes": t.offered_pushes,
+            "offered_rows": self.offered_pushes(t.window_end) * self.rows_per_push,
+            "offered_pushes": self.offered_pushes(t.window_end),
             "acked_rows_in_window": t.acked_rows_in_window,
             "on_time_rows": t.on_time_rows,
             "acked_rows_total": t.acked_rows_total,

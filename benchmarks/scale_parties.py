@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from procstats import machine_busy, postgres_cpu_s, proc_cpu_s
+from procstats import machine_times, postgres_cpu_s, proc_cpu_s
 from serverproc import ServerGroup, running_server
 
 __all__ = ["Child", "Parties", "PostgresCpu", "Snapshot", "child", "log", "server_group"]
@@ -154,11 +154,12 @@ class Snapshot:
     mono: float
     cpu: dict[str, float]
     busy: float
+    iowait: float
     total: float
 
     @classmethod
     def take(cls, p: Parties) -> Snapshot:
-        busy, total = machine_busy()
+        busy, iowait, total = machine_times()
         cpu = {
             "server": sum(proc_cpu_s(pid) for pid in p.group.pids()),
             "postgres": p.postgres.used_s(),
@@ -167,7 +168,7 @@ class Snapshot:
             "exporters": proc_cpu_s(p.exporters) if p.exporters else 0.0,
             "harness": proc_cpu_s(os.getpid()),
         }
-        return cls(time.monotonic(), cpu, busy, total)
+        return cls(time.monotonic(), cpu, busy, iowait, total)
 
     def until(self, later: Snapshot) -> dict[str, Any]:
         wall = later.mono - self.mono
@@ -176,4 +177,10 @@ class Snapshot:
         share = (later.busy - self.busy) / max(later.total - self.total, 1e-9)
         # Everything else on the machine (it is shared): the noise in this measurement.
         cpu["others"] = round(max(0.0, cpus * share * wall - sum(cpu.values())), 3)
-        return {"seconds": round(wall, 3), "cpu_s": cpu, "machine_busy_pct": 100 * share}
+        iowait = (later.iowait - self.iowait) / max(later.total - self.total, 1e-9)
+        return {
+            "seconds": round(wall, 3),
+            "cpu_s": cpu,
+            "machine_busy_pct": 100 * share,
+            "machine_iowait_pct": 100 * iowait,
+        }

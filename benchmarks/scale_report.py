@@ -306,7 +306,8 @@ def markdown(r: dict[str, Any]) -> str:
         f"Other CPU in the window (seconds): load generator {cpu['generator']:,.1f}, "
         f"dcgm-exporter pages {cpu['exporters']:,.1f}, benchmark harness "
         f"({'/'}metrics scrapes) {cpu['harness']:,.1f}, rest of the machine {cpu['others']:,.1f}; "
-        f"machine busy {r['window']['machine_busy_pct']:.0f} %.",
+        f"machine busy {r['window']['machine_busy_pct']:.0f} %, waiting for I/O "
+        f"{r['window'].get('machine_iowait_pct', 0):.0f} %.",
         "",
         "| background job | passes between the first and last /metrics scrape | pass time |",
         "|---|---:|---|",
