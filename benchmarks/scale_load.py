@@ -137,6 +137,7 @@ class Tally:
     pushes_late: int = 0  # on a connection more than 1 s after they were due
     pending: int = 0  # due and not answered yet: waiting for a connection, or in flight
     in_flight: int = 0  # sent on a connection, not answered yet
+    not_sent_at_stop: int = 0
     errors: int = 0
     retries: int = 0
     error_samples: list[str] = field(default_factory=list)
@@ -261,6 +262,9 @@ class LoadGenerator:
         first = True
         while True:
             async with self.slots[server]:
+                if self.stop.is_set():
+                    t.not_sent_at_stop += 1  # the run is over: the backlog stays unsent
+                    return
                 sent = time.monotonic()
                 if first and sent - due > 1.0:
                     t.pushes_late += 1
@@ -412,6 +416,7 @@ class LoadGenerator:
             "acked_events_total": t.acked_events_total,
             "noise_events_sent": t.noise_events_sent,
             "pushes_late": t.pushes_late,
+            "pushes_not_sent_at_stop": t.not_sent_at_stop,
             "in_flight": t.in_flight,
             "errors": t.errors,
             "retries": t.retries,
