@@ -156,6 +156,7 @@ def measure(
     time.sleep(max(0.0, start - time.monotonic()))
     parties.postgres.begin()
     before = last = Snapshot.take(parties)
+    delivered_before = side.served_rows() if side else None
     first_s = min(args.push_interval + 30, args.duration / 2)
     scraper = MetricsScraper(
         parties.group.servers[0].url, read_token, start, end, first_s, args.metrics_every
@@ -175,6 +176,14 @@ def measure(
     time.sleep(max(0.0, end - time.monotonic()))
     after = Snapshot.take(parties)
     window = before.until(after)
+    delivered_after = side.served_rows() if side else None
+    if delivered_before is not None and delivered_after is not None:
+        # What the exporter pages handed Prometheus: its rows even if it cannot answer later.
+        window["prometheus_rows_delivered"] = delivered_after - delivered_before
+    window["rss_at_end_bytes"] = {
+        "server": sum(rss_peak_bytes(pid) for pid in parties.group.pids()),
+        "prometheus": side.prometheus.rss_peak_bytes() if side else None,
+    }
     # Prometheus' rows stop here: what it stored is what the window offered it.
     if side is not None:
         side.exporters.stop()
@@ -283,6 +292,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--nodes-per-target", type=int, default=10, help="nodes per exporter page")
     p.add_argument("--prometheus", help="the prometheus binary (default: on PATH)")
     p.add_argument("--no-prometheus", action="store_true", help="FleetWatch side only")
+    p.add_argument(
+        "--prometheus-nodes",
+        type=int,
+        help="Prometheus scrapes the pages of this many nodes only (default: all): for a machine "
+        "without the memory for the whole fleet's series beside the server",
+    )
     p.add_argument("--seed", type=int, default=12)
     p.add_argument("--json-out", type=Path, help="write every figure to this JSON file")
     args = p.parse_args(argv)

@@ -94,9 +94,12 @@ class ExporterPages:
         self.fleet, self.epoch = fleet, epoch
         self.targets = -(-fleet.nodes // nodes_per_target)
         self.pages: list[list[bytes]] = []
+        self.gpus: list[int] = []  # per target
         self.raw_bytes = 0
+        self.served_rows = 0  # GPU rows in the pages answered so far
         for k in range(self.targets):
             nodes = range(k * nodes_per_target, min(fleet.nodes, (k + 1) * nodes_per_target))
+            self.gpus.append(len(nodes) * fleet.gpus_per_node)
             variants = []
             for v in range(fleet.variants):
                 raw = render_page(fleet, nodes, v)
@@ -113,11 +116,16 @@ class ExporterPages:
 async def _serve_connection(
     pages: ExporterPages, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
 ) -> None:
-    """HTTP/1.1 keep-alive, GET /metrics/<k> only; plain text to clients that do not take gzip."""
+    """HTTP/1.1 keep-alive: ``GET /metrics/<k>`` (plain text to clients that do not take gzip)
+    and ``GET /served``, the GPU rows in the pages answered so far."""
     try:
         while True:
             head = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1")
             path = head.split(" ", 2)[1]
+            if path == "/served":
+                text = str(pages.served_rows).encode()
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(text), text))
+                continue
             gzip_ok = "gzip" in head.lower().split("accept-encoding:", 1)[-1].split("\r\n", 1)[0]
             try:
                 target = int(path.rsplit("/", 1)[1])
@@ -137,6 +145,7 @@ async def _serve_connection(
                 )
             )
             await writer.drain()
+            pages.served_rows += pages.gpus[target]
     except (asyncio.IncompleteReadError, ConnectionError):
         pass
     finally:

@@ -108,6 +108,10 @@ class Prometheus:
                 stdout=log,
                 stderr=subprocess.STDOUT,
             )
+        # On a shared machine running short of memory, the kernel should kill this one first
+        # (it is the largest anyway), not somebody else's work.
+        with contextlib.suppress(OSError):
+            Path(f"/proc/{self.process.pid}/oom_score_adj").write_text("1000")
         self.log_path = log_path
         self._client = httpx.Client(base_url=self.url, timeout=300)
 
@@ -198,6 +202,15 @@ class PrometheusSide:
     targets: int
     page_bytes: int  # all pages, every variant, uncompressed
     started_wall: float
+    exporter_url: str
+    gpus: int
+
+    def served_rows(self) -> int | None:
+        """GPU rows in the pages the exporter answered so far (None: it is gone)."""
+        try:
+            return int(httpx.get(f"{self.exporter_url}/served", timeout=10).text)
+        except (httpx.HTTPError, ValueError):
+            return None
 
 
 def start_prometheus_side(
@@ -206,7 +219,7 @@ def start_prometheus_side(
     log("dcgm-exporter pages: rendering")
     command = [sys.executable, str(HERE / "scale_exporters.py"), "--epoch", str(time.time())]
     for flag, value in (
-        ("--nodes", args.nodes),
+        ("--nodes", args.prometheus_nodes or args.nodes),
         ("--gpus-per-node", args.gpus_per_node),
         ("--seed", args.seed),
         ("--tick", args.tick),
@@ -221,7 +234,16 @@ def start_prometheus_side(
     stack.callback(prom.stop)
     prom.wait_ready()
     log(f"prometheus up at {prom.url}")
-    return PrometheusSide(exporters, prom, int(targets), int(page_bytes), time.time())
+    gpus = (args.prometheus_nodes or args.nodes) * args.gpus_per_node
+    return PrometheusSide(
+        exporters=exporters,
+        prometheus=prom,
+        targets=int(targets),
+        page_bytes=int(page_bytes),
+        started_wall=time.time(),
+        exporter_url=f"http://127.0.0.1:{port}",
+        gpus=gpus,
+    )
 
 
 def prometheus_figures(side: PrometheusSide, binary: str, window: dict[str, Any]) -> dict[str, Any]:
@@ -244,6 +266,7 @@ def _prometheus_figures(
     figures: dict[str, Any] = {
         "version": (version.stdout or version.stderr).splitlines()[0],
         "targets": side.targets,
+        "gpus": side.gpus,
         "page_bytes_all_variants": side.page_bytes,
         "rows_in_window": prom.gpu_rows(window["start_wall"], window["end_wall"]),
         "scrape_health": prom.scrape_health(window["start_wall"], window["end_wall"]),

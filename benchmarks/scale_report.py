@@ -48,7 +48,9 @@ def cost_per_row(r: dict[str, Any]) -> dict[str, float | None]:
     prom_rows = prom.get("rows_in_window") or 0
     fw = 1e6 * (cpu["server"] + cpu["postgres"]) / fw_rows if fw_rows else None
     pr = 1e6 * cpu["prometheus"] / prom_rows if prom and prom_rows else None
-    return {"fleetwatch_us": fw, "prometheus_us": pr}
+    delivered = r["window"].get("prometheus_rows_delivered")
+    per_delivered = 1e6 * cpu["prometheus"] / delivered if delivered else None
+    return {"fleetwatch_us": fw, "prometheus_us": pr, "prometheus_delivered_us": per_delivered}
 
 
 def disk_per_row(r: dict[str, Any]) -> dict[str, float | None]:
@@ -70,7 +72,7 @@ def disk_per_row(r: dict[str, Any]) -> dict[str, float | None]:
     }
     if prom_rows and prom.get("snapshot_bytes"):
         out["prometheus_block"] = prom["snapshot_bytes"] / prom_rows
-        index_per_gpu = prom["snapshot_index_bytes"] / r["scale"]["gpus"]
+        index_per_gpu = prom["snapshot_index_bytes"] / prom["gpus"]
         rows_per_gpu_2h = 7200 / r["scale"]["tick_s"]
         out["prometheus_block_2h"] = (
             prom["snapshot_chunks_bytes"] / prom_rows + index_per_gpu / rows_per_gpu_2h
@@ -112,7 +114,13 @@ def target_rows(r: dict[str, Any]) -> list[tuple[str, str, str, str]]:
         )
         rows.append((TARGET_ROWS[2], ">= 1.0", measured, _met(ratio >= 1.0)))
     else:
-        rows.append((TARGET_ROWS[2], ">= 1.0", f"not measured ({_no_prometheus(r)})", _met(None)))
+        note = _no_prometheus(r)
+        if cost["fleetwatch_us"] and cost["prometheus_delivered_us"]:
+            note += (
+                f"; its CPU per row the pages handed it: {cost['prometheus_delivered_us']:.1f} µs, "
+                f"FleetWatch {cost['fleetwatch_us']:.1f} µs"
+            )
+        rows.append((TARGET_ROWS[2], ">= 1.0", f"not measured ({note})", _met(None)))
     disk = disk_per_row(r)
     prom_disk = disk["prometheus_block_2h"] or disk["prometheus_tsdb"]
     if disk["fleetwatch"] and prom_disk:
@@ -211,9 +219,10 @@ def side_by_side(r: dict[str, Any]) -> list[tuple[str, str, str]]:
             f"- / {prom['rows_in_window'] / window_s:,.0f}" if prom else "-",
         ),
         (
-            "GPU rows stored in the window",
+            "GPU rows stored in the window (Prometheus: and handed it by the pages)",
             f"{load['acked_rows_in_window']:,}",
-            f"{prom['rows_in_window']:,}" if prom else "-",
+            f"{_num(prom.get('rows_in_window'))} "
+            f"({_num(r['window'].get('prometheus_rows_delivered'))})",
         ),
         (
             "ingest request p50 / p99 (FleetWatch); scrape mean / max (Prometheus)",
@@ -288,12 +297,19 @@ def _ms(seconds: float | None) -> float | None:
 def markdown(r: dict[str, Any]) -> str:
     m, s = r["machine"], r["scale"]
     cpu = r["window"]["cpu_s"]
+    prom = r.get("prometheus") or {}
+    prom_gpus = prom.get("gpus") or (r["args"].get("prometheus_nodes") or 0) * s["gpus_per_node"]
+    share = (
+        f" Prometheus scraped the pages of {prom_gpus:,} of them (`--prometheus-nodes`)."
+        if prom_gpus and prom_gpus < s["gpus"]
+        else ""
+    )
     lines = [
         f"{s['nodes']:,} nodes x {s['gpus_per_node']} GPUs = **{s['gpus']:,} GPUs**, a tick every "
         f"{s['tick_s']:g} s, a push every {s['push_interval_s']:g} s, "
         f"{r['window']['seconds']:.0f} s measured; server: {s['servers']}; "
         f"machine: {m['cpus']} CPUs ({m['cpu_model']}), {m['memory_gib']} GiB, {m['date']}, "
-        f"load average at start {m['loadavg_at_start']}.",
+        f"load average at start {m['loadavg_at_start']}.{share}",
         "",
         "| figure | target | measured | met |",
         "|---|---|---|---|",
