@@ -33,6 +33,7 @@ import shutil
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -233,7 +234,13 @@ def fleetwatch_figures(dsn: str, group: ServerGroup, load: dict[str, Any]) -> di
             return row[0] if row else None
 
         rows = int(one("SELECT count(*) FROM gpu_samples"))
-        evictions = conn.execute("SELECT node, state FROM evictions").fetchall()
+        evictions = conn.execute("SELECT node, state, reason FROM evictions").fetchall()
+        # Why nodes that got no Xid 79 were evicted: state and the reason's first word.
+        others = Counter(
+            f"{state}: {(reason or '').split(' ', 1)[0]}"
+            for node, state, reason in evictions
+            if node not in probed
+        )
         figures = {
             "samples_rows": rows,
             "db_equals_acked": rows == load["acked_rows_total"],
@@ -246,8 +253,9 @@ def fleetwatch_figures(dsn: str, group: ServerGroup, load: dict[str, Any]) -> di
             "gpus": int(one("SELECT count(*) FROM gpus")),
             "postgres_version": one("SHOW server_version"),
             "rss_peak_bytes": rss,
-            "evictions_of_probed_nodes": sum(1 for node, _ in evictions if node in probed),
-            "evictions_of_other_nodes": sum(1 for node, _ in evictions if node not in probed),
+            "evictions_of_probed_nodes": sum(1 for node, *_ in evictions if node in probed),
+            "evictions_of_other_nodes": sum(others.values()),
+            "evictions_of_other_nodes_by_reason": dict(others.most_common(10)),
         }
     log(
         f"FleetWatch: {rows:,} rows in gpu_samples, {load['acked_rows_total']:,} acknowledged "

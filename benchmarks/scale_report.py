@@ -324,8 +324,9 @@ def markdown(r: dict[str, Any]) -> str:
         f"({'/'}metrics scrapes) {cpu['harness']:,.1f}, rest of the machine {cpu['others']:,.1f}; "
         f"machine busy {r['window']['machine_busy_pct']:.0f} %, waiting for I/O "
         f"{r['window'].get('machine_iowait_pct', 0):.0f} %. Evictions of nodes that were sent no "
-        f"Xid 79: {r['fleetwatch']['evictions_of_other_nodes']:,} (a node whose pushes queue up "
-        "behind a busy server falls silent to it and is drained as unreachable).",
+        f"Xid 79: {r['fleetwatch']['evictions_of_other_nodes']:,} "
+        f"{r['fleetwatch'].get('evictions_of_other_nodes_by_reason') or ''} (a node whose pushes "
+        "queue up behind a busy server falls silent to it and is drained as unreachable).",
         "",
         "| background job | passes between the first and last /metrics scrape | pass time |",
         "|---|---:|---|",
