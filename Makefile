@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 # native libraries.
 TEST_DEBS = prometheus prometheus-alertmanager chromium poppler-utils weasyprint fonts-dejavu-core
 
-.PHONY: demo test lint typecheck check bench install clean
+.PHONY: demo test lint typecheck check bench fleet-scale install clean
 
 $(BIN)/python:
 	$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "FleetWatch needs Python >= 3.11"'
@@ -49,6 +49,13 @@ check: lint typecheck test
 bench: $(STAMP)
 	scripts/ensure-postgres.sh
 	$(BIN)/python benchmarks/ingest.py
+
+# Issue 12: 12,500 simulated agents (100,000 GPUs) for 10 minutes against the server on PostgreSQL,
+# Prometheus beside it; FLEET_SCALE_ARGS="--duration 60 --nodes 500" is the smoke run.
+fleet-scale: $(STAMP)
+	scripts/ensure-postgres.sh
+	scripts/ensure-debs.sh prometheus
+	$(BIN)/python benchmarks/fleet_scale.py $(FLEET_SCALE_ARGS)
 
 clean:
 	rm -rf $(VENV) var .pytest_cache .mypy_cache .ruff_cache

@@ -29,12 +29,8 @@ import hashlib
 import json
 import math
 import os
-import platform
 import random
-import secrets
-import socket
 import sqlite3
-import subprocess
 import sys
 import tempfile
 import threading
@@ -48,7 +44,16 @@ from typing import Any
 
 import httpx
 import psycopg
-from sqlalchemy.engine import URL, make_url
+from procstats import machine, machine_busy, postgres_cpu_s, proc_cpu_s
+from rawhttp import read_response
+from serverproc import (
+    ServerGroup,
+    ThrowawayDatabase,
+    create_token,
+    fleetwatch_cli,
+    running_server,
+)
+from sqlalchemy.engine import make_url
 
 from fleetwatch.config import ServerSettings
 from fleetwatch.server.auth import authenticate
@@ -56,7 +61,6 @@ from fleetwatch.server.db.session import Database, make_engine
 from fleetwatch.server.repo.ingest import store_batch
 from fleetwatch.telemetry import SAMPLE_FIELD_NAMES, SAMPLE_FIELDS, Batch, IngestLimits
 
-FLEETWATCH = [sys.executable, "-m", "fleetwatch"]
 DEFAULT_POSTGRES = "postgresql://postgres@127.0.0.1:5432/postgres"
 SAMPLE_COLUMNS = ("gpu_uuid", "node_id", "ts", "boot_id", *SAMPLE_FIELD_NAMES)
 INTERVAL_S = 10.0
@@ -225,174 +229,8 @@ def make_fleet(prefix: str, nodes: int, gpus: int, seed: int) -> list[SimNode]:
 
 
 # --------------------------------------------------------------------------------------------
-# CPU accounting from /proc (Linux)
+# The databases
 # --------------------------------------------------------------------------------------------
-
-_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-
-
-def _proc_cpu_s(pid: int, children: bool = False) -> float:
-    """utime + stime of a process (or of its exited, reaped children) in seconds."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            fields = f.read().rsplit(b")", 1)[1].split()
-        first = 13 if children else 11
-        return (int(fields[first]) + int(fields[first + 1])) / _TICK
-    except (OSError, IndexError, ValueError):
-        return 0.0
-
-
-def _postgres_cpu_s(database: str | None) -> dict[int, float]:
-    """CPU seconds per PostgreSQL process that works for ``database``: its backends plus the
-    shared background processes (WAL writer, checkpointer, ...); other databases' backends (the
-    machine is shared) are left out."""
-    out: dict[int, float] = {}
-    if database is None:
-        return out
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/comm", "rb") as f:
-                if f.read().strip() != b"postgres":
-                    continue
-            with open(f"/proc/{entry.name}/cmdline", "rb") as f:
-                cmdline = f.read().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if database in cmdline or "(" not in cmdline:
-            out[int(entry.name)] = _proc_cpu_s(int(entry.name))
-            if "(" not in cmdline and " -D " in cmdline:
-                # The postmaster: add the CPU of backends that exited (and were reaped) meanwhile;
-                # -1 - pid keys it apart. On a shared machine this includes others' sessions.
-                out[-1 - int(entry.name)] = _proc_cpu_s(int(entry.name), children=True)
-    return out
-
-
-def _machine_busy() -> tuple[float, float]:
-    """(busy, total) jiffies from /proc/stat, all CPUs."""
-    try:
-        with open("/proc/stat") as f:
-            parts = [int(x) for x in f.readline().split()[1:]]
-    except OSError:
-        return 0.0, 0.0
-    idle = parts[3] + (parts[4] if len(parts) > 4 else 0)
-    return float(sum(parts) - idle), float(sum(parts))
-
-
-# --------------------------------------------------------------------------------------------
-# The server process and the databases
-# --------------------------------------------------------------------------------------------
-
-
-def fleetwatch_cli(*args: str) -> str:
-    result = subprocess.run(
-        [*FLEETWATCH, *args], capture_output=True, text=True, timeout=120, check=False
-    )
-    if result.returncode != 0:
-        raise SystemExit(f"fleetwatch {' '.join(args[:2])} failed:\n{result.stderr}")
-    return result.stdout
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-@dataclass
-class ServerProcess:
-    url: str
-    process: subprocess.Popen[bytes]
-    log_path: Path
-
-
-@contextlib.contextmanager
-def running_server(
-    database_url: str,
-    workdir: Path,
-    workers: int,
-    extra_env: dict[str, str],
-    role: str | None = None,
-) -> Iterator[ServerProcess]:
-    port = free_port()
-    log_path = workdir / f"server-{port}.log"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FLEETWATCH_SERVER_")}
-    env.update(extra_env)
-    with log_path.open("wb") as sink:
-        process = subprocess.Popen(
-            [
-                *FLEETWATCH,
-                "server",
-                "--port",
-                str(port),
-                "--database-url",
-                database_url,
-                "--workers",
-                str(workers),
-                *(("--role", role) if role else ()),
-            ],
-            stdout=sink,
-            stderr=subprocess.STDOUT,
-            env=env,
-        )
-    server = ServerProcess(f"http://127.0.0.1:{port}", process, log_path)
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            if process.poll() is not None:
-                raise SystemExit(f"server exited early:\n{log_path.read_text()}")
-            try:
-                if httpx.get(f"{server.url}/readyz", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline:
-                raise SystemExit(f"server not ready after 60 s:\n{log_path.read_text()}")
-            time.sleep(0.1)
-        yield server
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-
-
-@dataclass
-class ServerGroup:
-    """The server processes measured together, and those the load goes to: node ``i`` posts to
-    ``targets[i % len(targets)]`` (several API processes behind no load balancer)."""
-
-    servers: list[ServerProcess]
-    targets: list[ServerProcess]
-
-    @classmethod
-    def one(cls, server: ServerProcess) -> ServerGroup:
-        return cls([server], [server])
-
-    @property
-    def urls(self) -> list[str]:
-        return [s.url for s in self.targets]
-
-    def pids(self) -> list[int]:
-        return [pid for s in self.servers for pid in server_pids(s.process.pid)]
-
-
-def server_pids(root: int) -> list[int]:
-    """The server process and its children (uvicorn workers when --server-workers > 1)."""
-    pids = [root]
-    try:
-        for entry in os.scandir("/proc"):
-            if entry.name.isdigit():
-                with open(f"/proc/{entry.name}/stat", "rb") as f:
-                    fields = f.read().rsplit(b")", 1)[1].split()
-                if int(fields[1]) == root:
-                    pids.append(int(entry.name))
-    except OSError:
-        pass
-    return pids
 
 
 class Backend:
@@ -477,14 +315,11 @@ class PostgresBackend(Backend):
     name = "postgres"
 
     def __init__(self, server_url: str) -> None:
-        base = make_url(ServerSettings(database_url=server_url).database_url)
-        self.db_name = f"fleetwatch_bench_{secrets.token_hex(4)}"
-        self.admin_dsn = _libpq(base)
-        with psycopg.connect(self.admin_dsn, autocommit=True, connect_timeout=5) as admin:
-            admin.execute(f'CREATE DATABASE "{self.db_name}"')
-        target = base.set(database=self.db_name)
-        self.url = target.render_as_string(hide_password=False)
-        self.dsn = _libpq(target)
+        self.database = ThrowawayDatabase(server_url)
+        self.db_name = self.database.name
+        self.admin_dsn = self.database.admin_dsn
+        self.url = self.database.url
+        self.dsn = self.database.dsn
 
     def count(self, table: str) -> int:
         with psycopg.connect(self.dsn) as conn:
@@ -523,12 +358,7 @@ class PostgresBackend(Backend):
         return loaded
 
     def drop(self) -> None:
-        with psycopg.connect(self.admin_dsn, autocommit=True, connect_timeout=5) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{self.db_name}" WITH (FORCE)')
-
-
-def _libpq(url: URL) -> str:
-    return url.set(drivername="postgresql").render_as_string(hide_password=False)
+        self.database.drop()
 
 
 # --------------------------------------------------------------------------------------------
@@ -739,7 +569,7 @@ async def _drive_raw(
             t0 = time.perf_counter()
             writer.writelines((head, b"Content-Length: %d\r\n\r\n" % len(body), body))
             try:
-                status, payload, close = await _read_response(reader)
+                status, payload, close = await read_response(reader)
             except (OSError, asyncio.IncompleteReadError, ValueError) as exc:
                 phase.error(f"{type(exc).__name__}: {exc}")
                 close = True
@@ -752,29 +582,6 @@ async def _drive_raw(
 
     await asyncio.gather(*(node_loop(i) for i in range(len(phases))))
     return time.perf_counter() - started
-
-
-async def _read_response(reader: asyncio.StreamReader) -> tuple[int, bytes, bool]:
-    head = await reader.readuntil(b"\r\n\r\n")
-    lines = head.decode("latin-1").split("\r\n")
-    status = int(lines[0].split(" ", 2)[1])
-    headers = {}
-    for line in lines[1:]:
-        if ":" in line:
-            key, value = line.split(":", 1)
-            headers[key.strip().lower()] = value.strip().lower()
-    if headers.get("transfer-encoding") == "chunked":
-        chunks = []
-        while True:
-            size = int((await reader.readuntil(b"\r\n")).strip().split(b";")[0], 16)
-            chunk = await reader.readexactly(size + 2)
-            if size == 0:
-                break
-            chunks.append(chunk[:-2])
-        payload = b"".join(chunks)
-    else:
-        payload = await reader.readexactly(int(headers.get("content-length", "0")))
-    return status, payload, headers.get("connection") == "close"
 
 
 def run_floor(
@@ -931,13 +738,13 @@ class _Snapshot:
 
     @classmethod
     def take(cls, server: list[int], backend: Backend) -> _Snapshot:
-        busy, total = _machine_busy()
+        busy, total = machine_busy()
         database = backend.db_name if isinstance(backend, PostgresBackend) else None
         return cls(
             wall=time.perf_counter(),
             client=time.process_time(),
-            server=sum(_proc_cpu_s(p) for p in server),
-            postgres=_postgres_cpu_s(database),
+            server=sum(proc_cpu_s(p) for p in server),
+            postgres=postgres_cpu_s(database),
             busy=busy,
             total=total,
         )
@@ -1125,10 +932,7 @@ def _now() -> datetime:
 
 
 def agent_token(database_url: str) -> str:
-    out = fleetwatch_cli(
-        "token", "create", "--scope", "agent", "--name", "bench", "--database-url", database_url
-    )
-    return out.strip().splitlines()[-1]
+    return create_token(database_url, "agent", "bench")
 
 
 def bench_backend(backend: Backend, workdir: Path, args: argparse.Namespace) -> dict[str, Any]:
@@ -1226,26 +1030,6 @@ def api_processes_markdown(rows: list[dict[str, Any]]) -> str:
             f"| {cpu['machine_busy_pct']}% | {r['server_cpu_us_per_row']} |"
         )
     return "\n".join(lines)
-
-
-def machine() -> dict[str, Any]:
-    model = "?"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {
-        "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "cpus": os.cpu_count(),
-        "cpu_model": model,
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "loadavg_at_start": [round(x, 2) for x in os.getloadavg()],
-        "command": " ".join([Path(sys.executable).name, *sys.argv]),
-    }
 
 
 def markdown(results: dict[str, Any]) -> str:

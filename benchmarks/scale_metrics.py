@@ -1,0 +1,160 @@
+"""FleetWatch's own ``/metrics`` during the scale run: page size and scrape time, the sharded
+page when the server has one, and the background jobs' counters read off the page.
+
+The scraper runs in a thread of the benchmark process, one scrape at a time (never two at once),
+reading the body as it streams (a 100,000-GPU page is hundreds of megabytes; only its first
+megabytes are kept: the process registry, where the background job metrics are, comes first).
+
+Background pass times: the server exposes ``fleetwatch_background_runs_total{job}``; any family
+named ``fleetwatch_background_*seconds*`` with a ``job`` label is read as the pass time (a
+histogram or summary: the mean of the passes between two scrapes; a gauge: the last pass). A job
+without one is reported as "not exposed", never estimated.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from typing import Any
+
+import httpx
+
+__all__ = ["MetricsScraper", "background_jobs", "scrape"]
+
+SHARD_PARAMS = {"shard": "3", "shards": "16"}
+_HEAD_BYTES = 4 * 2**20
+_LINE = re.compile(r"^(fleetwatch_background_\w+)(?:\{([^}]*)\})?\s+(\S+)")
+_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+
+Series = dict[tuple[str, str], float]  # (metric name, job) -> value
+
+
+def scrape(
+    url: str, token: str, params: dict[str, str] | None = None, abort_above: int | None = None
+) -> dict[str, Any]:
+    """One ``GET /metrics``, uncompressed, timed until the last byte."""
+    headers = {"Authorization": f"Bearer {token}", "Accept-Encoding": "identity"}
+    started = time.perf_counter()
+    size, head = 0, bytearray()
+    try:
+        with httpx.stream(
+            "GET", f"{url}/metrics", params=params, headers=headers, timeout=600
+        ) as answer:
+            for chunk in answer.iter_raw():
+                size += len(chunk)
+                if len(head) < _HEAD_BYTES:
+                    head += chunk
+                if abort_above is not None and size > abort_above:
+                    return {"status": answer.status_code, "bytes": size, "aborted": True}
+            status = answer.status_code
+    except httpx.HTTPError as exc:
+        return {"error": f"{type(exc).__name__}: {exc}"}
+    seconds = time.perf_counter() - started
+    return {"status": status, "bytes": size, "seconds": round(seconds, 3), "head": bytes(head)}
+
+
+def background_series(head: bytes) -> Series:
+    out: Series = {}
+    for line in head.decode("utf-8", errors="replace").splitlines():
+        match = _LINE.match(line)
+        if not match:
+            continue
+        labels = dict(_LABEL.findall(match.group(2) or ""))
+        if "job" in labels:
+            try:
+                out[(match.group(1), labels["job"])] = float(match.group(3))
+            except ValueError:
+                continue
+    return out
+
+
+def background_jobs(first: Series, last: Series) -> dict[str, dict[str, Any]]:
+    """Per job: passes completed between two scrapes, and the pass time where one is exposed."""
+    jobs: dict[str, dict[str, Any]] = {}
+    for (name, job), value in last.items():
+        info = jobs.setdefault(job, {"runs": None, "pass_s": None, "pass_source": None})
+        if name == "fleetwatch_background_runs_total":
+            info["runs"] = round(value - first.get((name, job), 0.0))
+    for (name, job), value in last.items():
+        info = jobs[job]
+        if "seconds" not in name or name.endswith(("_count", "_bucket", "_created")):
+            continue
+        if name.endswith("_sum"):
+            count_key = (name[: -len("_sum")] + "_count", job)
+            passes = last.get(count_key, 0.0) - first.get(count_key, 0.0)
+            if passes > 0:
+                info["pass_s"] = (value - first.get((name, job), 0.0)) / passes
+                info["pass_source"] = f"mean of {passes:.0f} passes, {name[: -len('_sum')]}"
+        elif info["pass_s"] is None:
+            info["pass_s"] = value
+            info["pass_source"] = f"last pass, {name}"
+    return jobs
+
+
+class MetricsScraper(threading.Thread):
+    """Scrapes ``/metrics`` at ``start + first_s``, then every ``every_s`` until ``end``; each
+    time also the sharded page, until it turns out not to exist."""
+
+    def __init__(
+        self, url: str, token: str, start: float, end: float, first_s: float, every_s: float
+    ) -> None:
+        super().__init__(name="metrics-scraper", daemon=True)
+        self.url, self.token = url, token
+        self.start_at, self.end, self.first_s, self.every_s = start, end, first_s, every_s
+        self.pages: list[dict[str, Any]] = []
+        self.shards: list[dict[str, Any]] = []
+        self.shard_reason: str | None = None
+        self.series: list[Series] = []
+        self._stop_event = threading.Event()
+
+    def run(self) -> None:
+        k = 0
+        while not self._stop_event.is_set():
+            at = self.start_at + self.first_s + k * self.every_s
+            if k > 0 and at > self.end - 10:
+                return
+            if self._stop_event.wait(max(0.0, at - time.monotonic())):
+                return
+            self.scrape_once(f"{k}")
+            k += 1
+
+    def scrape_once(self, label: str) -> None:
+        at = time.monotonic() - self.start_at
+        page = scrape(self.url, self.token)
+        head = page.pop("head", b"")
+        self.pages.append({"at_s": round(at, 1), "label": label, **page})
+        if page.get("status") == 200:
+            self.series.append(background_series(head))
+            if self.shard_reason is None:
+                self._scrape_shard(page["bytes"])
+
+    def _scrape_shard(self, full_bytes: int) -> None:
+        # A server without shards ignores the parameters and sends the whole page: stop reading
+        # once it is clearly more than a shard.
+        shard = scrape(self.url, self.token, SHARD_PARAMS, abort_above=int(0.6 * full_bytes))
+        shard.pop("head", None)
+        if shard.get("aborted"):
+            self.shard_reason = "the server ignores shard=3&shards=16: the full page came back"
+        elif shard.get("status") != 200:
+            self.shard_reason = f"answered {shard.get('status') or shard.get('error')}"
+        else:
+            self.shards.append(shard)
+
+    def stop(self) -> None:
+        self._stop_event.set()
+
+    def summary(self) -> dict[str, Any]:
+        shard: dict[str, Any] = {"available": bool(self.shards), "reason": self.shard_reason}
+        if self.shards:
+            shard.update(
+                max_s=max(s["seconds"] for s in self.shards),
+                bytes=max(s["bytes"] for s in self.shards),
+                scrapes=len(self.shards),
+            )
+        elif self.shard_reason is None:
+            shard["reason"] = "not scraped"
+        # Passes between the first and the last scrape; with one scrape, since the server started.
+        first = self.series[0] if len(self.series) > 1 else {}
+        jobs = background_jobs(first, self.series[-1]) if self.series else {}
+        return {"page": self.pages, "shard": shard, "background": jobs}

@@ -1,0 +1,186 @@
+"""The parties of ``benchmarks/fleet_scale.py`` and what each one costs: the server processes,
+the benchmark's own child processes (load generator, exporter pages), and CPU snapshots of all of
+them, PostgreSQL and Prometheus included, from /proc.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import queue
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from procstats import machine_times, postgres_cpu_s, proc_cpu_s
+from serverproc import ServerGroup, running_server
+
+__all__ = ["Child", "Parties", "PostgresCpu", "Snapshot", "child", "log", "server_group"]
+
+
+class _Measured(Protocol):
+    def cpu_s(self) -> float: ...
+
+
+def log(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+@contextlib.contextmanager
+def server_group(database_url: str, workdir: Path, api_processes: int) -> Iterator[ServerGroup]:
+    # A server with 100,000 GPUs in memory may take a while to stop: wait, then kill.
+    with contextlib.ExitStack() as stack:
+        if api_processes == 0:
+            server = running_server(database_url, workdir, 1, {}, stop_timeout_s=60)
+            yield ServerGroup.one(stack.enter_context(server))
+            return
+        worker = stack.enter_context(
+            running_server(database_url, workdir, 1, {}, "worker", stop_timeout_s=60)
+        )
+        apis = [
+            stack.enter_context(
+                running_server(database_url, workdir, 1, {}, "api", stop_timeout_s=60)
+            )
+            for _ in range(api_processes)
+        ]
+        yield ServerGroup([worker, *apis], apis)
+
+
+class Child:
+    """A benchmark process whose stdout lines are read in a thread."""
+
+    def __init__(self, command: list[str], log_path: Path) -> None:
+        self.log_path = log_path
+        with log_path.open("ab") as sink:
+            self.process = subprocess.Popen(
+                command, stdout=subprocess.PIPE, stderr=sink, text=True, bufsize=1
+            )
+        self.lines: queue.Queue[str | None] = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self.lines.put(line.rstrip("\n"))
+        self.lines.put(None)
+
+    def next_line(self, timeout_s: float) -> str:
+        """The next line; raises ``queue.Empty`` on timeout, SystemExit when the process ended."""
+        line = self.lines.get(timeout=max(0.0, timeout_s))
+        if line is None:
+            self.process.wait()
+            raise SystemExit(
+                f"{self.process.args!r} exited {self.process.returncode}:\n"
+                + self.log_path.read_text()[-4000:]
+            )
+        return line
+
+    def stop(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+@contextlib.contextmanager
+def child(command: list[str], log_path: Path) -> Iterator[Child]:
+    process = Child(command, log_path)
+    try:
+        yield process
+    finally:
+        process.stop()
+
+
+class PostgresCpu(threading.Thread):
+    """CPU of the PostgreSQL processes that work for ``database`` since :meth:`begin`: its
+    backends and autovacuum workers, and the shared background processes (WAL writer,
+    checkpointer, ...), sampled every second so that a process that exits meanwhile still counts
+    up to its last sample. Unlike ``procstats.postgres_cpu_s`` the postmaster's reaped-children
+    time is left out: on a shared machine it is mostly other sessions' connections."""
+
+    def __init__(self, database: str, every_s: float = 1.0) -> None:
+        super().__init__(name="postgres-cpu", daemon=True)
+        self.database, self.every_s = database, every_s
+        self._base: dict[int, float] = {}
+        self._last: dict[int, float] = {}
+        self._lock = threading.Lock()
+        self._done = threading.Event()
+
+    def begin(self) -> None:
+        with self._lock:
+            self._base = self._read()
+            self._last = dict(self._base)
+        self.start()
+
+    def _read(self) -> dict[int, float]:
+        return {pid: cpu for pid, cpu in postgres_cpu_s(self.database).items() if pid >= 0}
+
+    def sample(self) -> None:
+        now = self._read()
+        with self._lock:
+            self._last.update(now)
+
+    def used_s(self) -> float:
+        self.sample()
+        with self._lock:
+            return sum(cpu - self._base.get(pid, 0.0) for pid, cpu in self._last.items())
+
+    def run(self) -> None:
+        while not self._done.wait(self.every_s):
+            self.sample()
+
+    def stop(self) -> None:
+        self._done.set()
+
+
+@dataclass
+class Parties:
+    group: ServerGroup
+    postgres: PostgresCpu
+    generator: int
+    exporters: int | None
+    prometheus: _Measured | None
+
+
+@dataclass
+class Snapshot:
+    mono: float
+    cpu: dict[str, float]
+    busy: float
+    iowait: float
+    total: float
+
+    @classmethod
+    def take(cls, p: Parties) -> Snapshot:
+        busy, iowait, total = machine_times()
+        cpu = {
+            "server": sum(proc_cpu_s(pid) for pid in p.group.pids()),
+            "postgres": p.postgres.used_s(),
+            "prometheus": p.prometheus.cpu_s() if p.prometheus else 0.0,
+            "generator": proc_cpu_s(p.generator),
+            "exporters": proc_cpu_s(p.exporters) if p.exporters else 0.0,
+            "harness": proc_cpu_s(os.getpid()),
+        }
+        return cls(time.monotonic(), cpu, busy, iowait, total)
+
+    def until(self, later: Snapshot) -> dict[str, Any]:
+        wall = later.mono - self.mono
+        cpu = {k: round(later.cpu[k] - v, 3) for k, v in self.cpu.items()}
+        cpus = os.cpu_count() or 1
+        share = (later.busy - self.busy) / max(later.total - self.total, 1e-9)
+        # Everything else on the machine (it is shared): the noise in this measurement.
+        cpu["others"] = round(max(0.0, cpus * share * wall - sum(cpu.values())), 3)
+        iowait = (later.iowait - self.iowait) / max(later.total - self.total, 1e-9)
+        return {
+            "seconds": round(wall, 3),
+            "cpu_s": cpu,
+            "machine_busy_pct": 100 * share,
+            "machine_iowait_pct": 100 * iowait,
+        }
