@@ -11,7 +11,7 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy import func, insert, inspect, select
 
 from fleetwatch.config import ServerSettings
-from fleetwatch.server.db.migrate import current_revision, head_revision, upgrade
+from fleetwatch.server.db.migrate import current_revision, head_revision, include_name, upgrade
 from fleetwatch.server.db.session import Database, make_engine
 from fleetwatch.server.db.tables import jobs, leader_state, metadata, straggler_state, stragglers
 
@@ -50,7 +50,8 @@ def test_migrations_build_the_declared_schema(
         upgrade(db.engine)
         assert current_revision(db.engine) == head_revision()
         with db.engine.connect() as conn:
-            context = MigrationContext.configure(conn, opts={"compare_type": True})
+            opts = {"compare_type": True, "include_name": include_name}
+            context = MigrationContext.configure(conn, opts=opts)
             differences = compare_metadata(context, metadata)
             tables = set(inspect(conn).get_table_names())
         assert differences == []
