@@ -29,8 +29,10 @@ __all__ = [
     "PARTITIONED_TABLE",
     "Partitions",
     "create_day",
+    "create_default",
     "day_bounds",
     "default_days",
+    "default_rows",
     "drop_day",
     "is_partition_name",
     "list_partitions",
@@ -145,6 +147,15 @@ def create_day(conn: Connection, day: date) -> int:
     )
     conn.execute(text(f"ALTER TABLE {name} DROP CONSTRAINT {name}_range"))
     return int(moved or 0)
+
+
+def create_default(conn: Connection) -> None:
+    """Create the DEFAULT partition (the migration does; this puts back one dropped by hand)."""
+    conn.execute(text(f"CREATE TABLE {DEFAULT_PARTITION} PARTITION OF {PARTITIONED_TABLE} DEFAULT"))
+
+
+def default_rows(conn: Connection) -> int:
+    return int(conn.execute(text(f"SELECT count(*) FROM {DEFAULT_PARTITION}")).scalar_one())
 
 
 def drop_day(conn: Connection, day: date) -> None:
