@@ -23,6 +23,11 @@ realistic values, counters that only grow), ``nodes`` x 8 GPUs x ``ticks`` ticks
 PostgreSQL bytes are taken after ``VACUUM (ANALYZE)`` and ``CHECKPOINT``: the sum of
 ``pg_total_relation_size`` over every leaf partition (heap, free-space and visibility maps, every
 index), with the heap and each index also on their own.
+
+With ``--sqlite N``, the first N rows also go into SQLite files the same two ways (0006: the
+0006 writer's ``executemany``; head: ``store_batch``), measured as ``dbstat`` pages of
+``gpu_samples`` and its indexes; then a retention pass deletes them all, 5,000 rows per
+transaction, timing how long each transaction holds the writer lock (what an ingest may wait).
 """
 
 from __future__ import annotations
@@ -38,11 +43,14 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import psycopg
+from sqlalchemy import Connection, text
 from sqlalchemy.engine import make_url
 
 REPO = Path(__file__).resolve().parents[1]
@@ -241,6 +249,86 @@ def write_openmetrics(batches: list[dict[str, Any]], path: Path) -> int:
     return samples
 
 
+class TimedWrites(Database):
+    """A database that records how long each write transaction held the writer lock."""
+
+    holds: list[float]
+
+    @contextmanager
+    def write(self) -> Iterator[Connection]:
+        started = time.perf_counter()
+        try:
+            with super().write() as conn:
+                yield conn
+        finally:
+            self.holds.append(time.perf_counter() - started)
+
+
+def load_0006_sqlite(db: Database, batches: list[dict[str, Any]]) -> None:
+    """The 0006 schema on SQLite, filled as its writer did (executemany, a transaction a push)."""
+    upgrade(db.engine, "0006")
+    names = sorted({b["node"]["name"] for b in batches})
+    with db.write() as conn:
+        for node_id, name in enumerate(names, start=1):
+            conn.execute(
+                text(
+                    "INSERT INTO nodes (id, name, labels, interval_s, first_seen, last_seen) "
+                    "VALUES (:id, :name, '{}', 10, :t, :t)"
+                ),
+                {"id": node_id, "name": name, "t": START.replace(tzinfo=None)},
+            )
+    insert = text(
+        f"INSERT INTO gpu_samples ({', '.join(OLD_COLUMNS)}) "
+        f"VALUES ({', '.join(':' + c for c in OLD_COLUMNS)})"
+    )
+    for batch in batches:
+        node_id, boot = names.index(batch["node"]["name"]) + 1, batch["node"]["boot_id"]
+        rows = [
+            {**{n: s[n] for n in SAMPLE_FIELD_NAMES}, "gpu_uuid": s["uuid"], "node_id": node_id,
+             "boot_id": boot, "ts": datetime.fromisoformat(s["ts"]).replace(tzinfo=None)}
+            for s in batch["samples"]
+        ]  # fmt: skip
+        with db.write() as conn:
+            conn.execute(insert, rows)
+
+
+def measure_sqlite(
+    path: Path, label: str, batches: list[dict[str, Any]], rows: int
+) -> dict[str, Any]:
+    db = TimedWrites(make_engine(ServerSettings(database_url=f"sqlite:///{path}")))
+    db.holds = []
+    try:
+        if label == "0006":
+            load_0006_sqlite(db, batches)
+        else:
+            load_head(db, batches)
+        with db.read() as conn:
+            conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
+            counted = conn.execute(text("SELECT count(*) FROM gpu_samples")).scalar_one()
+            assert counted == rows, (counted, rows)
+            stored = conn.execute(
+                text(
+                    "SELECT sum(pgsize) FROM dbstat WHERE name = 'gpu_samples' OR name IN "
+                    "(SELECT name FROM sqlite_master WHERE tbl_name = 'gpu_samples')"
+                )
+            ).scalar_one()
+        out: dict[str, Any] = {"rows": rows, "bytes_per_row": round(int(stored) / rows, 1)}
+        if label == "head":
+            db.holds.clear()
+            job = RetentionJob(
+                db, raw_retention=timedelta(days=14), rollup_retention=timedelta(days=730)
+            )
+            done = job(START + timedelta(days=30))
+            assert done is not None and done.samples_deleted == rows
+            chunks = sorted(db.holds)
+            out["retention_transactions"] = len(chunks)
+            out["retention_hold_ms_median"] = round(1000 * chunks[len(chunks) // 2], 1)
+            out["retention_hold_ms_max"] = round(1000 * chunks[-1], 1)
+        return out
+    finally:
+        db.dispose()
+
+
 def measure_prometheus(batches: list[dict[str, Any]], rows: int) -> dict[str, Any] | None:
     promtool = shutil.which("promtool")
     if promtool is None:
@@ -277,6 +365,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=12)
     parser.add_argument("--postgres", default="postgresql://postgres@127.0.0.1:5432/postgres")
     parser.add_argument("--no-prometheus", action="store_true")
+    parser.add_argument("--no-postgres", action="store_true")
+    parser.add_argument("--sqlite", type=int, default=0, help="rows for the SQLite part (0: none)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
 
@@ -284,7 +374,7 @@ def main() -> None:
     rows = sum(len(b["samples"]) for b in batches)
     log(f"{rows:,} GPU rows in {len(batches):,} batches of up to {TICKS_PER_PUSH} ticks")
     results: dict[str, Any] = {"rows": rows, "fields": len(SAMPLE_FIELDS)}
-    for label, load in (("0006", load_0006), ("head", load_head)):
+    for label, load in () if args.no_postgres else (("0006", load_0006), ("head", load_head)):
         target = Throwaway(args.postgres, label.replace(".", ""))
         db = Database(make_engine(ServerSettings(database_url=target.url)))
         try:
@@ -296,12 +386,27 @@ def main() -> None:
         finally:
             db.dispose()
             target.drop()
+    if args.sqlite:
+        part: list[dict[str, Any]] = []
+        for batch in batches:
+            if sum(len(b["samples"]) for b in part) >= args.sqlite:
+                break
+            part.append(batch)
+        part_rows = sum(len(b["samples"]) for b in part)
+        with tempfile.TemporaryDirectory(prefix="fw-size-") as tmp:
+            for label in ("0006", "head"):
+                started = time.perf_counter()
+                results[f"sqlite_{label}"] = measure_sqlite(
+                    Path(tmp) / f"{label}.db", label, part, part_rows
+                )
+                log(f"sqlite {label}: {results[f'sqlite_{label}']} "
+                    f"({time.perf_counter() - started:.0f} s)")  # fmt: skip
     if not args.no_prometheus:
         results["prometheus"] = measure_prometheus(batches, rows)
         log(f"prometheus: {results['prometheus']}")
 
     print(f"{'store':<12} {'bytes/GPU row':>14} {'heap':>8} {'indexes':>8}  detail")
-    for label in ("0006", "head"):
+    for label in [k for k in ("0006", "head") if k in results]:
         r = results[label]
         index = sum(r["index_bytes_per_row"].values())
         detail = ", ".join(f"{k} {v}" for k, v in r["index_bytes_per_row"].items())
@@ -312,6 +417,10 @@ def main() -> None:
         per_sample, chunks = prom["bytes_per_sample"], prom["chunk_bytes_per_row"]
         print(f"{'prometheus':<12} {prom['bytes_per_row']:>14} {'':>8} {'':>8}  "
               f"{per_sample} B/sample, chunks {chunks} B/row")  # fmt: skip
+    for label in ("0006", "head"):
+        if f"sqlite_{label}" in results:
+            r = results[f"sqlite_{label}"]
+            print(f"{'sqlite ' + label:<12} {r['bytes_per_row']:>14}")
     if args.json:
         args.json.write_text(json.dumps(results, indent=2) + "\n")
 
