@@ -1,8 +1,9 @@
 """Storing one validated batch, atomically: all of it or none of it.
 
 Order inside the transaction: node, then the batch id (so a replay stops before writing anything),
-then GPU identities, samples (bulk), latest state, events. A duplicate batch rolls back whatever it
-touched, so a replay changes nothing, not even the node's last_seen.
+then GPU identities, samples (bulk, :mod:`~fleetwatch.server.repo.sample_writer`), latest state,
+events. A duplicate batch rolls back whatever it touched, so a replay changes nothing, not even
+the node's last_seen.
 
 A GPU belongs to one node. When a batch declares a GPU stored under another node, that node's
 last report of it decides: within ``live_intervals`` of that node's intervals (the window after
@@ -112,7 +113,7 @@ def store_batch(
             learned = write_samples(conn, db, batch.samples, node_id, batch.node.boot_id, now=now)
             _update_latest(conn, batch.samples, now)
             _insert_events(conn, batch, node_id, node_gpus, now)
-        learned.remember()
+        learned.remember()  # committed: the GPU and boot keys may be reused by later batches
     except _Duplicate:
         return IngestResult(samples=0, events=0, duplicate=True)
     except GpuClaimed as exc:
