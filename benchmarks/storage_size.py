@@ -24,6 +24,10 @@ PostgreSQL bytes are taken after ``VACUUM (ANALYZE)`` and ``CHECKPOINT``: the su
 ``pg_total_relation_size`` over every leaf partition (heap, free-space and visibility maps, every
 index), with the heap and each index also on their own.
 
+With ``--blocks 6,360``, the same samples also go into a prototype of the next step
+(``benchmarks/sample_blocks.py``: one row per GPU per window of that many ticks, its fields as
+compressed columns), every block checked to decode back to the samples.
+
 With ``--sqlite N``, the first N rows also go into SQLite files the same two ways (0006: the
 0006 writer's ``executemany``; head: ``store_batch``), measured as ``dbstat`` pages of
 ``gpu_samples`` and its indexes; then a retention pass deletes them all, 5,000 rows per
@@ -55,6 +59,7 @@ from sqlalchemy.engine import make_url
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
+sys.path.insert(0, str(REPO / "benchmarks"))
 
 from fleetwatch.config import ServerSettings  # noqa: E402
 from fleetwatch.server.db.migrate import upgrade  # noqa: E402
@@ -329,6 +334,67 @@ def measure_sqlite(
         db.dispose()
 
 
+def measure_blocks(server_url: str, batches: list[dict[str, Any]], ticks: int) -> dict[str, Any]:
+    """The prototype block layout: bytes per GPU row, every block decoded and compared."""
+    import math
+    from collections import defaultdict
+
+    from sample_blocks import decode_block, encode_block
+
+    series: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    node_of: dict[str, int] = {}
+    for batch in batches:
+        node = int(batch["node"]["name"].split("-")[1])
+        for sample in batch["samples"]:
+            series[sample["uuid"]].append({**sample, "ts": datetime.fromisoformat(sample["ts"])})
+            node_of[sample["uuid"]] = node
+    blocks: list[tuple[int, int, datetime, int, bytes]] = []
+    for gpu_id, (uuid, samples) in enumerate(sorted(series.items()), start=1):
+        for first in range(0, len(samples), ticks):
+            window = samples[first : first + ticks]
+            blob = encode_block(window[0]["ts"], window)
+            for got, sent in zip(
+                decode_block(window[0]["ts"], len(window), blob), window, strict=True
+            ):
+                for name in ("ts", *SAMPLE_FIELD_NAMES):
+                    a, b = got[name], sent[name]
+                    same = a == b or (isinstance(b, float) and math.isclose(a, b, rel_tol=1e-7))
+                    assert same, (uuid, name, a, b)
+            blocks.append((gpu_id, node_of[uuid], window[0]["ts"], len(window), blob))
+    target = Throwaway(server_url, f"blocks{ticks}")
+    try:
+        with psycopg.connect(target.dsn, autocommit=True) as conn:
+            conn.execute(
+                "CREATE TABLE sample_blocks (gpu_id int4 NOT NULL, node_id int4 NOT NULL, "
+                "ts0 timestamptz NOT NULL, n int2 NOT NULL, data bytea NOT NULL, "
+                "PRIMARY KEY (gpu_id, ts0))"
+            )
+            # Already compressed: no second compression attempt by TOAST.
+            conn.execute("ALTER TABLE sample_blocks ALTER COLUMN data SET STORAGE EXTERNAL")
+            with (
+                conn.cursor() as cur,
+                cur.copy("COPY sample_blocks FROM STDIN (FORMAT BINARY)") as copy,
+            ):
+                copy.set_types(["int4", "int4", "timestamptz", "int2", "bytea"])
+                for block in blocks:
+                    copy.write_row(block)
+            conn.execute("VACUUM (ANALYZE)")
+            conn.execute("CHECKPOINT")
+            size = conn.execute("SELECT pg_total_relation_size('sample_blocks')").fetchone()
+            assert size is not None
+    finally:
+        target.drop()
+    rows = sum(b[3] for b in blocks)
+    blob_bytes = sum(len(b[4]) for b in blocks)
+    return {
+        "ticks_per_block": ticks,
+        "blocks": len(blocks),
+        "rows": rows,
+        "bytes_per_row": round(int(size[0]) / rows, 1),
+        "compressed_data_bytes_per_row": round(blob_bytes / rows, 1),
+    }
+
+
 def measure_prometheus(batches: list[dict[str, Any]], rows: int) -> dict[str, Any] | None:
     promtool = shutil.which("promtool")
     if promtool is None:
@@ -366,6 +432,7 @@ def main() -> None:
     parser.add_argument("--postgres", default="postgresql://postgres@127.0.0.1:5432/postgres")
     parser.add_argument("--no-prometheus", action="store_true")
     parser.add_argument("--no-postgres", action="store_true")
+    parser.add_argument("--blocks", default="", help="ticks per block, e.g. 6,360 (prototype)")
     parser.add_argument("--sqlite", type=int, default=0, help="rows for the SQLite part (0: none)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
@@ -386,6 +453,9 @@ def main() -> None:
         finally:
             db.dispose()
             target.drop()
+    for ticks in [int(t) for t in args.blocks.split(",") if t]:
+        results[f"blocks_{ticks}"] = measure_blocks(args.postgres, batches, ticks)
+        log(f"blocks of {ticks} ticks: {results[f'blocks_{ticks}']}")
     if args.sqlite:
         part: list[dict[str, Any]] = []
         for batch in batches:
@@ -417,6 +487,10 @@ def main() -> None:
         per_sample, chunks = prom["bytes_per_sample"], prom["chunk_bytes_per_row"]
         print(f"{'prometheus':<12} {prom['bytes_per_row']:>14} {'':>8} {'':>8}  "
               f"{per_sample} B/sample, chunks {chunks} B/row")  # fmt: skip
+    for key in [k for k in results if k.startswith("blocks_")]:
+        r = results[key]
+        print(f"{key:<12} {r['bytes_per_row']:>14}  (prototype; compressed data "
+              f"{r['compressed_data_bytes_per_row']} B/row)")  # fmt: skip
     for label in ("0006", "head"):
         if f"sqlite_{label}" in results:
             r = results[f"sqlite_{label}"]
