@@ -59,10 +59,14 @@ from fleetwatch.config import ServerSettings
 from fleetwatch.server.auth import authenticate
 from fleetwatch.server.db.session import Database, make_engine
 from fleetwatch.server.repo.ingest import store_batch
+from fleetwatch.server.repo.sample_writer import (
+    SAMPLE_COLUMNS,
+    SAMPLE_COPY_STATEMENT,
+    SAMPLE_COPY_TYPES,
+)
 from fleetwatch.telemetry import SAMPLE_FIELD_NAMES, SAMPLE_FIELDS, Batch, IngestLimits
 
 DEFAULT_POSTGRES = "postgresql://postgres@127.0.0.1:5432/postgres"
-SAMPLE_COLUMNS = ("gpu_uuid", "node_id", "ts", "boot_id", *SAMPLE_FIELD_NAMES)
 INTERVAL_S = 10.0
 
 
@@ -346,12 +350,13 @@ class PostgresBackend(Backend):
     def ceiling(
         self, rows: Sequence[tuple[Any, ...]], batch_rows: int | None, budget_s: float = math.inf
     ) -> int:
-        statement = f"COPY gpu_samples ({', '.join(SAMPLE_COLUMNS)}) FROM STDIN"
+        statement = SAMPLE_COPY_STATEMENT  # binary, as the server's
         step, loaded = batch_rows or len(rows), 0
         with psycopg.connect(self.dsn) as conn:
             deadline = time.perf_counter() + budget_s
             while loaded < len(rows) and time.perf_counter() < deadline:
                 with conn.transaction(), conn.cursor() as cur, cur.copy(statement) as copy:
+                    copy.set_types(SAMPLE_COPY_TYPES)
                     for row in rows[loaded : loaded + step]:
                         copy.write_row(row)
                 loaded += len(rows[loaded : loaded + step])
@@ -777,15 +782,15 @@ class _Snapshot:
 
 
 def ceiling_rows(fleet: list[SimNode], total: int) -> list[tuple[Any, ...]]:
-    """Rows as the server would hand them to the driver: (uuid, node_id, ts, boot_id, *fields)."""
+    """Rows as the server hands them to the driver: (gpu id, node id, ts, boot key, *fields)."""
     rows: list[tuple[Any, ...]] = []
+    gpu_ids: dict[str, int] = {}
     while len(rows) < total:
         for node_id, node in enumerate(fleet, start=1_000_000):
             for s in node.samples(1):
                 ts = datetime.fromisoformat(s["ts"])
-                rows.append(
-                    (s["uuid"], node_id, ts, node.boot_id, *(s[n] for n in SAMPLE_FIELD_NAMES))
-                )
+                gpu_id = gpu_ids.setdefault(s["uuid"], 1_000_000 + len(gpu_ids))
+                rows.append((gpu_id, node_id, ts, node_id, *(s[n] for n in SAMPLE_FIELD_NAMES)))
     return rows[:total]
 
 

@@ -73,9 +73,9 @@ def seed(
     sku = np.where(rng.random(n_gpus) < 0.7, "H100", "A100")
     drivers = rng.choice(["550.90.07", "550.54.15", "535.161.08"], n_gpus)
     con.executemany(
-        "INSERT INTO gpus (uuid, node_id, \"index\", serial, name, driver_version, first_seen, "
-        "last_seen) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-        ((f"GPU-{g:06d}", g // 8 + 1, g % 8, f"SN{g:07d}", sku[g], drivers[g], far, now)
+        "INSERT INTO gpus (id, uuid, node_id, \"index\", serial, name, driver_version, first_seen, "
+        "last_seen) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        ((g + 1, f"GPU-{g:06d}", g // 8 + 1, g % 8, f"SN{g:07d}", sku[g], drivers[g], far, now)
          for g in range(n_gpus)),
     )  # fmt: skip
     age_h = rng.uniform(24 * 30, 24 * 730, n_gpus)
@@ -152,9 +152,9 @@ def seed(
         hour = min(day * 24, 167.9)
         energy = energy + rng.uniform(4e10, 6e10, n_gpus)  # ~600 W x 24 h in mJ
         con.executemany(
-            "INSERT INTO gpu_samples (gpu_uuid, node_id, ts, energy_mj, power_w) "
+            "INSERT INTO gpu_samples (gpu_id, node_id, ts, energy_mj, power_w) "
             "VALUES (?, ?, ?, ?, 600.0)",
-            ((f"GPU-{g:06d}", g // 8 + 1, at(hour), int(energy[g])) for g in range(n_gpus)),
+            ((g + 1, g // 8 + 1, at(hour), int(energy[g])) for g in range(n_gpus)),
         )
     params = {"format": PARAMS_FORMAT, "aft": None,
               "fleet": {"lambda": 900.0, "rho": 1.3, "rho_ci": [1.2, 1.4]},

@@ -15,12 +15,15 @@ import tomllib
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from fleetwatch.errors import ConfigError
 
 __all__ = ["AgentSettings", "ServerSettings", "load_agent_settings", "load_server_settings"]
+
+# The hourly rollups recompute up to 7 days back; raw samples must outlive that by a margin.
+MIN_RAW_RETENTION_DAYS = 8.0
 
 
 class ServerSettings(BaseSettings):
@@ -244,6 +247,26 @@ class ServerSettings(BaseSettings):
         description="Hours after Monday 00:00 UTC before last week's report is built and sent",
     )
 
+    # -- storage lifecycle (issue 12) --
+    raw_retention_days: float = Field(
+        default=14.0,
+        description="Days raw samples are kept (gpu_samples); PostgreSQL drops them a whole day "
+        "at a time, so up to one day more. At least 8: the hourly rollups are recomputed from "
+        "raw samples up to 7 days back. The weekly report's energy figures read raw samples "
+        "of its week",
+    )
+    rollup_retention_days: float = Field(
+        default=730.0,
+        description="Days the hourly rollups (gpu_hourly, the risk models' covariates) are "
+        "kept; at least raw_retention_days. Events, verdicts, evictions and lifetimes are kept",
+    )
+    retention_interval_s: float = Field(
+        default=600.0,
+        gt=0,
+        description="How often expired samples and rollups are deleted and, on PostgreSQL, "
+        "day partitions are created ahead and dropped past retention",
+    )
+
     # -- full disk and secrets (issue 10) --
     storage_min_free_bytes: int = Field(
         default=16 * 1024 * 1024,
@@ -285,6 +308,26 @@ class ServerSettings(BaseSettings):
                     "make one with `fleetwatch secrets generate-key`"
                 )
         return keys
+
+    @field_validator("raw_retention_days")
+    @classmethod
+    def _outlive_rollup_backfill(cls, days: float) -> float:
+        if days < MIN_RAW_RETENTION_DAYS:
+            raise ValueError(
+                f"raw_retention_days must be at least {MIN_RAW_RETENTION_DAYS:g}: the hourly "
+                "rollups are recomputed from raw samples up to 7 days back (late spool "
+                "replays), and an hour recomputed without its samples would lose its rollup"
+            )
+        return days
+
+    @model_validator(mode="after")
+    def _rollups_outlive_samples(self) -> ServerSettings:
+        if self.rollup_retention_days < self.raw_retention_days:
+            raise ValueError(
+                f"rollup_retention_days ({self.rollup_retention_days:g}) must be at least "
+                f"raw_retention_days ({self.raw_retention_days:g})"
+            )
+        return self
 
     @field_validator("database_url")
     @classmethod

@@ -119,8 +119,14 @@ _DEMO_SERVER_ENV = {
 
 def _history_env(options: DemoOptions) -> dict[str, str]:
     """The fleet replays ``horizon_days`` of history: the server must take readings that old
-    (its default, 30 days, is for real agents, whose readings are old only after an outage)."""
-    return {"FLEETWATCH_SERVER_MAX_PAST_AGE_S": str((options.horizon_days + 1) * 86400)}
+    (its default, 30 days, is for real agents, whose readings are old only after an outage),
+    and keep them (raw samples are kept 14 days by default)."""
+    days = options.horizon_days + 1
+    return {
+        "FLEETWATCH_SERVER_MAX_PAST_AGE_S": str(days * 86400),
+        "FLEETWATCH_SERVER_RAW_RETENTION_DAYS": str(max(days, 14.0)),
+        "FLEETWATCH_SERVER_ROLLUP_RETENTION_DAYS": str(max(days, 730.0)),
+    }
 
 
 def _banner(url: str, tokens: dict[str, str], database_url: str, options: DemoOptions) -> str:

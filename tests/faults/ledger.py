@@ -57,7 +57,7 @@ def tally(database_url: str, agents: list[AgentProcess], logs: dict[str, str]) -
         with engine.connect() as conn:
             rows, distinct = conn.execute(
                 text(
-                    "SELECT count(*), count(DISTINCT (s.gpu_uuid, s.ts)) FROM gpu_samples s "
+                    "SELECT count(*), count(DISTINCT (s.gpu_id, s.ts)) FROM gpu_samples s "
                     "JOIN nodes n ON n.id = s.node_id WHERE n.name = ANY(:names)"
                 ),
                 {"names": [agent.name for agent in agents]},

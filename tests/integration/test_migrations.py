@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from alembic.autogenerate import compare_metadata
@@ -11,7 +12,7 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy import func, insert, inspect, select
 
 from fleetwatch.config import ServerSettings
-from fleetwatch.server.db.migrate import current_revision, head_revision, upgrade
+from fleetwatch.server.db.migrate import current_revision, head_revision, include_name, upgrade
 from fleetwatch.server.db.session import Database, make_engine
 from fleetwatch.server.db.tables import jobs, leader_state, metadata, straggler_state, stragglers
 
@@ -50,7 +51,8 @@ def test_migrations_build_the_declared_schema(
         upgrade(db.engine)
         assert current_revision(db.engine) == head_revision()
         with db.engine.connect() as conn:
-            context = MigrationContext.configure(conn, opts={"compare_type": True})
+            opts = {"compare_type": True, "include_name": include_name}
+            context = MigrationContext.configure(conn, opts=opts)
             differences = compare_metadata(context, metadata)
             tables = set(inspect(conn).get_table_names())
         assert differences == []
@@ -122,5 +124,187 @@ def test_migration_0006_upgrades_an_existing_database_in_place(
             names = set(inspect(conn).get_table_names())
             assert conn.execute(select(jobs.c.job_id)).scalars().all() == ["j1"]
         assert {"leader_state", "straggler_state"}.isdisjoint(names) and "stragglers" in names
+    finally:
+        db.dispose()
+
+
+def _old_samples() -> list[dict[str, Any]]:
+    """Samples as 0006 stored them, every field with a value that tests its new type."""
+    from fleetwatch.telemetry import SAMPLE_FIELDS
+
+    rows = []
+    stamps = [
+        datetime(2026, 11, 28, 23, 59, 59, 999999, tzinfo=UTC),
+        datetime(2026, 11, 29, tzinfo=UTC),
+        datetime(2026, 11, 30, 12, 0, 0, 123456, tzinfo=UTC),
+    ]
+    for n, ts in enumerate(stamps):
+        for g, uuid in enumerate(_OLD_GPUS):
+            row: dict[str, Any] = {
+                "gpu_uuid": uuid,
+                "node_id": 1 + g // 2,
+                "ts": ts,
+                "boot_id": None if (n, g) == (0, 0) else f"boot-{g // 2}-{n % 2}",
+            }
+            for i, spec in enumerate(SAMPLE_FIELDS):
+                if (n + g + i) % 7 == 0:
+                    row[spec.name] = None  # not reported
+                elif spec.kind == "flag":
+                    row[spec.name] = (n + i) % 2 == 0
+                elif spec.is_integer:
+                    row[spec.name] = 2**62 + 7919 * i + n  # beyond what a double holds exactly
+                elif spec.name in ("pcie_link_gen", "pcie_link_width", "gpu_recovery_action"):
+                    row[spec.name] = float(1 + (n + g + i) % 16)
+                else:
+                    row[spec.name] = 1234.56789012 / (1 + i) + g + n / 3
+            rows.append(row)
+    return rows
+
+
+_OLD_GPUS = [f"GPU-{'%08x' % (0xA0 + g)}-0000-4000-8000-000000000000" for g in range(4)]
+
+
+def _fill_0006(conn: Any, now: datetime) -> list[dict[str, Any]]:
+    from sqlalchemy import text
+
+    for node in (1, 2):
+        conn.execute(
+            text(
+                "INSERT INTO nodes (id, name, labels, interval_s, boot_id, first_seen, last_seen) "
+                "VALUES (:id, :name, '{}', 10, :boot, :now, :now)"
+            ),
+            {"id": node, "name": f"n{node}", "boot": f"boot-{node - 1}-0", "now": now},
+        )
+    for g, uuid in enumerate(_OLD_GPUS):
+        conn.execute(
+            text(
+                'INSERT INTO gpus (uuid, node_id, "index", serial, first_seen, last_seen) '
+                "VALUES (:uuid, :node, :index, :serial, :first, :now)"
+            ),
+            # Registered in the reverse of their UUID order: ids follow first_seen.
+            {"uuid": uuid, "node": 1 + g // 2, "index": g % 2, "serial": f"S{g}",
+             "first": now - timedelta(days=10 - (3 - g)), "now": now},
+        )  # fmt: skip
+    samples = _old_samples()
+    columns = list(samples[0])
+    conn.execute(
+        text(
+            f"INSERT INTO gpu_samples ({', '.join(columns)}) "
+            f"VALUES ({', '.join(':' + c for c in columns)})"
+        ),
+        samples,
+    )
+    conn.execute(
+        text(
+            "INSERT INTO events (node_id, gpu_uuid, kind, xid, ts, received_at, message) "
+            "VALUES (1, :uuid, 'xid', 79, :now, :now, 'fell off the bus')"
+        ),
+        {"uuid": _OLD_GPUS[1], "now": now},
+    )
+    return samples
+
+
+def _same_to_7_digits(new: Any, old: Any) -> bool:
+    import math
+
+    return math.isclose(new, old, rel_tol=1e-7, abs_tol=0.0)
+
+
+@pytest.mark.parametrize("kind", ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def test_migration_0007_keeps_every_sample_of_a_0006_database(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """A database filled by the 0006 schema upgrades in place: every sample keeps its id, time,
+    node, GPU, boot and values (reals to 7 significant digits); GPUs get ids in first-seen
+    order; ids continue after the old ones; events are untouched; and back down to 0006."""
+    import hashlib
+    import json
+
+    from alembic import command
+    from sqlalchemy import text
+
+    from fleetwatch.server.db import partitions
+    from fleetwatch.server.db.migrate import alembic_config
+    from fleetwatch.server.db.sample_joins import (
+        SAMPLE_BOOT_ID,
+        SAMPLE_GPU_UUID,
+        SAMPLES_WITH_GPU_AND_BOOT,
+    )
+    from fleetwatch.server.db.tables import gpu_samples, gpus
+    from fleetwatch.server.repo.ingest import store_batch
+    from fleetwatch.telemetry import SAMPLE_FIELDS, Batch
+    from tests.factories import make_batch
+
+    db = _empty_database(kind, tmp_path, request)
+    now = datetime(2026, 12, 1, tzinfo=UTC)
+    try:
+        upgrade(db.engine, "0006")
+        with db.engine.begin() as conn:
+            old = _fill_0006(conn, now)
+            old_ids = conn.execute(text("SELECT id FROM gpu_samples ORDER BY id")).scalars().all()
+            events_before = conn.execute(text("SELECT * FROM events")).mappings().all()
+
+        upgrade(db.engine)
+
+        with db.engine.connect() as conn:
+            query = (
+                select(gpu_samples, SAMPLE_GPU_UUID, SAMPLE_BOOT_ID)
+                .select_from(SAMPLES_WITH_GPU_AND_BOOT)
+                .order_by(gpu_samples.c.id)
+            )
+            new = conn.execute(query).mappings().all()
+            gpu_ids = dict(conn.execute(select(gpus.c.uuid, gpus.c.id)).all())
+            assert conn.execute(text("SELECT * FROM events")).mappings().all() == events_before
+        assert [row["id"] for row in new] == old_ids
+        assert gpu_ids == {_OLD_GPUS[3]: 1, _OLD_GPUS[2]: 2, _OLD_GPUS[1]: 3, _OLD_GPUS[0]: 4}
+        real = {s.name for s in SAMPLE_FIELDS if str(gpu_samples.c[s.name].type) == "REAL"}
+        assert real  # temperatures, power, clocks, utilisation
+        for was, now_row in zip(old, new, strict=True):
+            for key in ("gpu_uuid", "node_id", "ts", "boot_id"):
+                assert now_row[key] == was[key], key
+            for spec in SAMPLE_FIELDS:
+                before, after = was[spec.name], now_row[spec.name]
+                if before is None or after is None:
+                    assert before is after, spec.name
+                elif spec.name in real and kind == "postgresql":
+                    assert _same_to_7_digits(after, before), (spec.name, after, before)
+                else:
+                    assert after == before, spec.name  # exact: integers, doubles, flags
+        if kind == "postgresql":
+            with db.engine.connect() as conn:
+                spread = conn.execute(
+                    text("SELECT tableoid::regclass::text, count(*) FROM gpu_samples GROUP BY 1")
+                ).all()
+                assert partitions.default_rows(conn) == 0
+            assert dict(spread) == {
+                "gpu_samples_p20261128": 4,
+                "gpu_samples_p20261129": 4,
+                "gpu_samples_p20261130": 4,
+            }
+
+        # The server carries on: new GPUs and samples get the next ids.
+        raw = make_batch("n1", gpus=1, start=now)
+        body = json.dumps(raw).encode()
+        store_batch(
+            db,
+            Batch.model_validate_json(body),
+            content_sha256=hashlib.sha256(body).hexdigest(),
+            now=now,
+        )
+        with db.engine.connect() as conn:
+            newest = conn.execute(select(gpu_samples.c.id, gpu_samples.c.gpu_id).order_by(
+                gpu_samples.c.id.desc())).first()  # fmt: skip
+        assert newest is not None and newest.id > max(old_ids) and newest.gpu_id == 5
+
+        config = alembic_config()
+        with db.engine.begin() as conn:
+            config.attributes["connection"] = conn
+            command.downgrade(config, "0006")
+        with db.engine.connect() as conn:
+            back = conn.execute(text("SELECT * FROM gpu_samples ORDER BY id")).mappings().all()
+        assert [row["id"] for row in back] == [*old_ids, newest.id]
+        for was, row in zip(old, back, strict=False):
+            assert (row["gpu_uuid"], row["boot_id"]) == (was["gpu_uuid"], was["boot_id"])
+            assert row["energy_mj"] == was["energy_mj"]
     finally:
         db.dispose()

@@ -226,8 +226,9 @@ def test_every_dashboard_query_returns_data_from_a_live_fleet(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     require_tool("prometheus")
-    # The fleet below replays 90 days of history; the server takes 30 by default.
+    # The fleet below replays 90 days of history; the server takes 30 by default, keeps 14.
     monkeypatch.setenv("FLEETWATCH_SERVER_MAX_PAST_AGE_S", str(91 * 86400))
+    monkeypatch.setenv("FLEETWATCH_SERVER_RAW_RETENTION_DAYS", "91")
     url, tokens = prepared_db
     spec_dir = tmp_path / "sim"
     fleetwatch("sim", "init", "--nodes", "3", "--gpus", "2", "--speed", "14400",

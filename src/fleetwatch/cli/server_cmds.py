@@ -41,6 +41,17 @@ database_option = click.option(
     default=None,
     help="Accept requests without tokens, as admin. For local experiments only.",
 )
+@click.option(
+    "--raw-retention-days",
+    type=float,
+    help="Days raw samples are kept, at least 8 [default 14] "
+    "[env FLEETWATCH_SERVER_RAW_RETENTION_DAYS]",
+)
+@click.option(
+    "--rollup-retention-days",
+    type=float,
+    help="Days hourly rollups are kept [default 730] [env FLEETWATCH_SERVER_ROLLUP_RETENTION_DAYS]",
+)
 def server(
     host: str | None,
     port: int | None,
@@ -48,6 +59,8 @@ def server(
     workers: int | None,
     role: str | None,
     insecure_no_auth: bool | None,
+    raw_retention_days: float | None,
+    rollup_retention_days: float | None,
 ) -> None:
     """Run the central service (REST API, ingest, /metrics)."""
     import uvicorn
@@ -62,6 +75,8 @@ def server(
         workers=workers,
         role=role,
         insecure_no_auth=insecure_no_auth,
+        raw_retention_days=raw_retention_days,
+        rollup_retention_days=rollup_retention_days,
     )
     # SQLite serves one process: refuse before anything starts, naming the way out.
     problem = single_process_problem(settings)

@@ -7,6 +7,7 @@ from sqlalchemy import create_engine
 
 from fleetwatch.server.db import tables  # noqa: F401  (registers the tables on metadata)
 from fleetwatch.server.db.base import metadata
+from fleetwatch.server.db.migrate import include_name
 
 config = context.config
 
@@ -16,6 +17,7 @@ def _run(connection: object) -> None:
         connection=connection,  # type: ignore[arg-type]
         target_metadata=metadata,
         compare_type=True,
+        include_name=include_name,
         render_as_batch=connection.dialect.name == "sqlite",  # type: ignore[attr-defined]
     )
     with context.begin_transaction():

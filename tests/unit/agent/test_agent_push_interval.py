@@ -30,6 +30,7 @@ from fleetwatch.agent.spool import Spool
 from fleetwatch.config import ServerSettings
 from fleetwatch.server.app import create_app
 from fleetwatch.server.auth import create_token
+from fleetwatch.server.db.sample_joins import SAMPLE_GPU_UUID, SAMPLES_WITH_GPU
 from fleetwatch.server.db.tables import events, gpu_samples, nodes
 from fleetwatch.server.judge.liveness import node_state
 from fleetwatch.telemetry import Event, GpuIdentity, GpuSample, NodeInfo
@@ -134,7 +135,8 @@ def _cycles(agent: Agent, clock: Clock, n: int) -> None:
 
 def _stored(app: FastAPI) -> list[tuple[str, datetime]]:
     with app.state.db.engine.connect() as conn:
-        rows = conn.execute(select(gpu_samples.c.gpu_uuid, gpu_samples.c.ts)).all()
+        query = select(SAMPLE_GPU_UUID, gpu_samples.c.ts).select_from(SAMPLES_WITH_GPU)
+        rows = conn.execute(query).all()
     return [(row.gpu_uuid, row.ts) for row in rows]
 
 

@@ -48,8 +48,9 @@ def _rows() -> dict[str, list[dict[str, Any]]]:
     sku = {1: "H100", 2: "H100", 3: "A100"}
     driver = {1: "550.90", 2: "550.90", 3: "535.10"}
     gpu_rows = [
-        {"uuid": f"GPU-n{n}-{i}", "node_id": n, "index": i, "serial": f"SN-n{n}-{i}",
-         "name": sku[n], "driver_version": driver[n], "first_seen": far, "last_seen": NOW}
+        {"id": 2 * n + i, "uuid": f"GPU-n{n}-{i}", "node_id": n, "index": i,
+         "serial": f"SN-n{n}-{i}", "name": sku[n], "driver_version": driver[n],
+         "first_seen": far, "last_seen": NOW}
         for n in (1, 2, 3) for i in (0, 1)
     ]  # fmt: skip
     installed = datetime(2026, 6, 1, tzinfo=UTC)
@@ -128,6 +129,9 @@ def _rows() -> dict[str, list[dict[str, Any]]]:
         {"gpu_uuid": "GPU-n2-0", "node_id": 2, "ts": t(24, h), "energy_mj": None, "power_w": 250.0}
         for h in (0, 1)
     ]
+    gpu_ids = {g["uuid"]: g["id"] for g in gpu_rows}
+    for s in samples:
+        s["gpu_id"] = gpu_ids[s["gpu_uuid"]]  # gpu_samples keeps the key; tests read the uuid
     hourly = [
         {"gpu_uuid": f"GPU-n1-{i}", "hour": t(24, h), "node_id": 1, "samples": 360,
          "span_s": 3590.0, "throttle_reported": 0, "throttled": 0, "xid_hardware": 0,
@@ -158,7 +162,10 @@ def seed(db: Database) -> dict[str, list[dict[str, Any]]]:
     rows = _rows()
     with db.write() as conn:
         for name, table in TABLES.items():
-            conn.execute(insert(table), rows[name])
+            known = set(table.c.keys())
+            conn.execute(
+                insert(table), [{k: v for k, v in r.items() if k in known} for r in rows[name]]
+            )
     return rows
 
 

@@ -11,8 +11,9 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import Engine
 
 import fleetwatch.migrations
+from fleetwatch.server.db.partitions import is_partition_name
 
-__all__ = ["alembic_config", "current_revision", "head_revision", "upgrade"]
+__all__ = ["alembic_config", "current_revision", "head_revision", "include_name", "upgrade"]
 
 SCRIPT_LOCATION = str(Path(fleetwatch.migrations.__file__).parent)
 
@@ -23,6 +24,12 @@ def alembic_config(url: str | None = None) -> Config:
     if url is not None:
         config.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
     return config
+
+
+def include_name(name: str | None, type_: str, _parents: object) -> bool:
+    """Alembic's filter of what to compare with the declared schema: not the day partitions of
+    ``gpu_samples`` (data, created and dropped by the retention job)."""
+    return not (type_ == "table" and name is not None and is_partition_name(name))
 
 
 def head_revision() -> str:

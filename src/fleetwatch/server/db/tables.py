@@ -9,7 +9,10 @@ in a background job, which would fail that job for the whole fleet on PostgreSQL
 fails when a column falls short.
 
 ``gpu_samples`` is wide: one row per GPU per tick, one column per canonical field, generated from
-:data:`fleetwatch.telemetry.SAMPLE_FIELDS` so that the wire schema and the table cannot drift.
+:data:`fleetwatch.telemetry.SAMPLE_FIELDS` so that the wire schema and the table cannot drift. It
+is the one table that grows with the fleet, so its columns are chosen for size
+(:mod:`fleetwatch.server.db.sample_columns`) and, on PostgreSQL, it is partitioned by day and
+aged out whole (:mod:`fleetwatch.server.db.partitions`, :mod:`fleetwatch.server.jobs.retention`).
 """
 
 from __future__ import annotations
@@ -27,11 +30,12 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    UniqueConstraint,
 )
-from sqlalchemy.types import TypeEngine
 
 from fleetwatch.server.db.base import BigId, Json, UtcDateTime, metadata
-from fleetwatch.telemetry import SAMPLE_FIELDS, FieldSpec
+from fleetwatch.server.db.sample_columns import storage_type, storage_width
+from fleetwatch.telemetry import SAMPLE_FIELDS
 
 __all__ = [
     "api_tokens",
@@ -40,6 +44,7 @@ __all__ = [
     "gpu_samples",
     "gpus",
     "ingest_batches",
+    "node_boots",
     "nodes",
 ]
 
@@ -59,7 +64,9 @@ nodes = Table(
 gpus = Table(
     "gpus",
     metadata,
-    Column("uuid", String(128), primary_key=True),
+    # A small key for gpu_samples to carry instead of the UUID (4 bytes a row instead of ~41).
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("uuid", String(128), nullable=False, unique=True),
     Column("node_id", Integer, ForeignKey("nodes.id"), nullable=False, index=True),
     Column("index", Integer, nullable=False),
     Column("serial", String(64), index=True),
@@ -75,30 +82,52 @@ gpus = Table(
 )
 
 
-def _sample_column(spec: FieldSpec) -> Column[Any]:
-    kind: TypeEngine[Any]
-    if spec.kind == "flag":
-        kind = Boolean()
-    elif spec.is_integer:
-        kind = BigInteger()
-    else:
-        kind = Float()
-    return Column(spec.name, kind, comment=f"{spec.help} ({spec.unit})")
+# Each boot of a node, numbered: a sample carries the number (4 bytes) instead of the boot id
+# (up to 64 characters, ~37 for a Linux boot UUID). Rows are never changed nor deleted.
+node_boots = Table(
+    "node_boots",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("node_id", Integer, ForeignKey("nodes.id"), nullable=False),
+    Column("boot_id", String(64), nullable=False),
+    Column("first_seen", UtcDateTime, nullable=False),
+    UniqueConstraint("node_id", "boot_id"),
+)
 
 
+def _sample_columns(*, width: int) -> list[Column[Any]]:
+    return [
+        Column(spec.name, storage_type(spec), comment=f"{spec.help} ({spec.unit})")
+        for spec in SAMPLE_FIELDS
+        if storage_width(spec) == width
+    ]
+
+
+# Columns in order of alignment (8-byte, then 4, 2, 1): PostgreSQL pads each to its alignment,
+# so this order wastes no byte whichever columns are null.
+#
+# On PostgreSQL the table is partitioned by ``ts`` (RANGE, one partition a day plus a DEFAULT
+# one) and its primary key is (id, ts): a partitioned table's unique keys must include the
+# partition key. ``id`` serves the readers that continue from the last sample id they saw;
+# ``ts`` has a BRIN index there (a few kilobytes: rows arrive in roughly time order), a B-tree on
+# SQLite, which has no BRIN.
 gpu_samples = Table(
     "gpu_samples",
     metadata,
     Column("id", BigId, primary_key=True, autoincrement=True),
-    # No foreign key: checking one per row would halve the bulk-load rate; ingest checks GPUs once
-    # per batch instead.
-    Column("gpu_uuid", String(128), nullable=False),
-    Column("node_id", Integer, nullable=False),
     Column("ts", UtcDateTime, nullable=False),
-    Column("boot_id", String(64)),
-    *(_sample_column(spec) for spec in SAMPLE_FIELDS),
-    Index("ix_gpu_samples_gpu_uuid_ts", "gpu_uuid", "ts"),
-    Index("ix_gpu_samples_ts", "ts"),
+    *_sample_columns(width=8),
+    # No foreign keys: checking them per row would halve the bulk-load rate; ingest checks GPUs
+    # once per batch instead.
+    Column("gpu_id", Integer, nullable=False, comment="gpus.id"),
+    Column("node_id", Integer, nullable=False),
+    Column("boot", Integer, comment="node_boots.id: the node's boot when sampled"),
+    *_sample_columns(width=4),
+    *_sample_columns(width=2),
+    *_sample_columns(width=1),
+    Index("ix_gpu_samples_gpu_id_ts", "gpu_id", "ts"),
+    Index("ix_gpu_samples_ts", "ts", postgresql_using="brin"),
+    postgresql_partition_by="RANGE (ts)",
 )
 
 events = Table(

@@ -42,6 +42,7 @@ from sqlalchemy import Connection, and_, bindparam, func, or_, select, update
 
 from fleetwatch.config import ServerSettings
 from fleetwatch.rules.xid import XidCatalog, XidVerdict, judge_xids
+from fleetwatch.server.db.sample_joins import SAMPLE_GPU_UUID, SAMPLES_WITH_GPU, gpu_id_of
 from fleetwatch.server.db.session import Database
 from fleetwatch.server.db.tables import events, gpu_lifetimes, gpu_samples, gpus, nodes
 from fleetwatch.server.jobs.isolation import ItemGuard
@@ -260,9 +261,10 @@ def _first_samples(conn: Connection, uuids: list[str]) -> dict[str, datetime]:
     out: dict[str, datetime] = {}
     for chunk in _chunks(uuids):
         query = (
-            select(gpu_samples.c.gpu_uuid, func.min(gpu_samples.c.ts).label("first"))
-            .where(gpu_samples.c.gpu_uuid.in_(chunk))
-            .group_by(gpu_samples.c.gpu_uuid)
+            select(SAMPLE_GPU_UUID, func.min(gpu_samples.c.ts).label("first"))
+            .select_from(SAMPLES_WITH_GPU)
+            .where(gpus.c.uuid.in_(chunk))
+            .group_by(SAMPLE_GPU_UUID)
         )
         out.update({row.gpu_uuid: row.first for row in conn.execute(query)})
     return out
@@ -396,11 +398,12 @@ def _returns(
     rows = []
     gs = gpu_samples.c
     for chunk in _chunks(list(back)):
-        after_grace = or_(*(and_(gs.gpu_uuid == u, gs.ts > back[u][1]) for u in chunk))
+        after_grace = or_(*(and_(gs.gpu_id == gpu_id_of(u), gs.ts > back[u][1]) for u in chunk))
         query = (
-            select(gs.gpu_uuid, func.min(gs.ts).label("first"))
+            select(SAMPLE_GPU_UUID, func.min(gs.ts).label("first"))
+            .select_from(SAMPLES_WITH_GPU)
             .where(after_grace)
-            .group_by(gs.gpu_uuid)
+            .group_by(SAMPLE_GPU_UUID)
         )
         for sample in conn.execute(query):
             rows.append(_opening(back[sample.gpu_uuid][0], sample.first))

@@ -35,6 +35,7 @@ class LockKey(IntEnum):
     PLANNER = 0x46575F504C4E  # "FW_PLN"
     STRAGGLERS = 0x46575F535452  # "FW_STR"
     REFIT = 0x46575F524649  # "FW_RFI"
+    RETENTION = 0x46575F524554  # "FW_RET": the retention pass (partitions, deletes)
 
 
 def _is_postgres(conn: Connection) -> bool:

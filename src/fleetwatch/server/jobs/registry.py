@@ -7,6 +7,7 @@ assessment     ``assess_interval_s``            every     when a fatal Xid or a 
                                                 process   here or (NOTIFY) on any replica
 rollups        ``rollup_interval_s``            leader
 lifecycle      ``lifecycle_interval_s``         leader
+retention      ``retention_interval_s``         leader
 planner        ``planner_interval_s``           leader    after each assessment on the leader
 stragglers     ``straggler_interval_s``         leader
 alerts         ``alert_interval_s``             leader    after each assessment on the leader
@@ -39,6 +40,7 @@ from fleetwatch.server.jobs.isolation import ItemGuard
 from fleetwatch.server.jobs.leader import LeaderElector
 from fleetwatch.server.jobs.lifecycle import run_lifecycle
 from fleetwatch.server.jobs.refit import Refitter
+from fleetwatch.server.jobs.retention import RetentionJob
 from fleetwatch.server.jobs.rollups import RollupJob
 from fleetwatch.server.jobs.scheduler import Job, Scheduler, Waker
 from fleetwatch.server.jobs.weekly_report import WeeklyReportJob
@@ -110,6 +112,9 @@ class BackgroundJobs:
         jobs = [
             Job("rollups", s.rollup_interval_s, rollups),
             Job("lifecycle", s.lifecycle_interval_s, lifecycle),
+            Job(
+                "retention", s.retention_interval_s, RetentionJob.from_settings(db, s, self.metrics)
+            ),
             Job("planner", s.planner_interval_s, self.planner.run_once, first=fresh),
             Job("stragglers", s.straggler_interval_s, self.stragglers.run_once),
             Job("alerts", s.alert_interval_s, self.alerter.run_once, first=fresh),

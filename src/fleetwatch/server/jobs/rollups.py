@@ -20,6 +20,7 @@ from sqlalchemy import Connection, and_, case, delete, func, select
 
 from fleetwatch.models.telemetry_features import GPU_CATEGORIES, rollup_hour
 from fleetwatch.rules.xid_catalog import XidCatalog
+from fleetwatch.server.db.sample_joins import SAMPLE_GPU_UUID, SAMPLES_WITH_GPU
 from fleetwatch.server.db.session import Database
 from fleetwatch.server.db.tables import events, gpu_hourly, gpu_samples, gpus
 from fleetwatch.server.jobs.isolation import ItemGuard
@@ -87,9 +88,10 @@ def roll_up_hours(
     start, end = floor_hour(start), end
     cols = [gpu_samples.c[name] for name in _COLUMNS]
     rows = conn.execute(
-        select(gpu_samples.c.gpu_uuid, gpu_samples.c.node_id, gpu_samples.c.ts, *cols)
+        select(SAMPLE_GPU_UUID, gpu_samples.c.node_id, gpu_samples.c.ts, *cols)
+        .select_from(SAMPLES_WITH_GPU)
         .where(gpu_samples.c.ts >= start, gpu_samples.c.ts < end)
-        .order_by(gpu_samples.c.gpu_uuid, gpu_samples.c.ts)
+        .order_by(SAMPLE_GPU_UUID, gpu_samples.c.ts)
     )
     grouped: dict[tuple[str, datetime], list[dict[str, Any]]] = defaultdict(list)
     node_of: dict[str, int] = {}

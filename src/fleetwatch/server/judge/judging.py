@@ -29,6 +29,11 @@ from fleetwatch.rules.health import BootSample, HealthVerdict, judge_health, jud
 from fleetwatch.rules.thresholds import HealthThresholds
 from fleetwatch.rules.xid import XidVerdict, judge_xids
 from fleetwatch.rules.xid_catalog import XidCatalog
+from fleetwatch.server.db.sample_joins import (
+    SAMPLE_BOOT_ID,
+    SAMPLE_GPU_UUID,
+    SAMPLES_WITH_GPU_AND_BOOT,
+)
 from fleetwatch.server.db.tables import events, gpu_samples, gpus, nodes
 from fleetwatch.server.jobs.isolation import ItemGuard
 from fleetwatch.telemetry import SAMPLE_FIELD_NAMES, Event, GpuSample
@@ -38,6 +43,9 @@ __all__ = ["FleetJudge", "Verdict"]
 _ID_OVERLAP = 10_000  # sample rows re-read each pass, for ids committed out of order
 _CLEARED_BY_BOOT = frozenset({"restart_app", "reset_gpu", "drain_reset", "reboot_node"})
 _LIVE_KINDS = ("xid", "gpu_lost", "node_boot")
+_SAMPLES = select(gpu_samples, SAMPLE_GPU_UUID, SAMPLE_BOOT_ID).select_from(
+    SAMPLES_WITH_GPU_AND_BOOT
+)
 
 
 @dataclass(frozen=True)
@@ -193,14 +201,15 @@ class FleetJudge:
 
     def _load_samples(self, conn: Connection, now: datetime) -> None:
         if self._last_id is None:
-            newest = conn.execute(select(func.max(gpu_samples.c.ts))).scalar()
+            # The newest sample's time, from gpus (ts has only a BRIN index on PostgreSQL).
+            newest = conn.execute(select(func.max(gpus.c.latest_ts))).scalar()
             if newest is None:
                 return
-            query = select(gpu_samples).where(gpu_samples.c.ts >= newest - self.history)
+            query = _SAMPLES.where(gpu_samples.c.ts >= newest - self.history)
         else:
             # Ids, not times: late samples (a spool emptying, a simulated fleet) are found too.
             # The overlap re-reads rows that may have committed out of id order on PostgreSQL.
-            query = select(gpu_samples).where(gpu_samples.c.id > self._last_id - _ID_OVERLAP)
+            query = _SAMPLES.where(gpu_samples.c.id > self._last_id - _ID_OVERLAP)
         for row in conn.execute(query.where(gpu_samples.c.ts <= now).order_by(gpu_samples.c.ts)):
             self._last_id = row.id if self._last_id is None else max(self._last_id, row.id)
             gpu = self._gpus.get(row.gpu_uuid)

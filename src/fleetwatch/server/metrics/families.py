@@ -8,6 +8,15 @@ Counted as things happen, on the registry each app builds (:class:`ServerMetrics
     fleetwatch_background_job_failures_total{job}    fleetwatch_background_runs_total{job}
     fleetwatch_leader{role}
 
+Set by the leader's retention pass (``jobs/retention.py``)::
+
+    fleetwatch_retention_rows_deleted_total{table}
+    fleetwatch_retention_partitions_dropped_total{table}
+    fleetwatch_retention_cutoff_timestamp_seconds{table}
+    fleetwatch_partitions_created_total{table}       fleetwatch_partitions{table}
+    fleetwatch_partition_default_rows{table}         fleetwatch_retention_last_run_timestamp_seconds
+    fleetwatch_retention_pass_duration_seconds
+
 Read at scrape time, on the same registry: ``fleetwatch_storage_*`` (``db/storage.py``,
 ``StorageCollector``). Rendered per scrape as text, after the registry's families:
 
@@ -81,6 +90,56 @@ class ServerMetrics:
             "fleetwatch_leader",
             "1 while this process is the leader that runs the write jobs, else 0",
             ["role"],
+            registry=registry,
+        )
+
+        # The storage lifecycle: what the retention pass deleted, dropped and created.
+        self.retention_rows_deleted = Counter(
+            "fleetwatch_retention_rows_deleted_total",
+            "Rows deleted because they were older than their table's retention, by table (rows "
+            "of dropped partitions are not counted here: see the partitions dropped).",
+            ["table"],
+            registry=registry,
+        )
+        self.retention_partitions_dropped = Counter(
+            "fleetwatch_retention_partitions_dropped_total",
+            "Day partitions dropped whole because the whole day was past retention (PostgreSQL).",
+            ["table"],
+            registry=registry,
+        )
+        self.partitions_created = Counter(
+            "fleetwatch_partitions_created_total",
+            "Day partitions created, ahead of time or for rows that arrived in the DEFAULT one.",
+            ["table"],
+            registry=registry,
+        )
+        self.partitions = Gauge(
+            "fleetwatch_partitions",
+            "Partitions of the table after the last retention pass, DEFAULT included (PostgreSQL).",
+            ["table"],
+            registry=registry,
+        )
+        self.partition_default_rows = Gauge(
+            "fleetwatch_partition_default_rows",
+            "Rows left in the table's DEFAULT partition after the last retention pass: rows no "
+            "day partition covers (PostgreSQL; normally 0).",
+            ["table"],
+            registry=registry,
+        )
+        self.retention_cutoff = Gauge(
+            "fleetwatch_retention_cutoff_timestamp_seconds",
+            "Rows of the table older than this were due for deletion at the last retention pass.",
+            ["table"],
+            registry=registry,
+        )
+        self.retention_last_run = Gauge(
+            "fleetwatch_retention_last_run_timestamp_seconds",
+            "When the last retention pass completed (Unix time).",
+            registry=registry,
+        )
+        self.retention_duration = Gauge(
+            "fleetwatch_retention_pass_duration_seconds",
+            "How long the last retention pass took.",
             registry=registry,
         )
 

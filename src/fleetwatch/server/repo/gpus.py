@@ -9,7 +9,8 @@ from sqlalchemy import Connection, Row, Select, select
 
 from fleetwatch.errors import InvalidInput, NotFound
 from fleetwatch.rules.rates import CounterReading, counter_rates
-from fleetwatch.server.db.tables import gpu_samples, gpus, nodes
+from fleetwatch.server.db.sample_joins import SAMPLE_BOOT_ID, gpu_id_of
+from fleetwatch.server.db.tables import gpu_samples, gpus, node_boots, nodes
 from fleetwatch.server.repo.events import list_events
 from fleetwatch.server.schemas.fleet import (
     GpuDetail,
@@ -92,8 +93,12 @@ def list_samples(
     """Oldest first, so that rates read naturally; ``limit`` keeps the newest samples."""
     if conn.execute(select(gpus.c.uuid).where(gpus.c.uuid == uuid)).first() is None:
         raise NotFound("GPU", uuid)
-    columns = [gpu_samples.c.ts, gpu_samples.c.boot_id, *(gpu_samples.c[f] for f in fields)]
-    query = select(*columns).where(gpu_samples.c.gpu_uuid == uuid)
+    columns = [gpu_samples.c.ts, SAMPLE_BOOT_ID, *(gpu_samples.c[f] for f in fields)]
+    query = (
+        select(*columns)
+        .select_from(gpu_samples.outerjoin(node_boots, node_boots.c.id == gpu_samples.c.boot))
+        .where(gpu_samples.c.gpu_id == gpu_id_of(uuid))
+    )
     if since is not None:
         query = query.where(gpu_samples.c.ts >= since)
     if until is not None:

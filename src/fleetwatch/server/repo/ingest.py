@@ -1,8 +1,9 @@
 """Storing one validated batch, atomically: all of it or none of it.
 
 Order inside the transaction: node, then the batch id (so a replay stops before writing anything),
-then GPU identities, samples (bulk), latest state, events. A duplicate batch rolls back whatever it
-touched, so a replay changes nothing, not even the node's last_seen.
+then GPU identities, samples (bulk, :mod:`~fleetwatch.server.repo.sample_writer`), latest state,
+events. A duplicate batch rolls back whatever it touched, so a replay changes nothing, not even
+the node's last_seen.
 
 A GPU belongs to one node. When a batch declares a GPU stored under another node, that node's
 last report of it decides: within ``live_intervals`` of that node's intervals (the window after
@@ -15,7 +16,6 @@ moved: it changes node and a ``gpu_moved`` event on the new node says from where
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -27,8 +27,9 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from fleetwatch.errors import BatchConflict, GpuClaimed, InvalidInput
 from fleetwatch.server.db.session import Database
-from fleetwatch.server.db.tables import events, gpu_samples, gpus, ingest_batches, nodes
-from fleetwatch.telemetry import SAMPLE_FIELD_NAMES, Batch, GpuIdentity, GpuSample
+from fleetwatch.server.db.tables import events, gpus, ingest_batches, nodes
+from fleetwatch.server.repo.sample_writer import write_samples
+from fleetwatch.telemetry import Batch, GpuIdentity, GpuSample
 
 __all__ = ["IngestResult", "store_batch"]
 
@@ -39,7 +40,6 @@ logger = logging.getLogger(__name__)
 _CONFLICT_EVENT_EVERY = timedelta(hours=1)
 
 _IDENTITY = ("index", "serial", "pci_bus_id", "name", "driver_version", "vbios_version")
-_SAMPLE_COLUMNS = ("gpu_uuid", "node_id", "ts", "boot_id", *SAMPLE_FIELD_NAMES)
 
 # Statements built once: building and hashing a SQLAlchemy statement per batch costs more CPU than
 # running it.
@@ -110,9 +110,10 @@ def store_batch(
             node_id = _upsert_node(conn, batch, now)
             _claim_batch_id(conn, batch, node_id, content_sha256, now)
             node_gpus = _upsert_gpus(conn, batch, node_id, now, live_intervals)
-            _insert_samples(conn, db, batch.samples, node_id, batch.node.boot_id)
+            learned = write_samples(conn, db, batch.samples, node_id, batch.node.boot_id, now=now)
             _update_latest(conn, batch.samples, now)
             _insert_events(conn, batch, node_id, node_gpus, now)
+        learned.remember()  # committed: the GPU and boot keys may be reused by later batches
     except _Duplicate:
         return IngestResult(samples=0, events=0, duplicate=True)
     except GpuClaimed as exc:
@@ -386,33 +387,6 @@ def _check_references(
             f"{len(problems)} item(s) reference GPUs this node never declared; nothing was stored",
             problems[:50],
         )
-
-
-def _insert_samples(
-    conn: Connection, db: Database, samples: list[GpuSample], node_id: int, boot_id: str | None
-) -> None:
-    if not samples:
-        return
-    rows = (
-        (s.uuid, node_id, s.ts, boot_id, *(getattr(s, name) for name in SAMPLE_FIELD_NAMES))
-        for s in samples
-    )
-    if conn.dialect.name == "postgresql":
-        _copy_rows(conn, rows)
-    else:
-        conn.execute(
-            insert(gpu_samples), [dict(zip(_SAMPLE_COLUMNS, r, strict=True)) for r in rows]
-        )
-
-
-def _copy_rows(conn: Connection, rows: Iterable[tuple[Any, ...]]) -> None:
-    """PostgreSQL's bulk path, inside the SQLAlchemy transaction (same connection)."""
-    raw = conn.connection.driver_connection
-    assert raw is not None
-    statement = f"COPY gpu_samples ({', '.join(_SAMPLE_COLUMNS)}) FROM STDIN"
-    with raw.cursor() as cursor, cursor.copy(statement) as copy:
-        for row in rows:
-            copy.write_row(row)
 
 
 def _update_latest(conn: Connection, samples: list[GpuSample], now: datetime) -> None:

@@ -14,6 +14,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from fleetwatch.models.stragglers import EWMA_WEIGHT, StepRow, Transition
+from fleetwatch.server.db.sample_joins import SAMPLE_GPU_UUID, SAMPLES_WITH_GPU
 from fleetwatch.server.db.tables import (
     gpu_samples,
     job_steps,
@@ -329,7 +330,7 @@ def telemetry_evidence(
         return None
     span = max(until - onset, timedelta(seconds=60))
     cols = (
-        gpu_samples.c.gpu_uuid,
+        SAMPLE_GPU_UUID,
         gpu_samples.c.ts,
         gpu_samples.c.clocks_event_reasons,
         gpu_samples.c.sm_clock_mhz,
@@ -339,7 +340,7 @@ def telemetry_evidence(
 
     def fetch(a: datetime, b: datetime) -> list[Any]:
         where = (gpu_samples.c.node_id == node_id, gpu_samples.c.ts >= a, gpu_samples.c.ts <= b)
-        return list(conn.execute(select(*cols).where(*where)))
+        return list(conn.execute(select(*cols).select_from(SAMPLES_WITH_GPU).where(*where)))
 
     during = fetch(onset, until)
     if not during:

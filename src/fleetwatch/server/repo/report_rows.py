@@ -17,6 +17,7 @@ from fleetwatch.reports.rows import CONFIRM_WINDOW, WeekData
 from fleetwatch.reports.weekly import WeeklyReport, build_weekly
 from fleetwatch.reports.weeks import IsoWeek
 from fleetwatch.rules.xid_catalog import XidCatalog
+from fleetwatch.server.db.sample_joins import SAMPLE_GPU_UUID, SAMPLES_WITH_GPU
 from fleetwatch.server.db.tables import (
     events,
     evictions,
@@ -137,10 +138,11 @@ def _stragglers(conn: Connection, start: datetime, end: datetime) -> list[Any]:
 def _samples(conn: Connection, start: datetime, end: datetime) -> list[Any]:
     gs = gpu_samples.c
     query = (
-        select(gs.gpu_uuid, gs.ts, gs.energy_mj, gs.power_w)
+        select(SAMPLE_GPU_UUID, gs.ts, gs.energy_mj, gs.power_w)
+        .select_from(SAMPLES_WITH_GPU)
         .where(gs.ts >= start, gs.ts < end)
         .where(or_(gs.energy_mj.is_not(None), gs.power_w.is_not(None)))
-        .order_by(gs.gpu_uuid, gs.ts)
+        .order_by(SAMPLE_GPU_UUID, gs.ts)
     )
     return list(conn.execute(query))
 

@@ -1,0 +1,163 @@
+"""``gpu_samples``' daily partitions on PostgreSQL: listing, creating, dropping.
+
+The table is partitioned by range of ``ts``, one partition per UTC day named
+``gpu_samples_pYYYYMMDD`` (``[day 00:00, next day 00:00)``), plus ``gpu_samples_default``, the
+DEFAULT partition, which takes any row no day partition covers: ingest never fails for want of
+a partition (a spool replayed after a long outage, a clock far off). The retention job
+(:mod:`fleetwatch.server.jobs.retention`) creates days ahead, moves rows out of the DEFAULT
+partition into their day's partition, and drops days past retention.
+
+Creating a day moves its rows out of the DEFAULT partition in the same transaction: PostgreSQL
+refuses a new partition while the DEFAULT one holds rows of its range. The DEFAULT partition is
+locked first, so that no ingest slips a row of that day in between; every DDL statement runs
+under ``lock_timeout``, so that a long query holding the table makes the step fail (and be
+retried next pass) instead of queueing every ingest behind it.
+
+Partitions named otherwise (an operator's own) are listed but never created nor dropped here.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, time, timedelta
+
+from sqlalchemy import Connection, text
+
+__all__ = [
+    "DEFAULT_PARTITION",
+    "PARTITIONED_TABLE",
+    "Partitions",
+    "create_day",
+    "create_default",
+    "day_bounds",
+    "default_days",
+    "default_rows",
+    "drop_day",
+    "is_partition_name",
+    "list_partitions",
+    "partition_name",
+    "set_lock_timeout",
+]
+
+PARTITIONED_TABLE = "gpu_samples"
+DEFAULT_PARTITION = "gpu_samples_default"
+_DAY_NAME = re.compile(r"^gpu_samples_p(\d{8})$")
+
+
+def partition_name(day: date) -> str:
+    return f"{PARTITIONED_TABLE}_p{day:%Y%m%d}"
+
+
+def is_partition_name(name: str) -> bool:
+    """Whether ``name`` is one of the tables this module makes (Alembic's comparison of the
+    schema skips them: they are data, not schema)."""
+    return name == DEFAULT_PARTITION or _DAY_NAME.match(name) is not None
+
+
+def day_bounds(day: date) -> tuple[datetime, datetime]:
+    """The UTC instants a day's partition covers, ``[start, end)``."""
+    start = datetime.combine(day, time(0), tzinfo=UTC)
+    return start, start + timedelta(days=1)
+
+
+def _literal(instant: datetime) -> str:
+    # Partition bounds are DDL, which takes no bind parameters; the value is ours, not input.
+    return f"'{instant.astimezone(UTC):%Y-%m-%d %H:%M:%S}+00'"
+
+
+@dataclass(frozen=True)
+class Partitions:
+    """The partitions of ``gpu_samples`` now."""
+
+    days: tuple[date, ...]  # day partitions, oldest first
+    has_default: bool
+    others: tuple[str, ...] = ()  # partitions this module did not name: left alone
+
+    @property
+    def count(self) -> int:
+        return len(self.days) + int(self.has_default) + len(self.others)
+
+
+def set_lock_timeout(conn: Connection, seconds: float) -> None:
+    """Give up on a lock after ``seconds`` for the rest of this transaction."""
+    conn.execute(text(f"SET LOCAL lock_timeout = '{int(seconds * 1000)}ms'"))
+
+
+def list_partitions(conn: Connection) -> Partitions:
+    names = conn.execute(
+        text(
+            "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
+            "WHERE i.inhparent = CAST(:table AS regclass)"
+        ),
+        {"table": PARTITIONED_TABLE},
+    ).scalars()
+    days: list[date] = []
+    others: list[str] = []
+    has_default = False
+    for name in names:
+        if name == DEFAULT_PARTITION:
+            has_default = True
+        elif match := _DAY_NAME.match(name):
+            days.append(datetime.strptime(match.group(1), "%Y%m%d").date())
+        else:
+            others.append(name)
+    return Partitions(tuple(sorted(days)), has_default, tuple(sorted(others)))
+
+
+def default_days(conn: Connection) -> list[date]:
+    """The UTC days of the rows in the DEFAULT partition (usually none), oldest first."""
+    rows = conn.execute(
+        text(
+            f"SELECT DISTINCT CAST(ts AT TIME ZONE 'UTC' AS date) AS day "
+            f"FROM {DEFAULT_PARTITION} ORDER BY day"
+        )
+    ).scalars()
+    return list(rows)
+
+
+def create_day(conn: Connection, day: date) -> int:
+    """Create ``day``'s partition, moving its rows out of the DEFAULT partition into it; return
+    the rows moved. Call in a transaction of its own (it locks the DEFAULT partition to its end).
+    """
+    name = partition_name(day)
+    start, end = day_bounds(day)
+    conn.execute(text(f"LOCK TABLE {DEFAULT_PARTITION} IN ACCESS EXCLUSIVE MODE"))
+    conn.execute(text(f"CREATE TABLE {name} (LIKE {PARTITIONED_TABLE} INCLUDING DEFAULTS)"))
+    moved = conn.execute(
+        text(
+            f"WITH moved AS (DELETE FROM {DEFAULT_PARTITION} "
+            "WHERE ts >= :start AND ts < :end RETURNING *) "
+            f"INSERT INTO {name} SELECT * FROM moved"
+        ),
+        {"start": start, "end": end},
+    ).rowcount
+    # The CHECK lets ATTACH skip scanning the new table for rows outside the range.
+    conn.execute(
+        text(
+            f"ALTER TABLE {name} ADD CONSTRAINT {name}_range "
+            f"CHECK (ts >= {_literal(start)} AND ts < {_literal(end)})"
+        )
+    )
+    conn.execute(
+        text(
+            f"ALTER TABLE {PARTITIONED_TABLE} ATTACH PARTITION {name} "
+            f"FOR VALUES FROM ({_literal(start)}) TO ({_literal(end)})"
+        )
+    )
+    conn.execute(text(f"ALTER TABLE {name} DROP CONSTRAINT {name}_range"))
+    return int(moved or 0)
+
+
+def create_default(conn: Connection) -> None:
+    """Create the DEFAULT partition (the migration does; this puts back one dropped by hand)."""
+    conn.execute(text(f"CREATE TABLE {DEFAULT_PARTITION} PARTITION OF {PARTITIONED_TABLE} DEFAULT"))
+
+
+def default_rows(conn: Connection) -> int:
+    return int(conn.execute(text(f"SELECT count(*) FROM {DEFAULT_PARTITION}")).scalar_one())
+
+
+def drop_day(conn: Connection, day: date) -> None:
+    """Drop ``day``'s partition with its rows (the retention job checks the day is past)."""
+    conn.execute(text(f"DROP TABLE {partition_name(day)}"))

@@ -1,0 +1,179 @@
+"""Writing a batch's samples: one row per GPU per tick into ``gpu_samples``, in bulk.
+
+PostgreSQL gets a binary ``COPY`` (no text formatting and parsing of 34 numbers a row), routed
+by the server into the day's partition; SQLite an ``executemany`` insert. Rows name their GPU and
+the node's boot by small keys (``gpus.id``, ``node_boots.id``), looked up once per batch and
+remembered per database once the batch committed: a committed key never changes (GPUs and boots
+are never deleted nor renumbered).
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, bindparam, insert, select
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+from fleetwatch.server.db.sample_columns import copy_type
+from fleetwatch.server.db.session import Database
+from fleetwatch.server.db.tables import gpu_samples, gpus, node_boots
+from fleetwatch.telemetry import SAMPLE_FIELD_NAMES, SAMPLE_FIELDS, GpuSample
+
+__all__ = [
+    "SAMPLE_COLUMNS",
+    "SAMPLE_COPY_STATEMENT",
+    "SAMPLE_COPY_TYPES",
+    "LearnedKeys",
+    "write_samples",
+]
+
+SAMPLE_COLUMNS = ("gpu_id", "node_id", "ts", "boot", *SAMPLE_FIELD_NAMES)
+
+# The PostgreSQL type of each copied column: binary COPY sends values in the column's own
+# binary format, so each must be named (a float sent for a real column would be misread).
+SAMPLE_COPY_TYPES = (
+    "int4",
+    "int4",
+    "timestamptz",
+    "int4",
+    *(copy_type(spec) for spec in SAMPLE_FIELDS),
+)
+SAMPLE_COPY_STATEMENT = f"COPY gpu_samples ({', '.join(SAMPLE_COLUMNS)}) FROM STDIN (FORMAT BINARY)"
+
+_SELECT_GPU_IDS = select(gpus.c.uuid, gpus.c.id).where(
+    gpus.c.uuid.in_(bindparam("uuids", expanding=True))
+)
+_SELECT_BOOT = select(node_boots.c.id).where(
+    node_boots.c.node_id == bindparam("node_id"), node_boots.c.boot_id == bindparam("boot_id")
+)
+_INSERT_BOOT = {
+    name: insert_(node_boots)
+    .on_conflict_do_nothing(index_elements=["node_id", "boot_id"])
+    .returning(node_boots.c.id)
+    for name, insert_ in (("postgresql", pg_insert), ("sqlite", sqlite_insert))
+}
+
+
+class _Keys:
+    """Committed keys of one database: GPU UUID -> gpus.id, (node, boot id) -> node_boots.id."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.gpus: dict[str, int] = {}
+        self.boots: dict[tuple[int, str], int] = {}
+
+
+@dataclass
+class LearnedKeys:
+    """Keys a batch looked up, to remember once its transaction committed (a key this
+    transaction created could roll back with it, and SQLite would hand its number to the next
+    row)."""
+
+    db: Database
+    gpus: dict[str, int] = field(default_factory=dict)
+    boots: dict[tuple[int, str], int] = field(default_factory=dict)
+
+    def remember(self) -> None:
+        """Call after the commit."""
+        keys = _keys_of(self.db)
+        with keys.lock:
+            keys.gpus.update(self.gpus)
+            keys.boots.update(self.boots)
+
+
+_KEYS: weakref.WeakKeyDictionary[Database, _Keys] = weakref.WeakKeyDictionary()
+_KEYS_LOCK = threading.Lock()
+
+
+def _keys_of(db: Database) -> _Keys:
+    with _KEYS_LOCK:
+        keys = _KEYS.get(db)
+        if keys is None:
+            keys = _KEYS[db] = _Keys()
+        return keys
+
+
+def write_samples(
+    conn: Connection,
+    db: Database,
+    samples: Sequence[GpuSample],
+    node_id: int,
+    boot_id: str | None,
+    *,
+    now: datetime,
+) -> LearnedKeys:
+    """Insert ``samples`` of node ``node_id`` in this transaction (their GPUs are registered);
+    return the keys looked up, for :meth:`LearnedKeys.remember` after the commit."""
+    learned = LearnedKeys(db)
+    if not samples:
+        return learned
+    keys = _keys_of(db)
+    gpu_ids = _gpu_ids(conn, keys, {s.uuid for s in samples}, learned)
+    boot = None if boot_id is None else _boot_key(conn, keys, node_id, boot_id, now, learned)
+    rows = (
+        (
+            gpu_ids[s.uuid],
+            node_id,
+            s.ts,
+            boot,
+            *(getattr(s, name) for name in SAMPLE_FIELD_NAMES),
+        )
+        for s in samples
+    )
+    if conn.dialect.name == "postgresql":
+        _copy_rows(conn, rows)
+    else:
+        conn.execute(insert(gpu_samples), [dict(zip(SAMPLE_COLUMNS, r, strict=True)) for r in rows])
+    return learned
+
+
+def _gpu_ids(
+    conn: Connection, keys: _Keys, uuids: set[str], learned: LearnedKeys
+) -> dict[str, int]:
+    with keys.lock:
+        found = {uuid: keys.gpus[uuid] for uuid in uuids if uuid in keys.gpus}
+    missing = uuids - found.keys()
+    if missing:
+        read = {row.uuid: row.id for row in conn.execute(_SELECT_GPU_IDS, {"uuids": list(missing)})}
+        found.update(read)
+        learned.gpus.update(read)
+    return found
+
+
+def _boot_key(
+    conn: Connection,
+    keys: _Keys,
+    node_id: int,
+    boot_id: str,
+    now: datetime,
+    learned: LearnedKeys,
+) -> int:
+    with keys.lock:
+        known = keys.boots.get((node_id, boot_id))
+    if known is not None:
+        return known
+    params = {"node_id": node_id, "boot_id": boot_id}
+    found = conn.execute(_SELECT_BOOT, params).scalar()
+    if found is None:
+        insert_boot = _INSERT_BOOT[conn.dialect.name]
+        found = conn.execute(insert_boot, {**params, "first_seen": now}).scalar()
+    if found is None:  # another batch of this node inserted it first, and has committed
+        found = conn.execute(_SELECT_BOOT, params).scalar_one()
+    learned.boots[(node_id, boot_id)] = int(found)
+    return int(found)
+
+
+def _copy_rows(conn: Connection, rows: Iterable[tuple[Any, ...]]) -> None:
+    """PostgreSQL's bulk path, inside the SQLAlchemy transaction (same connection)."""
+    raw = conn.connection.driver_connection
+    assert raw is not None
+    with raw.cursor() as cursor, cursor.copy(SAMPLE_COPY_STATEMENT) as copy:
+        copy.set_types(SAMPLE_COPY_TYPES)
+        for row in rows:
+            copy.write_row(row)
