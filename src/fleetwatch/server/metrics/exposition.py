@@ -130,6 +130,7 @@ class FleetExposition:
         )
 
     def _node_identity_text(self, members: list[CachedNode]) -> str:
+        labels = self.cache.labels([node.id for node in members])
         seen, info = [], []
         for node in members:
             name = escape_label(node.name)
@@ -138,7 +139,9 @@ class FleetExposition:
                 f"{node.last_seen.timestamp()}\n"
             )
             extra = "".join(
-                f',{k}="{escape_label(v)}"' for k, v in sorted(node.labels.items()) if k != "node"
+                f',{k}="{escape_label(v)}"'
+                for k, v in sorted(labels.get(node.id, {}).items())
+                if k != "node"
             )
             info.append(f'fleetwatch_node_info{{node="{name}"{extra}}} 1\n')
         if not members:

@@ -4,14 +4,16 @@ The cache follows the ``nodes`` and ``events`` tables incrementally (rows whose 
 ``received_at`` moved past a watermark, with an overlap that catches transactions committed out
 of order), at most once per ``ttl_s``, so every replica and worker shows the whole fleet, not
 only what it ingested itself. Both tables are small next to the GPUs' (a node has 8 GPUs; events
-are rare), which is why GPUs are not cached here: a shard reads its own GPUs' rows when scraped.
+are rare), which is why GPUs are not cached here: a shard reads its own GPUs' rows when scraped,
+and its nodes' labels (:meth:`FleetCache.labels`; the default page needs none of them, and every
+node's row moves at every push, so following them would re-read every node's labels).
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -23,16 +25,17 @@ from fleetwatch.server.db.session import Database
 from fleetwatch.server.db.tables import events, nodes
 from fleetwatch.server.metrics.shards import Shard, node_hash
 
-__all__ = ["CachedNode", "EventCounts", "FleetCache"]
+__all__ = ["IDS_PER_QUERY", "CachedNode", "EventCounts", "FleetCache"]
 
 _OVERLAP = timedelta(seconds=30)
+# Node ids per IN (...) list: well under SQLite's oldest limit of 999 bound parameters.
+IDS_PER_QUERY = 500
 
 
 @dataclass(frozen=True)
 class CachedNode:
     id: int
     name: str
-    labels: dict[str, str]
     interval_s: float
     last_seen: datetime
     hashed: int  # node_hash(name), for shard membership without rehashing per scrape
@@ -72,6 +75,16 @@ class FleetCache:
             found = [n for n in self._nodes.values() if shard is None or shard.holds_hash(n.hashed)]
         return sorted(found, key=lambda n: n.name)
 
+    def labels(self, node_ids: Sequence[int]) -> dict[int, dict[str, str]]:
+        """The labels of ``node_ids``, read now (not cached)."""
+        found: dict[int, dict[str, str]] = {}
+        with self._db.read() as conn:
+            for start in range(0, len(node_ids), IDS_PER_QUERY):
+                chunk = node_ids[start : start + IDS_PER_QUERY]
+                query = select(nodes.c.id, nodes.c.labels).where(nodes.c.id.in_(chunk))
+                found.update((row.id, row.labels) for row in conn.execute(query))
+        return found
+
     def event_counts(self) -> EventCounts:
         self.refresh()
         with self._lock:
@@ -90,16 +103,14 @@ class FleetCache:
             self._refreshed_at = time.monotonic()
 
     def _load_nodes(self, conn: Any) -> None:
-        query = select(
-            nodes.c.id, nodes.c.name, nodes.c.labels, nodes.c.interval_s, nodes.c.last_seen
-        )
+        query = select(nodes.c.id, nodes.c.name, nodes.c.interval_s, nodes.c.last_seen)
         if self._node_mark is not None:
             query = query.where(nodes.c.last_seen >= self._node_mark - _OVERLAP)
         for row in conn.execute(query):
             old = self._nodes.get(row.id)
             hashed = old.hashed if old is not None else node_hash(row.name)
             self._nodes[row.id] = CachedNode(
-                row.id, row.name, row.labels, row.interval_s, row.last_seen, hashed
+                row.id, row.name, row.interval_s, row.last_seen, hashed
             )
             if self._node_mark is None or row.last_seen > self._node_mark:
                 self._node_mark = row.last_seen

@@ -7,6 +7,8 @@ __all__ = ["escape_label", "family_header"]
 
 def escape_label(value: str) -> str:
     """A Prometheus label value as the text format wants it (backslash, newline, quote)."""
+    if '"' not in value and "\\" not in value and "\n" not in value:
+        return value  # nearly always: names, UUIDs, models
     return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
 
