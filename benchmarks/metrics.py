@@ -1,46 +1,67 @@
-"""How long a Prometheus scrape of /metrics takes for a large fleet (default 10,000 GPUs).
+"""How big /metrics is and how long Prometheus waits for it, for a fleet-scale database.
 
-Seeds N nodes x 8 GPUs (every canonical field) and some Xid events into a fresh SQLite file,
-starts the real server on it, and times scrapes over loopback HTTP: the first one (cache cold),
-repeats (nothing changed), and scrapes after every GPU reported a new sample (every line rebuilt).
-Side by side, the same series rendered by prometheus_client's own exposition (a custom collector
-yielding GaugeMetricFamily objects), which is what a straightforward implementation would do.
+Fills a fresh database (SQLite file, or a throwaway PostgreSQL database with ``--postgres``) in
+bulk SQL with what a fleet of N nodes x 8 GPUs leaves behind: every node and GPU with its newest
+sample (all canonical fields), node labels (cluster, row, rack), an application Xid on every
+10th node and a double-bit-error Xid (48, a fatal verdict) on every ``--fatal-every``-th GPU,
+straggler ratios of the newest window for every node (jobs of 64 nodes) and a slowness score per
+node, and a fitted risk model. Then it starts the real ``fleetwatch server`` on it (background
+jobs off, so that nothing else competes for the 2 cores: the one assessment is requested through
+``GET /v1/risk``), and times scrapes over loopback HTTP, as Prometheus makes them:
 
-    .venv/bin/python benchmarks/metrics.py [--gpus 10000] [--scrapes 5]
+- the default page (``/metrics``): cold, repeated, gzip; and after every GPU and node reported
+  anew (a bulk UPDATE of ``gpus`` and ``nodes``; the cache TTL waited out);
+- one shard (``/metrics?shard=3&shards=16``, and of other shard counts with ``--shards``): the
+  same.
+
+It prints the page sizes, the bytes per metric family and the scrape times, and the server's
+peak RSS (VmHWM). Run it against an older checkout with ``--shard-scrapes 0`` (its /metrics
+ignores the shard parameters and would send the whole fleet again).
+
+    .venv/bin/python benchmarks/metrics.py [--gpus 100000] [--shards 16,32] [--postgres]
 """
 
 from __future__ import annotations
 
 import argparse
-import json
+import gzip as gzip_module
+import os
+import secrets
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 import uuid
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import httpx
+import numpy as np
+import pandas as pd
+from sqlalchemy import insert, update
+from sqlalchemy.engine import make_url
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from fleetwatch.config import ServerSettings  # noqa: E402
-from fleetwatch.server.db.migrate import upgrade  # noqa: E402
-from fleetwatch.server.db.session import Database, make_engine  # noqa: E402
-from fleetwatch.server.repo.ingest import store_batch  # noqa: E402
-from fleetwatch.telemetry import Batch  # noqa: E402
+from fleetwatch.config import ServerSettings
+from fleetwatch.models.registry import RiskBundle
+from fleetwatch.server.auth import create_token
+from fleetwatch.server.db.migrate import upgrade
+from fleetwatch.server.db.session import Database, make_engine
+from fleetwatch.server.db.tables import events, gpus, node_slowness, nodes, straggler_state
+from fleetwatch.server.repo.models import store_model
 
 GPUS_PER_NODE = 8
+NODES_PER_JOB = 64
+CHUNK = 2000
+DEFAULT_POSTGRES = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 
 
-def _sample(gpu_uuid: str, ts: datetime, tick: int) -> dict[str, Any]:
+def _sample(tick: int) -> dict[str, Any]:
+    """Every canonical field, as ``gpus.latest`` holds the newest sample."""
     return {
-        "uuid": gpu_uuid,
-        "ts": ts.isoformat(),
         "gpu_temp_c": 60.0 + tick % 7,
         "memory_temp_c": 66.0,
         "power_w": 612.5,
@@ -78,179 +99,380 @@ def _sample(gpu_uuid: str, ts: datetime, tick: int) -> dict[str, Any]:
     }
 
 
-def seed(
-    db: Database,
-    nodes: int,
-    tick: int,
-    *,
-    fatal_every: int = 0,
-    offset: timedelta = timedelta(0),
-) -> None:
-    """One sample per GPU at ``now - 1 s + offset``; an application Xid on every 10th node and,
-    with ``fatal_every``, a DBE Xid (48) on every ``fatal_every``-th GPU."""
-    now = datetime.now(UTC) - timedelta(seconds=1) + offset
-    for n in range(nodes):
-        name = f"bench-{n:05d}"
-        gpus = [
+def node_name(n: int) -> str:
+    return f"gpu-node-{n:05d}"
+
+
+def gpu_id(n: int, i: int) -> str:
+    return f"GPU-{uuid.uuid5(uuid.NAMESPACE_DNS, f'{node_name(n)}/{i}')}"
+
+
+def _chunks(rows: list[dict[str, Any]]) -> Iterator[list[dict[str, Any]]]:
+    for start in range(0, len(rows), CHUNK):
+        yield rows[start : start + CHUNK]
+
+
+def seed(db: Database, n_nodes: int, *, fatal_every: int, now: datetime) -> None:
+    """Nodes, GPUs with their newest sample, Xid events, straggler ratios and slowness scores."""
+    sample = _sample(1)
+    with db.write() as conn:
+        node_rows = [
             {
-                "uuid": f"GPU-{uuid.uuid5(uuid.NAMESPACE_DNS, f'{name}/{i}')}",
+                "id": n + 1,
+                "name": node_name(n),
+                "labels": {"cluster": f"c{n // 4096}", "row": f"{n // 256}", "rack": f"r{n // 16}"},
+                "interval_s": 10.0,
+                "agent_version": "0.1.0",
+                "boot_id": "boot-1",
+                "first_seen": now - timedelta(days=200),
+                "last_seen": now,
+            }
+            for n in range(n_nodes)
+        ]
+        for chunk in _chunks(node_rows):
+            conn.execute(insert(nodes), chunk)
+        gpu_rows = [
+            {
+                "uuid": gpu_id(n, i),
+                "node_id": n + 1,
                 "index": i,
-                "name": "NVIDIA H100 80GB HBM3",
                 "serial": f"{n:06d}{i:02d}",
                 "pci_bus_id": f"0000:{0x18 + i:02x}:00.0",
+                "name": "NVIDIA H100 80GB HBM3",
                 "driver_version": "550.90.07",
+                "vbios_version": "96.00.74.00.01",
+                "first_seen": now - timedelta(days=200),
+                "last_seen": now,
+                "latest_ts": now,
+                "latest": sample,
             }
+            for n in range(n_nodes)
             for i in range(GPUS_PER_NODE)
         ]
-        events = (
-            [{"kind": "xid", "uuid": gpus[0]["uuid"], "xid": 13, "ts": now.isoformat()}]
-            if n % 10 == 0
-            else []
-        )
-        if fatal_every:
-            events += [
-                {"kind": "xid", "uuid": g["uuid"], "xid": 48, "ts": now.isoformat()}
-                for i, g in enumerate(gpus)
-                if (n * GPUS_PER_NODE + i) % fatal_every == 0
-            ]
-        batch = Batch.model_validate_json(
-            json.dumps(
-                {
-                    "batch_id": str(uuid.uuid4()),
-                    "node": {"name": name, "interval_s": 3600, "labels": {"rack": f"r{n // 16}"}},
-                    "gpus": gpus,
-                    "samples": [_sample(g["uuid"], now, tick) for g in gpus],
-                    "events": events,
-                }
-            )
-        )
-        store_batch(db, batch, content_sha256=batch.batch_id, now=datetime.now(UTC))
+        for chunk in _chunks(gpu_rows):
+            conn.execute(insert(gpus), chunk)
+        event_rows = [
+            {
+                "node_id": n + 1,
+                "gpu_uuid": gpu_id(n, 0),
+                "kind": "xid",
+                "xid": 13,
+                "ts": now - timedelta(minutes=5),
+                "received_at": now - timedelta(minutes=5),
+            }
+            for n in range(0, n_nodes, 10)
+        ]
+        event_rows += [
+            {
+                "node_id": g // GPUS_PER_NODE + 1,
+                "gpu_uuid": gpu_id(g // GPUS_PER_NODE, g % GPUS_PER_NODE),
+                "kind": "xid",
+                "xid": 48,
+                "ts": now - timedelta(minutes=5),
+                "received_at": now - timedelta(minutes=5),
+            }
+            for g in range(0, n_nodes * GPUS_PER_NODE, fatal_every)
+        ]
+        for chunk in _chunks(event_rows):
+            conn.execute(insert(events), chunk)
+        rng = np.random.default_rng(5)
+        ratios = rng.lognormal(0.0, 0.05, n_nodes)
+        job_rows = [
+            {
+                "job_id": f"train-{start // NODES_PER_JOB:04d}",
+                "next_start": now,
+                "detector": {},
+                "ratios": {
+                    node_name(n): round(float(ratios[n]), 4)
+                    for n in range(start, min(start + NODES_PER_JOB, n_nodes))
+                },
+                "updated_at": now,
+            }
+            for start in range(0, n_nodes, NODES_PER_JOB)
+        ]
+        conn.execute(insert(straggler_state), job_rows)
+        slowness_rows = [
+            {"node": node_name(n), "score": float(ratios[n]), "windows": 30, "updated_at": now}
+            for n in range(n_nodes)
+        ]
+        for chunk in _chunks(slowness_rows):
+            conn.execute(insert(node_slowness), chunk)
 
 
-def scrape(client: httpx.Client, gzip: bool) -> tuple[float, int]:
+def everyone_reports(db: Database, tick: int) -> None:
+    """Every GPU and node reported a new sample (what 10 s of a fleet does to the two tables)."""
+    now = datetime.now(UTC)
+    with db.write() as conn:
+        conn.execute(update(gpus).values(latest_ts=now, last_seen=now, latest=_sample(tick)))
+        conn.execute(update(nodes).values(last_seen=now))
+
+
+def store_risk_model(db: Database) -> None:
+    """A model fitted on synthetic lifetimes (as the Prometheus integration test does)."""
+    rng = np.random.default_rng(7)
+    sbe = rng.exponential(5.0, 600)
+    life = 400.0 * np.exp(-0.15 * sbe) * rng.weibull(1.4, 600)
+    censor = rng.uniform(50, 600, 600)
+    frame = pd.DataFrame(
+        {
+            "duration_days": np.minimum(life, censor),
+            "event": (life <= censor).astype(int),
+            "group": "NVIDIA H100 80GB HBM3",
+            "sbe_per_day": sbe,
+        }
+    )
+    with db.write() as conn:
+        store_model(conn, RiskBundle.fit(frame), trigger="manual", trained_at=datetime.now(UTC))
+
+
+@contextmanager
+def database(postgres: str | None) -> Iterator[str]:
+    """A fresh database URL: a SQLite file in a temporary directory, or a throwaway PostgreSQL
+    database created on ``postgres`` and dropped at the end."""
+    if postgres is None:
+        with tempfile.TemporaryDirectory() as tmp:
+            yield f"sqlite:///{tmp}/metrics.db"
+        return
+    import psycopg
+
+    base = make_url(ServerSettings(database_url=postgres).database_url)
+    name = f"fleetwatch_bench_{secrets.token_hex(4)}"
+    admin = base.set(drivername="postgresql").render_as_string(hide_password=False)
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield base.set(database=name).render_as_string(hide_password=False)
+    finally:
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def scrape(client: httpx.Client, params: dict[str, str], *, gzip: bool) -> tuple[float, bytes]:
+    """(seconds until the last byte arrived, the body as sent)."""
     headers = {"Accept-Encoding": "gzip" if gzip else "identity"}
     started = time.perf_counter()
-    with client.stream("GET", "/metrics", headers=headers) as response:
+    with client.stream("GET", "/metrics", params=params, headers=headers) as response:
         response.raise_for_status()
-        size = sum(len(chunk) for chunk in response.iter_raw())
-    return time.perf_counter() - started, size
+        body = b"".join(response.iter_raw())
+    return time.perf_counter() - started, body
 
 
-def prometheus_client_baseline(db: Database) -> tuple[float, int]:
-    """The same GPU series through prometheus_client's collector protocol and generate_latest."""
-    from prometheus_client import CollectorRegistry, generate_latest
-    from prometheus_client.core import GaugeMetricFamily
-    from sqlalchemy import select
+def family_bytes(text: str) -> Counter[str]:
+    """Bytes of sample lines per metric family name (the name before ``{`` or the value)."""
+    sizes: Counter[str] = Counter()
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            sizes[line.split("{", 1)[0].split(" ", 1)[0]] += len(line) + 1
+    return sizes
 
-    from fleetwatch.metrics import GPU_METRICS
-    from fleetwatch.server.db.tables import gpus, nodes
 
-    class Naive:
-        def collect(self) -> Any:
-            with db.read() as conn:
-                rows = list(conn.execute(select(gpus, nodes.c.name.label("node")).join(nodes)))
-            for metric in GPU_METRICS:
-                family = GaugeMetricFamily(
-                    metric.name.removesuffix("_total"),
-                    metric.help,
-                    labels=["node", "gpu", "uuid", "model"],
-                )
-                for row in rows:
-                    value = (row.latest or {}).get(metric.field)
-                    if value is not None:
-                        family.add_metric(
-                            [row.node, str(row.index), row.uuid, row.name or ""],
-                            float(value) * metric.scale,
-                        )
-                yield family
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` so far (all its threads)."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
-    registry = CollectorRegistry()
-    registry.register(Naive())
-    started = time.perf_counter()
-    payload = generate_latest(registry)
-    return time.perf_counter() - started, len(payload)
+
+def peak_rss_mb(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def risk_render_cost(url: str) -> tuple[float, float]:
+    """(wall s, CPU s) to render the default page's risk series for a new assessment of the
+    fleet in ``url`` (scoring every GPU at every horizon), in this process."""
+    from cryptography.fernet import Fernet
+    from fastapi.testclient import TestClient
+
+    from fleetwatch.server.app import create_app
+    from fleetwatch.server.judge.assessment import FleetAssessment
+    from fleetwatch.server.metrics.risk_exposition import render_risk
+
+    settings = ServerSettings(
+        database_url=url,
+        background_jobs=False,
+        insecure_no_auth=True,
+        secret_keys=[Fernet.generate_key().decode()],
+    )
+    with TestClient(create_app(settings)) as client:
+        snapshot = client.app.state.assessor.run_once()  # type: ignore[attr-defined]
+    # A copy nobody has scored yet (the app's own prefetch may have scored the original).
+    fresh = FleetAssessment(snapshot.at, snapshot.gpus, snapshot.bundle, snapshot.model_version)
+    wall, cpu = time.perf_counter(), time.thread_time()
+    render_risk(fresh, settings.risk_horizons_h)
+    return time.perf_counter() - wall, time.thread_time() - cpu
+
+
+def _wait_ready(client: httpx.Client) -> None:
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        try:
+            if client.get("/readyz").status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.2)
+    raise SystemExit("the server did not become ready")
+
+
+def _print_page(title: str, body: bytes, gzipped: int, top: int = 12) -> None:
+    text = body.decode()
+    sizes = family_bytes(text)
+    series = sum(1 for line in text.splitlines() if line and not line.startswith("#"))
+    print(f"\n{title}: {len(body) / 1e6:.2f} MB, gzip {gzipped / 1e6:.2f} MB, {series} series")
+    print("| family | MB |")
+    print("|---|---:|")
+    for name, size in sizes.most_common(top):
+        print(f"| {name} | {size / 1e6:.3f} |")
+    rest = sum(sizes.values()) - sum(s for _, s in sizes.most_common(top))
+    if rest:
+        print(f"| ({len(sizes) - top} other families) | {rest / 1e6:.3f} |")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawTextHelpFormatter
     )
-    parser.add_argument("--gpus", type=int, default=10_000)
-    parser.add_argument("--scrapes", type=int, default=5)
+    parser.add_argument("--gpus", type=int, default=100_000)
+    parser.add_argument("--scrapes", type=int, default=3)
+    parser.add_argument(
+        "--shards",
+        type=lambda text: [int(n) for n in text.split(",")],
+        default=[16],
+        help="shard counts to scrape shard --shard of, e.g. 16,32 [16]",
+    )
+    parser.add_argument("--shard", type=int, default=3)
+    parser.add_argument(
+        "--shard-scrapes", type=int, default=None, help="default: --scrapes; 0 for an old server"
+    )
+    parser.add_argument("--fatal-every", type=int, default=1000)
+    parser.add_argument(
+        "--no-risk-render",
+        dest="risk_render",
+        action="store_false",
+        help="skip timing the risk series of a new assessment in-process",
+    )
+    parser.add_argument(
+        "--postgres",
+        nargs="?",
+        const=DEFAULT_POSTGRES,
+        default=None,
+        help=f"use a throwaway database on this PostgreSQL server [{DEFAULT_POSTGRES}]",
+    )
     args = parser.parse_args()
-    nodes = args.gpus // GPUS_PER_NODE
+    n_nodes = args.gpus // GPUS_PER_NODE
+    shard_scrapes = args.scrapes if args.shard_scrapes is None else args.shard_scrapes
+    shard_pages = {
+        f"shard {args.shard}/{n}": {"shard": str(args.shard), "shards": str(n)} for n in args.shards
+    }
 
-    with tempfile.TemporaryDirectory() as tmp:
-        url = f"sqlite:///{tmp}/metrics.db"
+    load_at_start = os.getloadavg()
+    with database(args.postgres) as url:
         db = Database(make_engine(ServerSettings(database_url=url)))
         upgrade(db.engine)
-        print(f"seeding {nodes} nodes x {GPUS_PER_NODE} GPUs ...", file=sys.stderr)
-        seed(db, nodes, tick=1)
-        from fleetwatch.server.auth import create_token
-
+        print(f"seeding {n_nodes} nodes x {GPUS_PER_NODE} GPUs ...", file=sys.stderr)
+        started = time.perf_counter()
+        seed(db, n_nodes, fatal_every=args.fatal_every, now=datetime.now(UTC))
+        store_risk_model(db)
         with db.write() as conn:
             token, _ = create_token(conn, name="bench", scope="read")
+        print(f"seeded in {time.perf_counter() - started:.0f} s", file=sys.stderr)
         port = 18000 + (int(time.time()) % 1000)
+        env = {**os.environ, "FLEETWATCH_SERVER_BACKGROUND_JOBS": "false"}
         server = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "fleetwatch",
-                "server",
-                "--port",
-                str(port),
-                "--database-url",
-                url,
-            ],
+            [sys.executable, "-m", "fleetwatch", "server", "--port", str(port)]
+            + ["--database-url", url],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
+            env=env,
         )
-        results: dict[str, list[float]] = {}
-        sizes: dict[str, int] = {}
+        times: dict[str, list[float]] = {}
+        cpu_times: dict[str, list[float]] = {}
+        pages: dict[str, tuple[bytes, int]] = {}
         try:
             client = httpx.Client(
                 base_url=f"http://127.0.0.1:{port}",
-                timeout=120,
+                timeout=600,
                 headers={"Authorization": f"Bearer {token}"},
             )
-            for _ in range(100):
-                try:
-                    if client.get("/readyz").status_code == 200:
-                        break
-                except httpx.TransportError:
-                    time.sleep(0.2)
-            first, sizes["identity"] = scrape(client, gzip=False)
-            results["first scrape (cache cold)"] = [first]
-            results["repeat scrape, nothing changed"] = [
-                scrape(client, gzip=False)[0] for _ in range(args.scrapes)
-            ]
-            gz = [scrape(client, gzip=True) for _ in range(args.scrapes)]
-            results["repeat scrape, gzip"] = [t for t, _ in gz]
-            sizes["gzip"] = gz[0][1]
-            changed = []
-            for tick in range(2, 2 + min(args.scrapes, 3)):
-                print(f"every GPU reports a new sample (round {tick - 1}) ...", file=sys.stderr)
-                seed(db, nodes, tick=tick)
+            _wait_ready(client)
+            print("assessing the fleet (GET /v1/risk) ...", file=sys.stderr)
+            started = time.perf_counter()
+            client.get("/v1/risk", params={"limit": "1"}).raise_for_status()
+            assessed_s = time.perf_counter() - started
+
+            def timed(params: dict[str, str], *, gzip: bool) -> tuple[float, float, bytes]:
+                """(wall s, server CPU s, body) of one scrape."""
+                before = cpu_s(server.pid)
+                wall, body = scrape(client, params, gzip=gzip)
+                return wall, cpu_s(server.pid) - before, body
+
+            def record(label: str, wall: float, cpu: float) -> None:
+                times.setdefault(label, []).append(wall)
+                cpu_times.setdefault(label, []).append(cpu)
+
+            def measure(label: str, params: dict[str, str], n: int) -> None:
+                wall, cpu, body = timed(params, gzip=False)
+                record(f"{label}: first scrape", wall, cpu)
+                for _ in range(n):
+                    record(f"{label}: repeat", *timed(params, gzip=False)[:2])
+                for _ in range(n):
+                    wall, cpu, zipped = timed(params, gzip=True)
+                    record(f"{label}: repeat, gzip", wall, cpu)
+                pages[label] = (body, len(zipped))
+                assert gzip_module.decompress(zipped)[:1] in (b"#", b"f")
+
+            # Every node reported since the server started: node_up is 1, as in a live fleet.
+            everyone_reports(db, 2)
+            time.sleep(2.1)  # the cache TTL
+            measure("default page", {}, args.scrapes)
+            if shard_scrapes:
+                for label, params in shard_pages.items():
+                    measure(label, params, shard_scrapes)
+            for tick in range(3, 3 + min(args.scrapes, 3)):
+                print(f"every GPU reports anew (round {tick - 2}) ...", file=sys.stderr)
+                everyone_reports(db, tick)
                 time.sleep(2.1)  # the cache TTL
-                changed.append(scrape(client, gzip=False)[0])
-            results["after every GPU reported anew"] = changed
+                record("default page: after every GPU reported anew", *timed({}, gzip=True)[:2])
+                for label, params in shard_pages.items() if shard_scrapes else ():
+                    record(
+                        f"{label}: after every GPU reported anew, gzip",
+                        *timed(params, gzip=True)[:2],
+                    )
             client.close()
+            rss = peak_rss_mb(server.pid)
         finally:
             server.terminate()
             server.wait()
-        baseline, baseline_size = prometheus_client_baseline(db)
-        results["prometheus_client generate_latest, same GPU series (in-process)"] = [baseline]
+        print("rendering the risk series of a new assessment in-process ...", file=sys.stderr)
+        risk_render = risk_render_cost(url) if args.risk_render else None
         db.dispose()
 
+    backend = "PostgreSQL" if args.postgres else "SQLite"
     print(
-        f"\n/metrics for {nodes * GPUS_PER_NODE} GPUs on {nodes} nodes "
-        f"(page {sizes['identity'] / 1e6:.1f} MB, gzip {sizes['gzip'] / 1e6:.1f} MB; "
-        f"baseline page {baseline_size / 1e6:.1f} MB)\n"
+        f"\n/metrics for {n_nodes * GPUS_PER_NODE} GPUs on {n_nodes} nodes ({backend}); "
+        f"assessment on request {assessed_s:.1f} s; server peak RSS {rss:.0f} MB; "
+        f"load average {', '.join(f'{x:.1f}' for x in load_at_start)} at start, "
+        f"{', '.join(f'{x:.1f}' for x in os.getloadavg())} at the end ({os.cpu_count()} CPUs)"
     )
-    print("| scrape | median s | max s | n |")
-    print("|---|---:|---:|---:|")
-    for name, times in results.items():
-        print(f"| {name} | {statistics.median(times):.3f} | {max(times):.3f} | {len(times)} |")
+    for label, (body, zipped) in pages.items():
+        _print_page(label, body, zipped)
+    print("\n| scrape | median s | max s | server CPU s (median) | n |")
+    print("|---|---:|---:|---:|---:|")
+    for name, values in times.items():
+        cpu = statistics.median(cpu_times[name])
+        print(
+            f"| {name} | {statistics.median(values):.3f} | {max(values):.3f} | {cpu:.2f} "
+            f"| {len(values)} |"
+        )
+    if risk_render is not None:
+        print(
+            f"\nrisk series of a new assessment (RiskPrefetch's work, in-process): "
+            f"{risk_render[0]:.2f} s wall, {risk_render[1]:.2f} s CPU"
+        )
 
 
 if __name__ == "__main__":

@@ -56,8 +56,15 @@ def test_demo_prints_tokens_and_serves_a_live_fleet(tmp_path: Path) -> None:
             time.sleep(0.2)
         assert nodes["count"] == 4
         assert all(n["state"] == "up" and n["gpu_count"] == 8 for n in nodes["data"])  # type: ignore[attr-defined]
-        metrics = httpx.get(f"http://127.0.0.1:{port}/metrics", headers=headers).text
-        assert metrics.count("fleetwatch_gpu_temperature_celsius{") == 32
+        gpu_pages = [
+            httpx.get(
+                f"http://127.0.0.1:{port}/metrics",
+                params={"shard": i, "shards": 2},
+                headers=headers,
+            ).text
+            for i in range(2)
+        ]
+        assert sum(p.count("fleetwatch_gpu_temperature_celsius{") for p in gpu_pages) == 32
         # Every node's agent wrote its ground truth-backed fleet and its own log.
         assert (tmp_path / "demo/sim/ground_truth.json").is_file()
         assert len(list((tmp_path / "demo/agents").glob("*/agent.log"))) == 4

@@ -5,7 +5,8 @@ The fleet: three ``fleetwatch agent --collectors sim`` processes (a ``fleetwatch
 plus one node whose batches this test pushes itself with every GPU field filled (so the GPU
 detail dashboard, templated on that node and GPU 1, has every series) and an Xid 79 on GPU 1;
 step reports of a job with one slow node for the straggler panels; a stored risk model for the
-probabilities. Prometheus (``/usr/bin/prometheus``) scrapes /metrics every second with the read
+probabilities. Prometheus (``/usr/bin/prometheus``) scrapes with the shipped scrape config
+(dashboards/prometheus/prometheus.yml: the default page and 16 shards) every second with the read
 token and loads a copy of dashboards/prometheus/rules/fleetwatch.rules.yml whose ``for:``
 durations are cut to 1 s (the committed rules wait minutes, which promtool's unit tests cover).
 """
@@ -42,6 +43,7 @@ pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[2]
 RULES = REPO / "dashboards/prometheus/rules/fleetwatch.rules.yml"
+SCRAPE_CONFIG = REPO / "dashboards/prometheus/prometheus.yml"
 NODE = "it-prom-node-0"  # the node this test pushes for; the GPU detail dashboard shows GPU 1
 GPU = "1"
 JOB = "it-prom-job"
@@ -133,16 +135,21 @@ def _short_for_rules(path: Path) -> Path:
 
 
 def _prometheus_config(tmp_path: Path, target: str, token: str) -> Path:
+    """The shipped dashboards/prometheus/prometheus.yml (both jobs: the default page and the 16
+    shards, relabeled as shipped) pointed at ``target``, scraping every second."""
     rules = _short_for_rules(tmp_path / "fleetwatch.rules.yml")
-    config = {
-        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-        "rule_files": [str(rules)],
-        "scrape_configs": [{
-            "job_name": "fleetwatch", "scrape_timeout": "1s",
-            "authorization": {"type": "Bearer", "credentials": token},
-            "static_configs": [{"targets": [target]}],
-        }],
-    }  # fmt: skip
+    config = yaml.safe_load(SCRAPE_CONFIG.read_text())
+    config["global"] = {"scrape_interval": "1s", "evaluation_interval": "1s"}
+    config["rule_files"] = [str(rules)]
+    del config["alerting"]
+    for job in config["scrape_configs"]:
+        job["scrape_timeout"] = "1s"
+        job["authorization"] = {"type": "Bearer", "credentials": token}
+        for relabel in job.get("relabel_configs", []):
+            if relabel.get("target_label") == "__address__":
+                relabel["replacement"] = target
+        if job["job_name"] == "fleetwatch":
+            job["static_configs"] = [{"targets": [target]}]
     path = tmp_path / "prometheus.yml"
     path.write_text(yaml.safe_dump(config))
     return path
@@ -261,9 +268,15 @@ def test_every_dashboard_query_returns_data_from_a_live_fleet(
                     time.sleep(1.0)
             names = httpx.get(f"{prom}/api/v1/label/__name__/values", timeout=10).json()["data"]
             fatal = _fatal_alerts(prom)
+            shard_targets = _query(prom, 'up{job="fleetwatch-shards"}')
+            gpus_per_node = _query(prom, "count by (node, gpu) (fleetwatch_gpu_info)")
         finally:
             logs = {a.name: a.stop() for a in agents}
     assert not empty, f"{len(empty)} of {len(queries)} queries returned nothing: {empty}"
+    # The shipped relabeling: 16 targets, ?shard=0..15, each GPU scraped from one of them only.
+    assert sorted(int(t["metric"]["shard"]) for t in shard_targets) == list(range(16))
+    assert all(t["value"][1] == "1" for t in shard_targets), shard_targets
+    assert gpus_per_node and all(g["value"][1] == "1" for g in gpus_per_node), gpus_per_node
     used = {m for _, q in queries for m in re.findall(r"\bfleetwatch_[a-z0-9_]+", q)}
     assert used - set(names) == set(), "dashboards query metrics Prometheus never scraped"
     assert {(a["labels"]["node"], a["labels"]["gpu"]) for a in fatal} == {(NODE, GPU)}, fatal

@@ -45,7 +45,7 @@ def test_server_process_ingests_and_serves_reads_and_metrics(
             uuid = batch["gpus"][3]["uuid"]
             samples = read.get(f"/v1/gpus/{uuid}/samples", params={"fields": "gpu_temp_c"}).json()
             assert [p["values"] for p in samples["data"]] == [{"gpu_temp_c": 41.0}] * 3
-            metrics = read.get("/metrics").text
+            metrics = read.get("/metrics", params={"shard": 0, "shards": 1}).text
         families = {f.name: f for f in text_string_to_metric_families(metrics)}
         temps = list(families["fleetwatch_gpu_temperature_celsius"].samples)
         assert len(temps) == 8 and {s.labels["node"] for s in temps} == {"node-live"}
@@ -169,3 +169,36 @@ def test_server_process_answers_413_for_oversized_body(tmp_path: Path) -> None:
         )
     assert answer.status_code == 413
     assert "8388608" in answer.json()["error"]
+
+
+def test_server_processes_one_after_another_cut_the_same_shards(
+    server_db: str, tmp_path: Path
+) -> None:
+    """Two server processes (each with its own salt for Python's hash()) and a restart: every
+    node is in the same shard of 4, and in exactly one."""
+    agent, reader = create_token(server_db, "agent"), create_token(server_db, "read")
+    names = [f"node-shard-{i:02d}" for i in range(24)]
+
+    def gpu_nodes(text: str) -> set[str]:
+        return {
+            sample.labels["node"]
+            for family in text_string_to_metric_families(text)
+            if family.name == "fleetwatch_gpu_info"
+            for sample in family.samples
+        }
+
+    seen: list[list[set[str]]] = []
+    for run in range(2):
+        with live_server(server_db, tmp_path) as server:
+            if run == 0:
+                with server.client(agent) as push:
+                    for name in names:
+                        answer = push.post("/v1/ingest", json=make_batch(name, gpus=1))
+                        assert answer.status_code == 200, answer.text
+            with server.client(reader) as read:
+                pages = [read.get("/metrics", params={"shard": i, "shards": 4}) for i in range(4)]
+        assert all(page.status_code == 200 for page in pages)
+        seen.append([gpu_nodes(page.text) for page in pages])
+    assert seen[0] == seen[1]
+    assert sorted(name for shard in seen[0] for name in shard) == names
+    assert all(shard for shard in seen[0])  # 24 nodes: no shard of 4 is empty

@@ -1,4 +1,11 @@
-"""Fleet health overview: liveness by rack, risk top-N, fatal verdicts, Xid rate, evictions."""
+"""Fleet health overview: liveness by rack, risk top-N, fatal verdicts, Xid rate, evictions.
+
+Every panel reads FleetWatch's default /metrics page (job ``fleetwatch``) except those that name a
+GPU or a rack: "Riskiest GPUs" and the two rack panels read the shard job's per-GPU failure
+probabilities and node labels (``fleetwatch-shards``, dashboards/prometheus/prometheus.yml).
+Fleet-wide counts come from fleet-level series (``fleetwatch_gpus``,
+``fleetwatch_fleet_xid_events_total``), not from summing one series per GPU at every refresh.
+"""
 
 from __future__ import annotations
 
@@ -35,7 +42,13 @@ def fleet_health() -> dash.Dashboard:
                 description="Silent for 3 of their push intervals.",
             )
         )
-        .with_panel(single_stat("GPUs", "count(fleetwatch_gpu_info)"))
+        .with_panel(
+            single_stat(
+                "GPUs",
+                "sum(fleetwatch_gpus)",
+                description="GPUs that reported within a day, judged by the newest assessment.",
+            )
+        )
         .with_panel(
             single_stat(
                 "GPUs with a critical or fatal verdict",
@@ -106,7 +119,12 @@ def fleet_health() -> dash.Dashboard:
         .with_panel(
             time_series(
                 "Xid rate by code",
-                [(f"sum by (xid) (rate(fleetwatch_xid_events_total[{RATE}]))", "Xid {{xid}}")],
+                [
+                    (
+                        f"sum by (xid) (rate(fleetwatch_fleet_xid_events_total[{RATE}]))",
+                        "Xid {{xid}}",
+                    )
+                ],
                 unit="ops",
             )
         )
@@ -120,6 +138,26 @@ def fleet_health() -> dash.Dashboard:
                     )
                 ],
                 unit="reqps",
+            )
+        )
+        .with_panel(
+            time_series(
+                "GPUs at risk of failing within a day",
+                [
+                    (
+                        'sum by (threshold) (fleetwatch_gpus_at_risk{horizon="1d"})',
+                        "P >= {{threshold}}",
+                    )
+                ],
+                description="GPUs whose 1-day failure probability is at least the threshold "
+                "(1 for a GPU a rule took out of service).",
+            )
+        )
+        .with_panel(
+            time_series(
+                "GPUs by worst verdict",
+                [('sum by (verdict) (fleetwatch_gpus{verdict!="none"})', "{{verdict}}")],
+                description="GPUs with an active rule verdict, by the most severe one.",
             )
         )
         .with_row(dash.Row("Evictions"))

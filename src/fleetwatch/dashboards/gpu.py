@@ -1,5 +1,9 @@
 """GPU detail, templated on node and GPU index: thermals, power, clocks, throttling, memory
-errors, NVLink, PCIe, risk history and verdicts."""
+errors, NVLink, PCIe, risk history and verdicts.
+
+The GPU's series come from the shard pages of /metrics (job ``fleetwatch-shards``), its verdicts
+from the default page: a node's shard is found by its labels like any other series.
+"""
 
 from __future__ import annotations
 

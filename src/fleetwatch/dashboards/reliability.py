@@ -1,7 +1,8 @@
 """Reliability: failure probability trends, verdict counts, evictions, Xids and availability.
 
 FleetWatch does not export MTBF; availability here is the fraction of nodes reporting
-(``fleetwatch_node_up``), not of nodes in service.
+(``fleetwatch_node_up``), not of nodes in service. The GPU failure probability panels read the
+shard job's per-GPU series (``fleetwatch-shards``); the rest reads the default page.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ def reliability() -> dash.Dashboard:
         .with_panel(
             single_stat(
                 "Xid events (24 h)",
-                "sum(increase(fleetwatch_xid_events_total[1d]))",
+                "sum(increase(fleetwatch_fleet_xid_events_total[1d]))",
                 w=6,
             )
         )
@@ -77,7 +78,7 @@ def reliability() -> dash.Dashboard:
         .with_panel(
             time_series(
                 "Events by kind",
-                [(f"sum by (kind) (rate(fleetwatch_events_total[{RATE}]))", "{{kind}}")],
+                [(f"sum by (kind) (rate(fleetwatch_fleet_events_total[{RATE}]))", "{{kind}}")],
                 unit="ops",
             )
         )

@@ -1,4 +1,8 @@
-"""Stragglers: per-job step-time slowdown of each node, and each node's slowness score."""
+"""Stragglers: per-job step-time slowdown of each node, and each node's slowness score.
+
+The slowdown ratios are on FleetWatch's default /metrics page (the straggler alert reads them);
+the slowness scores are per-node detail, on the shard pages (job ``fleetwatch-shards``).
+"""
 
 from __future__ import annotations
 

@@ -32,6 +32,7 @@ from fleetwatch.server.jobs.registry import BackgroundJobs
 from fleetwatch.server.judge.liveness import Liveness
 from fleetwatch.server.metrics.exposition import FleetExposition
 from fleetwatch.server.metrics.families import ServerMetrics
+from fleetwatch.server.metrics.risk_prefetch import RiskPrefetch
 from fleetwatch.server.operations import add_operational_routes
 from fleetwatch.server.page import router as page_router
 from fleetwatch.server.routers import api_router
@@ -154,6 +155,8 @@ def create_app(
         app.state.waker = jobs.waker
         app.state.outbox_waker = jobs.outbox_waker
         metrics.track_leader(settings.role, lambda: jobs.is_leader)
+        risk_prefetch = RiskPrefetch(lambda: jobs.assessor.latest, settings.risk_horizons_h)
+        risk_prefetch.start()
         jobs.start(engine)
         app.state.elector = jobs.elector
         logger.info(
@@ -163,6 +166,7 @@ def create_app(
             yield
         finally:
             eviction_watch.stop()
+            risk_prefetch.stop()
             await jobs.stop()
             db.dispose()
 

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import gzip
+from functools import partial
+from typing import Annotated
 
-from fastapi import Depends, FastAPI, Request
+from fastapi import Depends, FastAPI, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response
-from prometheus_client import generate_latest
 from sqlalchemy import text
 
 from fleetwatch.config import ServerSettings
@@ -16,13 +17,20 @@ from fleetwatch.server.db.migrate import current_revision, head_revision
 from fleetwatch.server.db.session import Database
 from fleetwatch.server.deps import require
 from fleetwatch.server.jobs.leader import LeaderElector
-from fleetwatch.server.judge.straggler_detector import render_stragglers
-from fleetwatch.server.metrics.eviction_exposition import render_evictions
-from fleetwatch.server.metrics.exposition import FleetExposition
-from fleetwatch.server.metrics.risk_exposition import render_risk
+from fleetwatch.server.metrics.pages import default_page, shard_page
+from fleetwatch.server.metrics.shards import MAX_SHARDS, shard_from_query
 from fleetwatch.server.schemas.common import error_responses
 
 __all__ = ["add_operational_routes"]
+
+METRICS_DESCRIPTION = """\
+Without parameters: the default page, what only FleetWatch knows and alerts read, small at any
+fleet size (node state, verdicts, risk, evictions, stragglers, the fleet's Xid counts, ingest and
+background jobs). With `shard` and `shards`: the per-GPU series (telemetry, identity, failure
+probability, Xid counts) and node detail of the nodes in that shard, `crc32(node name) % shards`;
+scrape every shard of one `shards` to have each series once
+(dashboards/prometheus/prometheus.yml does).
+"""
 
 
 def add_operational_routes(app: FastAPI, settings: ServerSettings) -> None:
@@ -62,25 +70,39 @@ def add_operational_routes(app: FastAPI, settings: ServerSettings) -> None:
     @app.get(
         "/metrics",
         tags=["operations"],
-        summary="Prometheus metrics: per-GPU latest state, node liveness, Xid counts, ingest",
+        summary="Prometheus metrics: the fleet's state (default page), or one shard's GPUs",
+        description=METRICS_DESCRIPTION,
         response_class=Response,
         dependencies=[Depends(read_auth)] if settings.metrics_require_token else [],
-        responses=error_responses(401, 403) if settings.metrics_require_token else None,
+        responses=error_responses(*((401, 403, 422) if settings.metrics_require_token else (422,))),
     )
-    async def metrics(request: Request) -> Response:
-        fleet: FleetExposition = request.app.state.fleet
-        body = await run_in_threadpool(fleet.render)
-        body += await run_in_threadpool(
-            render_risk, request.app.state.assessor.latest, settings.risk_horizons_h
+    async def metrics(
+        request: Request,
+        shard: Annotated[
+            int | None, Query(ge=0, description="Which shard (0 to shards - 1); with shards")
+        ] = None,
+        shards: Annotated[
+            int | None,
+            Query(ge=1, le=MAX_SHARDS, description="How many shards the fleet is cut into"),
+        ] = None,
+    ) -> Response:
+        selected = shard_from_query(shard, shards)
+        state = request.app.state
+        if selected is None:
+            render = partial(default_page, registry=state.registry)
+        else:
+            render = partial(shard_page, selected)
+        page = await run_in_threadpool(
+            render,
+            fleet=state.fleet,
+            snapshot=state.assessor.latest,
+            db=state.db,
+            settings=settings,
         )
-        body += await run_in_threadpool(render_stragglers, request.app.state.db)
-        body += await run_in_threadpool(
-            render_evictions, request.app.state.db, settings.drain_budget_pct
-        )
-        payload = (generate_latest(request.app.state.registry).decode() + body).encode()
+        payload = page.encode()
         headers = {"Content-Type": "text/plain; version=0.0.4; charset=utf-8"}
         if "gzip" in request.headers.get("accept-encoding", ""):
-            # Level 1: a 10,000-GPU page is tens of MB; speed matters more than the last byte.
+            # Level 1: speed matters more than the last byte (a shard can be tens of MB).
             payload = await run_in_threadpool(gzip.compress, payload, 1)
             headers["Content-Encoding"] = "gzip"
         return Response(payload, headers=headers)

@@ -1,4 +1,8 @@
-"""/metrics after a known batch: exact lines, base units, absent fields, valid exposition format."""
+"""/metrics after a known batch: exact lines, base units, absent fields, valid exposition format.
+
+Per-GPU series and node detail are on the shard pages (here the one shard of ``shards=1``, which
+holds every node); node state, the fleet's counters and the process's own are on the default page.
+"""
 
 from __future__ import annotations
 
@@ -22,6 +26,10 @@ MODEL = "NVIDIA H100 80GB HBM3"
 GPU0, GPU1 = gpu_uuid("node-a", 0), gpu_uuid("node-a", 1)
 # Reasons sw_power_cap (0x4) and hw_thermal_slowdown (0x40).
 REASONS = 0x44
+
+
+# The one shard of one: every node's per-GPU series in one page.
+WHOLE_FLEET = {"shard": "0", "shards": "1"}
 
 
 def _labels(index: int, uuid: str) -> str:
@@ -49,8 +57,9 @@ def known(push: Push) -> dict[str, Any]:
 
 @pytest.fixture
 def scrape(client: TestClient, tokens: dict[str, str]) -> Callable[..., httpx.Response]:
-    def _scrape(**headers: str) -> httpx.Response:
-        response = client.get("/metrics", headers={**bearer(tokens["read"]), **headers})
+    def _scrape(params: dict[str, str] | None = None, **headers: str) -> httpx.Response:
+        sent = {**bearer(tokens["read"]), **headers}
+        response = client.get("/metrics", params=params, headers=sent)
         assert response.status_code == 200, response.text
         return response
 
@@ -62,7 +71,7 @@ def _lines(response: httpx.Response) -> list[str]:
 
 
 def test_metrics_gpu_gauges_have_exact_lines(known: dict[str, Any], scrape: Any) -> None:
-    lines = _lines(scrape())
+    lines = _lines(scrape(WHOLE_FLEET))
     full = _labels(0, GPU0)
     for expected in [
         f"fleetwatch_gpu_temperature_celsius{{{full}}} 41.0",
@@ -90,11 +99,12 @@ def test_metrics_gpu_info_carries_identity(known: dict[str, Any], scrape: Any) -
         f'fleetwatch_gpu_info{{{_labels(0, GPU0)},serial="{gpu["serial"]}",'
         f'driver_version="550.90.07",pci_bus_id="0000:18:00.0"}} 1'
     )
-    assert expected in _lines(scrape())
+    assert expected in _lines(scrape(WHOLE_FLEET))
+    assert not [line for line in _lines(scrape()) if line.startswith("fleetwatch_gpu_info")]
 
 
 def test_metrics_clocks_event_active_per_reason(known: dict[str, Any], scrape: Any) -> None:
-    lines = _lines(scrape())
+    lines = _lines(scrape(WHOLE_FLEET))
     full = _labels(0, GPU0)
     for reason, bit in THROTTLE_REASONS:
         value = 1 if REASONS & bit else 0
@@ -109,7 +119,7 @@ def test_metrics_clocks_event_active_per_reason(known: dict[str, Any], scrape: A
 
 
 def test_metrics_unreported_field_has_no_line(known: dict[str, Any], scrape: Any) -> None:
-    lines = _lines(scrape())
+    lines = _lines(scrape(WHOLE_FLEET))
     gpu1 = [line for line in lines if f'uuid="{GPU1}"' in line and not line.startswith("#")]
     # GPU 1 reported its temperature only: that line, its identity and sample time, nothing else.
     names = sorted(line.split("{")[0] for line in gpu1)
@@ -126,9 +136,12 @@ def test_metrics_unreported_field_has_no_line(known: dict[str, Any], scrape: Any
 
 
 def test_metrics_xid_events_counted(known: dict[str, Any], scrape: Any) -> None:
-    lines = _lines(scrape())
+    lines = _lines(scrape(WHOLE_FLEET))
     assert f'fleetwatch_xid_events_total{{node="node-a",gpu="0",uuid="{GPU0}",xid="79"}} 1' in lines
     assert 'fleetwatch_events_total{node="node-a",kind="xid"} 1' in lines
+    fleet = _lines(scrape())
+    assert 'fleetwatch_fleet_xid_events_total{xid="79"} 1' in fleet
+    assert 'fleetwatch_fleet_events_total{kind="xid"} 1' in fleet
 
 
 def test_metrics_xid_count_grows_with_new_events(
@@ -142,17 +155,25 @@ def test_metrics_xid_count_grows_with_new_events(
         {"kind": "xid", "uuid": GPU1, "xid": 48, "ts": (now - timedelta(seconds=1)).isoformat()},
     ]
     assert push(later).status_code == 200
-    lines = _lines(scrape())
+    lines = _lines(scrape(WHOLE_FLEET))
     assert f'fleetwatch_xid_events_total{{node="node-a",gpu="0",uuid="{GPU0}",xid="79"}} 2' in lines
     assert f'fleetwatch_xid_events_total{{node="node-a",gpu="1",uuid="{GPU1}",xid="48"}} 1' in lines
+    fleet = _lines(scrape())
+    assert 'fleetwatch_fleet_xid_events_total{xid="48"} 1' in fleet
+    assert 'fleetwatch_fleet_xid_events_total{xid="79"} 2' in fleet
+    assert 'fleetwatch_fleet_events_total{kind="xid"} 3' in fleet
 
 
 def test_metrics_node_lines(known: dict[str, Any], scrape: Any) -> None:
     lines = _lines(scrape())
     assert 'fleetwatch_node_up{node="node-a"} 1' in lines
-    assert 'fleetwatch_node_info{node="node-a",rack="r12"} 1' in lines
     assert 'fleetwatch_nodes{state="up"} 1' in lines
     assert 'fleetwatch_nodes{state="unreachable"} 0' in lines
+    detail = _lines(scrape(WHOLE_FLEET))
+    assert 'fleetwatch_node_info{node="node-a",rack="r12"} 1' in detail
+    stamp = next(x for x in detail if x.startswith("fleetwatch_node_last_seen_timestamp_seconds{"))
+    assert stamp.startswith('fleetwatch_node_last_seen_timestamp_seconds{node="node-a"} ')
+    assert abs(float(stamp.split()[1]) - datetime.now(UTC).timestamp()) < 3600
 
 
 def test_metrics_ingest_counters_and_latency(
@@ -189,19 +210,30 @@ def test_metrics_ingest_counters_and_latency(
     assert value(latency, f"{latency}_sum") > 0
 
 
-def test_metrics_text_is_valid_exposition_format(known: dict[str, Any], scrape: Any) -> None:
-    response = scrape()
-    assert response.headers["content-type"].startswith("text/plain; version=0.0.4")
-    text = response.text
-    families = list(text_string_to_metric_families(text))
-    by_name = {f.name: f for f in families}
-    # No family declared twice (Prometheus refuses a page with a repeated TYPE line).
+def _families(text: str) -> dict[str, Any]:
+    """The page's families by name, after checking that none is declared twice (Prometheus
+    refuses a page with a repeated TYPE line) and that counter samples end in _total."""
     types = Counter(line.split()[2] for line in text.splitlines() if line.startswith("# TYPE "))
     assert [name for name, n in types.items() if n > 1] == []
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    for family in families.values():
+        if family.type == "counter":
+            assert all(s.name != family.name for s in family.samples), family.name
+    return families
+
+
+def test_metrics_text_is_valid_exposition_format(known: dict[str, Any], scrape: Any) -> None:
+    for page in ({}, WHOLE_FLEET, {"shard": "1", "shards": "3"}):
+        response = scrape(page)
+        assert response.headers["content-type"].startswith("text/plain; version=0.0.4")
+        _families(response.text)
+    fleet = _families(scrape().text)
+    assert fleet["fleetwatch_node_up"].type == "gauge"
+    assert fleet["fleetwatch_fleet_xid_events"].type == "counter"
+    by_name = _families(scrape(WHOLE_FLEET).text)
     assert by_name["fleetwatch_gpu_temperature_celsius"].type == "gauge"
     assert by_name["fleetwatch_gpu_energy_joules"].type == "counter"
     assert by_name["fleetwatch_xid_events"].type == "counter"
-    assert by_name["fleetwatch_node_up"].type == "gauge"
     # Every per-GPU metric that was reported parses with its declared type.
     reported = {
         spec.name.removesuffix("_total"): spec.type
@@ -211,22 +243,22 @@ def test_metrics_text_is_valid_exposition_format(known: dict[str, Any], scrape: 
     assert reported
     for name, kind in reported.items():
         assert by_name[name].type == kind, name
-    # Counter samples are named with _total, never bare.
-    for family in families:
-        if family.type == "counter":
-            assert all(s.name != family.name for s in family.samples), family.name
 
 
 def test_metrics_gzip_when_asked(
     known: dict[str, Any], client: TestClient, tokens: dict[str, str]
 ) -> None:
-    headers = bearer(tokens["read"])
-    with client.stream("GET", "/metrics", headers={**headers, "Accept-Encoding": "gzip"}) as zipped:
-        assert zipped.headers["content-encoding"] == "gzip"
-        raw = b"".join(zipped.iter_raw())
-    text = gzip.decompress(raw).decode()
-    assert f"fleetwatch_gpu_temperature_celsius{{{_labels(0, GPU0)}}} 41.0" in text.splitlines()
-    list(text_string_to_metric_families(text))
+    headers = {**bearer(tokens["read"]), "Accept-Encoding": "gzip"}
+    for params, wanted in [
+        (WHOLE_FLEET, f"fleetwatch_gpu_temperature_celsius{{{_labels(0, GPU0)}}} 41.0"),
+        ({}, 'fleetwatch_node_up{node="node-a"} 1'),
+    ]:
+        with client.stream("GET", "/metrics", params=params, headers=headers) as zipped:
+            assert zipped.headers["content-encoding"] == "gzip"
+            raw = b"".join(zipped.iter_raw())
+        text = gzip.decompress(raw).decode()
+        assert wanted in text.splitlines()
+        list(text_string_to_metric_families(text))
 
     plain = client.get("/metrics", headers={**headers, "Accept-Encoding": "identity"})
     assert "content-encoding" not in plain.headers
@@ -237,7 +269,7 @@ def test_metrics_escape_label_values(push: Push, scrape: Any) -> None:
     batch = make_batch("node-q", gpus=1, labels={"rack": 'r"1\\x'})
     batch["gpus"][0]["name"] = 'GPU "quoted"'
     assert push(batch).status_code == 200
-    text = scrape().text
+    text = scrape(WHOLE_FLEET).text
     families = {f.name: f for f in text_string_to_metric_families(text)}
     temps = [
         s
@@ -254,3 +286,4 @@ def test_metrics_without_fleet_still_parses(scrape: Any) -> None:
     names = {f.name for f in text_string_to_metric_families(text)}
     assert {"fleetwatch_node_up", "fleetwatch_ingest_batches"} <= names
     assert "fleetwatch_gpu_temperature_celsius" not in names
+    assert list(text_string_to_metric_families(scrape(WHOLE_FLEET).text)) == []

@@ -155,16 +155,33 @@ def test_risk_shows_on_metrics(
 ) -> None:
     _store_model(db)
     assert push(_xid_batch("node-a", 79)).status_code == 200
+    assert push(make_batch("node-b", gpus=2, ticks=3)).status_code == 200
     _assess(client)
-    text = client.get("/metrics", headers=bearer(tokens["read"])).text
+    read = bearer(tokens["read"])
+    text = client.get("/metrics", headers=read).text
+    # Per-GPU probabilities are on the shard pages (the one shard of one holds every node).
+    gpus = client.get("/metrics", params={"shard": 0, "shards": 1}, headers=read).text
     uuid = gpu_uuid("node-a", 1)
     series = f'node="node-a",gpu="1",uuid="{uuid}",horizon="1d"'
-    assert f"fleetwatch_gpu_failure_probability{{{series}}} 1\n" in text
+    assert f"fleetwatch_gpu_failure_probability{{{series}}} 1\n" in gpus
+    assert "fleetwatch_gpu_failure_probability{" not in text
     healthy = f'uuid="{gpu_uuid("node-a", 0)}",horizon="7d"}}'
-    p = float(next(line for line in text.splitlines() if healthy in line).rsplit(" ", 1)[1])
+    p = float(next(line for line in gpus.splitlines() if healthy in line).rsplit(" ", 1)[1])
     assert 0.0 < p < 1.0
     assert 'fleetwatch_node_failure_probability{node="node-a",horizon="7d"} 1' in text
     assert f'uuid="{uuid}",kind="xid"' in text and "fleetwatch_gpu_verdict{" in text
+    # The fleet's distribution: one GPU judged fatal by its Xid 79, three without a verdict.
+    lines = text.splitlines()
+    assert 'fleetwatch_gpus{verdict="none"} 3' in lines
+    assert sum(int(x.rsplit(" ", 1)[1]) for x in lines if x.startswith("fleetwatch_gpus{")) == 4
+    assert 'fleetwatch_gpus{verdict="fatal"} 1' in lines  # Xid 79 is fatal in the catalogue
+    for horizon in ("1d", "7d"):
+        # The out-of-service GPU (probability 1) is at risk at every threshold.
+        assert f'fleetwatch_gpus_at_risk{{horizon="{horizon}",threshold="0.5"}} 1' in lines
+        at_risk = [
+            x for x in lines if x.startswith(f'fleetwatch_gpus_at_risk{{horizon="{horizon}"')
+        ]
+        assert len(at_risk) == 3
 
 
 @pytest.mark.parametrize("horizon", ["soon", "0h", "400d"])

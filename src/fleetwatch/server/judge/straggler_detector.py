@@ -20,7 +20,7 @@ otherwise. On PostgreSQL an advisory lock lets one worker do a pass.
 from __future__ import annotations
 
 import logging
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 from sqlalchemy import Connection
 
@@ -33,7 +33,6 @@ from fleetwatch.models.stragglers import (
 from fleetwatch.server.db.session import Database
 from fleetwatch.server.jobs.isolation import ItemGuard
 from fleetwatch.server.jobs.locks import LockKey, try_transaction_lock
-from fleetwatch.server.metrics.exposition import escape_label
 from fleetwatch.server.repo.jobs import (
     JobRow,
     StoredDetector,
@@ -44,19 +43,17 @@ from fleetwatch.server.repo.jobs import (
     load_detector,
     load_slowness,
     read_steps,
-    recent_ratios,
     save_detector,
     telemetry_evidence,
     update_slowness,
 )
 
-__all__ = ["StragglerDetector", "render_stragglers"]
+__all__ = ["StragglerDetector"]
 
 logger = logging.getLogger(__name__)
 
 REBUILD_WINDOWS = 60
 MAX_WINDOWS_PER_PASS = 2000
-RATIOS_FRESH_S = 600.0
 
 
 class StragglerDetector:
@@ -173,36 +170,3 @@ class StragglerDetector:
             latest = {node: nw.ratio for node, nw in detector.last.nodes.items()}
         save_detector(conn, job.job_id, StoredDetector(next_start, detector.state(), latest), now)
         return judged
-
-
-def render_stragglers(db: Database, now: datetime | None = None) -> str:
-    """``fleetwatch_node_step_slowdown_ratio{node,job}`` for jobs judged in the last 10 minutes
-    and ``fleetwatch_node_slowness_score{node}`` for every node, both from the database (every
-    process shows the same)."""
-    since = (now or datetime.now(UTC)) - timedelta(seconds=RATIOS_FRESH_S)
-    out: list[str] = []
-    with db.read() as conn:
-        ratios = recent_ratios(conn, since=since)
-        scores = load_slowness(conn)
-    if ratios:
-        out.append(
-            "# HELP fleetwatch_node_step_slowdown_ratio A node's median step time over its "
-            "job's median, newest window.\n"
-            "# TYPE fleetwatch_node_step_slowdown_ratio gauge\n"
-        )
-        out.extend(
-            f"fleetwatch_node_step_slowdown_ratio"
-            f'{{node="{escape_label(n)}",job="{escape_label(j)}"}} {r:.4f}\n'
-            for j, n, r in ratios
-        )
-    if scores:
-        out.append(
-            "# HELP fleetwatch_node_slowness_score Exponentially weighted step-time ratio of the "
-            "node across jobs (1 = as fast as its peers).\n"
-            "# TYPE fleetwatch_node_slowness_score gauge\n"
-        )
-        out.extend(
-            f'fleetwatch_node_slowness_score{{node="{escape_label(n)}"}} {s:.4f}\n'
-            for n, s in sorted(scores.items())
-        )
-    return "".join(out)

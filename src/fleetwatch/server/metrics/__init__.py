@@ -1,1 +1,1 @@
-"""The server's /metrics: the fleet, risk and evictions rendered for Prometheus."""
+"""The server's /metrics: a small default page and per-GPU shards (see ``pages.py``)."""

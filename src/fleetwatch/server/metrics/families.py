@@ -18,13 +18,16 @@ Set by the leader's retention pass (``jobs/retention.py``)::
     fleetwatch_retention_pass_duration_seconds
 
 Read at scrape time, on the same registry: ``fleetwatch_storage_*`` (``db/storage.py``,
-``StorageCollector``). Rendered per scrape as text, after the registry's families:
+``StorageCollector``). The registry is on the default page only (``metrics/pages.py``). Rendered
+per scrape as text, after the registry's families, on the default page (D) or a shard (S):
 
-- per GPU, node and Xid: ``metrics/exposition.py``, the GPU families named in
+- node state and the fleet's event counts (D), node labels and per-node/per-GPU event counts (S):
+  ``metrics/exposition.py``;
+- per GPU (S): ``metrics/gpu_exposition.py``, the GPU families named in
   :data:`fleetwatch.metrics.GPU_METRICS` (the dashboards read the same table);
-- risk and verdicts: ``metrics/risk_exposition.py``;
-- step-time slowness of nodes in training jobs: ``judge/straggler_detector.py``;
-- evictions and the drain budget: ``metrics/eviction_exposition.py``.
+- risk and verdicts per node and fleet (D), per GPU (S): ``metrics/risk_exposition.py``;
+- step-time slowdown ratios (D) and slowness scores (S): ``metrics/straggler_exposition.py``;
+- evictions and the drain budget (D): ``metrics/eviction_exposition.py``.
 """
 
 from __future__ import annotations

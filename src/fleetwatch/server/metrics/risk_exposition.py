@@ -1,20 +1,29 @@
 """Risk and verdicts on /metrics, from the newest background assessment.
 
-Series (all gauges): ``fleetwatch_gpu_failure_probability{node,gpu,uuid,horizon}`` and
-``fleetwatch_node_failure_probability{node,horizon}`` for each horizon of ``risk_horizons_h``
-(GPUs without a probability are left out, not exported as 0);
+On the default page (all gauges): ``fleetwatch_node_failure_probability{node,horizon}`` for each
+horizon of ``risk_horizons_h`` (nodes without a probability are left out, not exported as 0);
 ``fleetwatch_gpu_verdict{node,gpu,uuid,kind,rule,severity,action}`` = 1 per active verdict, for
-alert rules; ``fleetwatch_risk_model_version`` and ``fleetwatch_assessment_timestamp_seconds``.
+alert rules (only GPUs with a verdict have one); the fleet's distribution,
+``fleetwatch_gpus{verdict}`` (GPUs by their worst verdict, ``none`` for healthy ones) and
+``fleetwatch_gpus_at_risk{horizon,threshold}`` (GPUs whose probability is at least the
+threshold); ``fleetwatch_risk_model_version`` and ``fleetwatch_assessment_timestamp_seconds``.
+
+On a shard's page: ``fleetwatch_gpu_failure_probability{node,gpu,uuid,horizon}`` of the shard's
+GPUs (one series per GPU and horizon: 200,000 at 100,000 GPUs, too many for the default page).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
-from fleetwatch.server.judge.assessment import FleetAssessment
-from fleetwatch.server.metrics.exposition import escape_label
+from fleetwatch.server.judge.assessment import FleetAssessment, GpuAssessment
+from fleetwatch.server.metrics.text import escape_label, family_header
 
-__all__ = ["render_risk"]
+__all__ = ["AT_RISK_THRESHOLDS", "VERDICT_LEVELS", "render_gpu_risk", "render_risk"]
+
+# Worst first is last: a GPU counts under the most severe of its verdicts.
+VERDICT_LEVELS = ("none", "info", "warning", "critical", "fatal")
+AT_RISK_THRESHOLDS = (0.05, 0.2, 0.5)
 
 
 def _horizon_label(hours: float) -> str:
@@ -24,8 +33,8 @@ def _horizon_label(hours: float) -> str:
 
 
 def render_risk(snapshot: FleetAssessment | None, horizons_h: Sequence[float]) -> str:
-    """The risk series of ``snapshot``, rendered once per snapshot and horizons (a scrape every
-    15 s would otherwise rebuild tens of thousands of lines from an unchanged snapshot)."""
+    """The default page's risk series of ``snapshot``, rendered once per snapshot and horizons
+    (a scrape every 15 s would otherwise rebuild them from an unchanged snapshot)."""
     if snapshot is None:
         return ""
     key = "metrics:" + ",".join(f"{h:g}" for h in horizons_h)
@@ -34,46 +43,64 @@ def render_risk(snapshot: FleetAssessment | None, horizons_h: Sequence[float]) -
 
 def _render(snapshot: FleetAssessment, horizons_h: Sequence[float]) -> str:
     out = [
-        "# HELP fleetwatch_assessment_timestamp_seconds When the fleet was last judged.\n"
-        "# TYPE fleetwatch_assessment_timestamp_seconds gauge\n"
-        f"fleetwatch_assessment_timestamp_seconds {snapshot.at.timestamp():.3f}\n"
+        family_header(
+            "fleetwatch_assessment_timestamp_seconds", "gauge", "When the fleet was last judged."
+        ),
+        f"fleetwatch_assessment_timestamp_seconds {snapshot.at.timestamp():.3f}\n",
     ]
     if snapshot.model_version is not None:
-        out.append(
-            "# HELP fleetwatch_risk_model_version Version of the risk model in use.\n"
-            "# TYPE fleetwatch_risk_model_version gauge\n"
-            f"fleetwatch_risk_model_version {snapshot.model_version}\n"
-        )
-    gpu_lines: list[str] = []
+        out += [
+            family_header(
+                "fleetwatch_risk_model_version", "gauge", "Version of the risk model in use."
+            ),
+            f"fleetwatch_risk_model_version {snapshot.model_version}\n",
+        ]
     node_lines: list[str] = []
+    at_risk: list[str] = []
     for hours in horizons_h:
         label = _horizon_label(hours)
-        for risk in snapshot.risks(hours / 24.0):
-            if risk.probability is None:
-                continue
-            g = risk.gpu
-            gpu_lines.append(
-                f'fleetwatch_gpu_failure_probability{{node="{escape_label(g.node)}",gpu="{g.index}",'
-                f'uuid="{g.uuid}",horizon="{label}"}} {risk.probability:.6g}\n'
-            )
         for node, (p, _members) in sorted(snapshot.node_risks(hours / 24.0).items()):
             if p is not None:
                 node_lines.append(
                     f'fleetwatch_node_failure_probability{{node="{escape_label(node)}",'
                     f'horizon="{label}"}} {p:.6g}\n'
                 )
-    if gpu_lines:
-        out.append(
-            "# HELP fleetwatch_gpu_failure_probability P(GPU fails within the horizon); 1 when a "
-            "rule takes it out of service.\n# TYPE fleetwatch_gpu_failure_probability gauge\n"
+        known = [r.probability for r in snapshot.risks(hours / 24.0) if r.probability is not None]
+        at_risk.extend(
+            f'fleetwatch_gpus_at_risk{{horizon="{label}",threshold="{t:g}"}} '
+            f"{sum(1 for p in known if p >= t)}\n"
+            for t in AT_RISK_THRESHOLDS
         )
-        out.extend(gpu_lines)
     if node_lines:
         out.append(
-            "# HELP fleetwatch_node_failure_probability P(any GPU of the node fails within the "
-            "horizon).\n# TYPE fleetwatch_node_failure_probability gauge\n"
+            family_header(
+                "fleetwatch_node_failure_probability",
+                "gauge",
+                "P(any GPU of the node fails within the horizon).",
+            )
         )
         out.extend(node_lines)
+    out.append(
+        family_header(
+            "fleetwatch_gpus_at_risk",
+            "gauge",
+            "GPUs whose failure probability within the horizon is at least the threshold "
+            "(probability 1 when a rule takes the GPU out).",
+        )
+    )
+    out.extend(at_risk)
+    out.append(
+        family_header(
+            "fleetwatch_gpus",
+            "gauge",
+            "GPUs judged in the newest assessment, by their worst active verdict "
+            "(none, info, warning, critical, fatal).",
+        )
+    )
+    levels = dict.fromkeys(VERDICT_LEVELS, 0)
+    for gpu in snapshot.gpus:
+        levels[_worst(gpu)] += 1
+    out.extend(f'fleetwatch_gpus{{verdict="{level}"}} {n}\n' for level, n in levels.items())
     verdicts = [
         f'fleetwatch_gpu_verdict{{node="{escape_label(g.node)}",gpu="{g.index}",uuid="{g.uuid}",'
         f'kind="{v.kind}",rule="{escape_label(v.rule)}",severity="{v.severity}",'
@@ -83,8 +110,42 @@ def _render(snapshot: FleetAssessment, horizons_h: Sequence[float]) -> str:
     ]
     if verdicts:
         out.append(
-            "# HELP fleetwatch_gpu_verdict An active rule verdict about a GPU; always 1.\n"
-            "# TYPE fleetwatch_gpu_verdict gauge\n"
+            family_header(
+                "fleetwatch_gpu_verdict", "gauge", "An active rule verdict about a GPU; always 1."
+            )
         )
         out.extend(dict.fromkeys(verdicts))  # two verdicts of one rule are one series
     return "".join(out)
+
+
+def _worst(gpu: GpuAssessment) -> str:
+    severities = {v.severity for v in gpu.verdicts}
+    return next((s for s in reversed(VERDICT_LEVELS) if s in severities), "none")
+
+
+def render_gpu_risk(
+    snapshot: FleetAssessment | None, horizons_h: Sequence[float], nodes: Collection[str]
+) -> str:
+    """A shard's ``fleetwatch_gpu_failure_probability``: the GPUs of ``nodes`` (GPUs without a
+    probability are left out, not exported as 0)."""
+    if snapshot is None:
+        return ""
+    lines: list[str] = []
+    for hours in horizons_h:
+        label = _horizon_label(hours)
+        for risk in snapshot.risks(hours / 24.0):
+            g = risk.gpu
+            if risk.probability is None or g.node not in nodes:
+                continue
+            lines.append(
+                f'fleetwatch_gpu_failure_probability{{node="{escape_label(g.node)}",gpu="{g.index}",'
+                f'uuid="{g.uuid}",horizon="{label}"}} {risk.probability:.6g}\n'
+            )
+    if not lines:
+        return ""
+    header = family_header(
+        "fleetwatch_gpu_failure_probability",
+        "gauge",
+        "P(GPU fails within the horizon); 1 when a rule takes it out of service.",
+    )
+    return header + "".join(lines)

@@ -1,0 +1,68 @@
+"""The two kinds of /metrics page, and which families each carries.
+
+The **default page** carries what only FleetWatch knows and what alerts read, and stays small at
+any fleet size (one series per node for a handful of families, one per GPU only where the GPU
+has a verdict): the process's own counters (ingest, background jobs, leadership, storage), node
+state, the fleet's event counters, risk and verdicts, straggler ratios, evictions.
+
+A **shard** (``?shard=i&shards=n``) carries the per-GPU series and the per-node detail of its
+nodes (see :mod:`~fleetwatch.server.metrics.shards`): the GPUs' newest telemetry, identity and
+failure probabilities, per-GPU Xid counts, node labels and last-seen times, slowness scores.
+None of the process's own counters: ``n`` shards would count them ``n`` times.
+
+No family is on both (a sum over the default job and the shard job never counts twice), and the
+shards of one ``n`` partition the fleet (their union is the whole fleet, each series once).
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, generate_latest
+
+from fleetwatch.config import ServerSettings
+from fleetwatch.server.db.session import Database
+from fleetwatch.server.judge.assessment import FleetAssessment
+from fleetwatch.server.metrics.eviction_exposition import render_evictions
+from fleetwatch.server.metrics.exposition import FleetExposition
+from fleetwatch.server.metrics.risk_exposition import render_gpu_risk, render_risk
+from fleetwatch.server.metrics.shards import Shard
+from fleetwatch.server.metrics.straggler_exposition import render_slowness, render_straggler_ratios
+
+__all__ = ["default_page", "shard_page"]
+
+
+def default_page(
+    *,
+    registry: CollectorRegistry,
+    fleet: FleetExposition,
+    snapshot: FleetAssessment | None,
+    db: Database,
+    settings: ServerSettings,
+) -> str:
+    return "".join(
+        [
+            generate_latest(registry).decode(),
+            fleet.render(),
+            render_risk(snapshot, settings.risk_horizons_h),
+            render_straggler_ratios(db),
+            render_evictions(db, settings.drain_budget_pct),
+        ]
+    )
+
+
+def shard_page(
+    shard: Shard,
+    *,
+    fleet: FleetExposition,
+    snapshot: FleetAssessment | None,
+    db: Database,
+    settings: ServerSettings,
+) -> str:
+    members = fleet.cache.nodes(shard)
+    names = {node.name for node in members}
+    return "".join(
+        [
+            fleet.render_shard(members, whole_fleet=shard.count == 1),
+            render_gpu_risk(snapshot, settings.risk_horizons_h, names),
+            render_slowness(db, shard),
+        ]
+    )
