@@ -25,12 +25,12 @@ from pydantic import ValidationError
 from fleetwatch.config import ServerSettings
 from fleetwatch.errors import InvalidInput
 from fleetwatch.server.batch_structs import (
+    SAMPLE_UUID_PATTERN,
     BatchStruct,
     EventStruct,
     GpuStruct,
     NodeStruct,
     SampleStruct,
-    python_pattern,
 )
 from fleetwatch.server.ingest_checks import collapse_duplicate_samples, locate_unreadable
 from fleetwatch.server.wire_time import parse_timestamp
@@ -40,9 +40,7 @@ from fleetwatch.telemetry import Batch, IngestLimits, normalize_pci_bus_id
 __all__ = ["decode_batch", "decode_fast", "ingest_limits", "structs_of", "validate_with_models"]
 
 _DECODER = msgspec.json.Decoder(BatchStruct)
-_GPU_UUID = re.compile(
-    python_pattern(Batch.model_json_schema()["$defs"]["GpuSample"]["properties"]["uuid"]["pattern"])
-)
+_GPU_UUID = re.compile(SAMPLE_UUID_PATTERN)
 # pydantic's JSON parser refuses nesting deeper than about 200 levels (counted from the body's
 # top); details nested deeper than this are left to it to judge.
 _MOST_DETAILS_DEPTH = 64

@@ -26,6 +26,7 @@ __all__ = [
     "EventStruct",
     "GpuStruct",
     "NodeStruct",
+    "SAMPLE_UUID_PATTERN",
     "SampleStruct",
     "python_pattern",
 ]
@@ -106,6 +107,10 @@ class GpuStruct(Struct, forbid_unknown_fields=True):
 
 def _sample(field: str) -> Meta:
     return _bounds("GpuSample", field)
+
+
+# SampleStruct.uuid carries no pattern: the decoder checks each distinct uuid of a batch with it.
+SAMPLE_UUID_PATTERN = str(_sample("uuid").pattern)
 
 
 # gc=False: a sample holds only scalars, so the cycle collector need never track the thousands

@@ -16,6 +16,7 @@ from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
 from fleetwatch.server.batch_structs import (
+    SAMPLE_UUID_PATTERN,
     BatchStruct,
     EventStruct,
     GpuStruct,
@@ -99,6 +100,7 @@ def test_structs_have_the_models_fields_defaults_kinds_and_bounds(
         if field.name == "uuid" and model is GpuSample:
             # Checked once per distinct uuid of a batch by the decoder, with the same pattern.
             assert kind.pattern is None
+            assert python_pattern(arm["pattern"]) == SAMPLE_UUID_PATTERN
             continue
         for bound, attr in _BOUNDS.items():
             if hasattr(kind, attr):
