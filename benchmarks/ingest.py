@@ -1052,7 +1052,10 @@ def run_inprocess(
     cache = TokenCache(settings.token_cache_ttl_s)
     rows = 0
     try:
-        # Warm the pool and SQLAlchemy's statement cache, like a server that has been running.
+        # Warm the pool, SQLAlchemy's statement cache and the token cache, like a server that
+        # has been running.
+        with db.read() as conn:
+            cache.remember(token, lambda: authenticate(conn, token))
         for body in bodies[:20]:
             raw = gzip.decompress(body) if args.gzip else body
             batch = decode_batch(raw, ingest_limits(settings, _now()))

@@ -1,8 +1,8 @@
 """Decoding and validating an ingest body: msgspec on the hot path, pydantic for every answer.
 
 :func:`decode_batch` first decodes the body with msgspec into
-:mod:`fleetwatch.server.batch_structs` and checks what the structs cannot say (stored text, time
-stamps, PCI slots, event details, the batch's limits), in C or once per distinct value, never
+:mod:`fleetwatch.server.batch_structs` and checks what the structs cannot say (stored text,
+timestamps, PCI slots, event details, the batch's limits), in C or once per distinct value, never
 once per sample field in Python. That path only ever says yes: for a body it cannot vouch for,
 whatever the reason, the wire format's pydantic models (:func:`validate_with_models`) decide,
 and any 422 is theirs, word for word. So the fast path must accept nothing pydantic refuses and

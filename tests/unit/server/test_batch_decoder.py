@@ -151,6 +151,32 @@ def test_decoder_hand_picked_bodies_answer_as_the_models_do(body: bytes) -> None
     check(body)
 
 
+def _one_sample(**values: Any) -> bytes:
+    sample = {"uuid": "GPU-1", "ts": NOW.isoformat(), **values}
+    gpu = {"uuid": "GPU-1", "index": 0}
+    batch = {"batch_id": "b", "node": {"name": "n"}, "gpus": [gpu], "samples": [sample]}
+    return encode(batch)
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        {"fb_used_mib": 9007199254740993},  # an int a float cannot hold exactly
+        {"fb_used_mib": 2**70},
+        {"fb_used_mib": "@huge@"},  # 5,000 digits where a float goes
+        {"fb_total_mib": 1.7976931348623157e308},
+        {"fb_total_mib": 5e-324, "power_w": 2.2250738585072014e-308},
+        {"gpu_temp_c": -50, "memory_temp_c": 200.0, "fan_speed_pct": 100},
+        {"gpu_temp_c": -50.00000000000001},
+        {"energy_mj": 2**63 - 1, "clocks_event_reasons": 0},
+        {"pcie_link_gen": 0},
+        {"remapped_rows_pending": None, "gpu_temp_c": None},
+    ],
+)
+def test_decoder_numbers_at_their_edges_answer_as_the_models_do(values: dict[str, Any]) -> None:
+    check(_one_sample(**values))
+
+
 def test_decoder_details_nesting_is_left_to_the_models_near_their_limit() -> None:
     # pydantic's parser stops at a depth of about 200; the fast path vouches only far below it.
     answers = []
