@@ -67,6 +67,14 @@ class ServerSettings(BaseSettings):
     unreachable_after_intervals: float = Field(
         default=3.0, gt=1, description="A node is unreachable after this many silent intervals"
     )
+    token_cache_ttl_s: float = Field(
+        default=5.0,
+        ge=0,
+        le=300,
+        description="How long a verified bearer token is remembered (no query per request). A "
+        "token revoked through another server process or the CLI is refused within this many "
+        "seconds (through this one: at once); 0 checks the database on every request",
+    )
     metrics_cache_ttl_s: float = Field(
         default=2.0, ge=0, description="How stale /metrics' cache of latest GPU state may be"
     )

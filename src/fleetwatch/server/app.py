@@ -37,6 +37,7 @@ from fleetwatch.server.operations import add_operational_routes
 from fleetwatch.server.page import router as page_router
 from fleetwatch.server.routers import api_router
 from fleetwatch.server.secret_box import SecretBox, load_secret_box, reseal_secrets
+from fleetwatch.server.token_cache import TokenCache
 from fleetwatch.telemetry import Batch
 
 __all__ = ["create_app", "prepare_database"]
@@ -136,6 +137,7 @@ def create_app(
         app.state.registry = registry
         app.state.metrics = metrics
         app.state.ingest_slots = threading.BoundedSemaphore(settings.max_concurrent_ingest)
+        app.state.token_cache = TokenCache(settings.token_cache_ttl_s)
         app.state.fleet = FleetExposition(
             db,
             ttl_s=settings.metrics_cache_ttl_s,

@@ -15,9 +15,11 @@ from collections.abc import Callable, Hashable
 from operator import attrgetter
 from typing import Any, TypeVar
 
+from msgspec import structs
+
 from fleetwatch.errors import InvalidInput
+from fleetwatch.server.batch_structs import BatchStruct, GpuStruct, SampleStruct
 from fleetwatch.storable import INT64_MAX, INT64_MIN, text_problem
-from fleetwatch.telemetry import Batch, GpuIdentity, GpuSample
 
 __all__ = ["collapse_duplicate_samples", "locate_unreadable"]
 
@@ -78,7 +80,7 @@ def locate_unreadable(body: bytes, most: int = 100) -> list[Detail]:
     return found
 
 
-def collapse_duplicate_samples(batch: Batch) -> Batch:
+def collapse_duplicate_samples(batch: BatchStruct) -> BatchStruct:
     """``batch`` with repeated identical samples (and GPU declarations) kept once.
 
     Raises :class:`InvalidInput` naming both indexes when two samples of one GPU at one instant,
@@ -88,10 +90,10 @@ def collapse_duplicate_samples(batch: Batch) -> Batch:
     gpus = _unique(batch.gpus, _GPU_KEY, "gpus", "the same uuid")
     if len(samples) == len(batch.samples) and len(gpus) == len(batch.gpus):
         return batch
-    return batch.model_copy(update={"samples": samples, "gpus": gpus})
+    return structs.replace(batch, samples=samples, gpus=gpus)
 
 
-_Item = TypeVar("_Item", GpuSample, GpuIdentity)
+_Item = TypeVar("_Item", SampleStruct, GpuStruct)
 # attrgetter runs in C: the check costs about 0.3 us a sample when nothing repeats.
 _SAMPLE_KEY = attrgetter("uuid", "ts")
 _GPU_KEY = attrgetter("uuid")

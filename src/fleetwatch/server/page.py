@@ -47,7 +47,7 @@ from fleetwatch.server.csp import PAGE_HEADERS
 from fleetwatch.server.db.base import utcnow
 from fleetwatch.server.db.session import Database
 from fleetwatch.server.db.tables import events, evictions, gpus, nodes, stragglers
-from fleetwatch.server.deps import require
+from fleetwatch.server.deps import check_credentials
 from fleetwatch.server.judge.assessment import FleetAssessment, GpuRisk, risk_order
 from fleetwatch.server.judge.assessor import Assessor
 from fleetwatch.server.judge.liveness import Liveness
@@ -66,7 +66,6 @@ _WEEKLY_REPORT = "/v1/reports/weekly"
 _HEADERS = PAGE_HEADERS
 
 router = APIRouter(include_in_schema=False)
-_read = require(Permission.READ)
 
 
 def _utc(when: datetime | None) -> str:
@@ -116,7 +115,7 @@ def authenticate_page(request: Request, token: str | None) -> TokenInfo:
     )
     db: Database = request.app.state.db
     settings: ServerSettings = request.app.state.settings
-    return _read(db, settings, credentials)
+    return check_credentials(db, settings, credentials, Permission.READ)
 
 
 def authenticate_cookie(request: Request, session: str | None) -> TokenInfo:

@@ -16,6 +16,7 @@ moved: it changes node and a ``gpu_moved`` event on the new node says from where
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -26,10 +27,10 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import SQLAlchemyError
 
 from fleetwatch.errors import BatchConflict, GpuClaimed, InvalidInput
+from fleetwatch.server.batch_view import BatchView, GpuView, SampleView
 from fleetwatch.server.db.session import Database
 from fleetwatch.server.db.tables import events, gpus, ingest_batches, nodes
 from fleetwatch.server.repo.sample_writer import write_samples
-from fleetwatch.telemetry import Batch, GpuIdentity, GpuSample
 
 __all__ = ["IngestResult", "store_batch"]
 
@@ -94,7 +95,7 @@ class _Duplicate(Exception):
 
 def store_batch(
     db: Database,
-    batch: Batch,
+    batch: BatchView,
     *,
     content_sha256: str,
     now: datetime,
@@ -124,7 +125,7 @@ def store_batch(
     )
 
 
-def _upsert_node(conn: Connection, batch: Batch, now: datetime) -> int:
+def _upsert_node(conn: Connection, batch: BatchView, now: datetime) -> int:
     info = batch.node
     fields = {
         "labels": info.labels,
@@ -169,7 +170,7 @@ def _upsert_node(conn: Connection, batch: Batch, now: datetime) -> int:
     return int(row.id)
 
 
-def _older_than_node_state(conn: Connection, batch: Batch, node_id: int) -> bool:
+def _older_than_node_state(conn: Connection, batch: BatchView, node_id: int) -> bool:
     """Whether every reading in ``batch`` predates the node's newest stored sample."""
     stamps = [s.ts for s in batch.samples] + [e.ts for e in batch.events]
     if not stamps:
@@ -181,7 +182,7 @@ def _older_than_node_state(conn: Connection, batch: Batch, node_id: int) -> bool
 
 
 def _claim_batch_id(
-    conn: Connection, batch: Batch, node_id: int, content_sha256: str, now: datetime
+    conn: Connection, batch: BatchView, node_id: int, content_sha256: str, now: datetime
 ) -> None:
     values = {
         "batch_id": batch.batch_id,
@@ -204,7 +205,7 @@ def _claim_batch_id(
 
 
 def _upsert_gpus(
-    conn: Connection, batch: Batch, node_id: int, now: datetime, live_intervals: float
+    conn: Connection, batch: BatchView, node_id: int, now: datetime, live_intervals: float
 ) -> dict[str, str]:
     """Register or update the batch's GPUs; return this node's GPUs as pci_bus_id -> uuid when an
     event of the batch names a PCI slot and no GPU (empty otherwise: nothing else reads it)."""
@@ -251,7 +252,7 @@ def _upsert_gpus(
 
 def _check_owners(
     conn: Connection,
-    batch: Batch,
+    batch: BatchView,
     known: dict[str, Any],
     node_id: int,
     now: datetime,
@@ -355,12 +356,12 @@ def _record_claims(db: Database, claimed: GpuClaimed, batch_id: str, now: dateti
         logger.warning("could not record gpu_uuid_conflict events", exc_info=True)
 
 
-def _identity(gpu: GpuIdentity) -> dict[str, Any]:
+def _identity(gpu: GpuView) -> dict[str, Any]:
     return {key: getattr(gpu, key) for key in _IDENTITY}
 
 
 def _check_references(
-    batch: Batch, declared: dict[str, GpuIdentity], known: dict[str, Any], node_id: int
+    batch: BatchView, declared: dict[str, GpuView], known: dict[str, Any], node_id: int
 ) -> None:
     def usable(uuid: str) -> bool:
         return uuid in declared or (uuid in known and known[uuid].node_id == node_id)
@@ -389,8 +390,8 @@ def _check_references(
         )
 
 
-def _update_latest(conn: Connection, samples: list[GpuSample], now: datetime) -> None:
-    newest: dict[str, GpuSample] = {}
+def _update_latest(conn: Connection, samples: Sequence[SampleView], now: datetime) -> None:
+    newest: dict[str, SampleView] = {}
     for sample in samples:
         current = newest.get(sample.uuid)
         if current is None or sample.ts >= current.ts:
@@ -408,7 +409,7 @@ def _update_latest(conn: Connection, samples: list[GpuSample], now: datetime) ->
 
 
 def _insert_events(
-    conn: Connection, batch: Batch, node_id: int, node_gpus: dict[str, str], now: datetime
+    conn: Connection, batch: BatchView, node_id: int, node_gpus: dict[str, str], now: datetime
 ) -> None:
     if not batch.events:
         return

@@ -20,10 +20,11 @@ from sqlalchemy import Connection, bindparam, insert, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
+from fleetwatch.server.batch_view import SampleView
 from fleetwatch.server.db.sample_columns import copy_type
 from fleetwatch.server.db.session import Database
 from fleetwatch.server.db.tables import gpu_samples, gpus, node_boots
-from fleetwatch.telemetry import SAMPLE_FIELD_NAMES, SAMPLE_FIELDS, GpuSample
+from fleetwatch.telemetry import SAMPLE_FIELD_NAMES, SAMPLE_FIELDS
 
 __all__ = [
     "SAMPLE_COLUMNS",
@@ -102,7 +103,7 @@ def _keys_of(db: Database) -> _Keys:
 def write_samples(
     conn: Connection,
     db: Database,
-    samples: Sequence[GpuSample],
+    samples: Sequence[SampleView],
     node_id: int,
     boot_id: str | None,
     *,

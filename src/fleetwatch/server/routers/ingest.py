@@ -7,25 +7,23 @@ import logging
 import threading
 import time
 import zlib
-from datetime import timedelta
 from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.concurrency import run_in_threadpool
-from pydantic import ValidationError
 
 from fleetwatch.config import ServerSettings
 from fleetwatch.errors import InvalidInput, PayloadTooLarge, UnsupportedMediaType
+from fleetwatch.server.batch_decoder import decode_batch, ingest_limits
 from fleetwatch.server.db.base import utcnow
 from fleetwatch.server.db.session import Database
 from fleetwatch.server.deps import IngestAuth
 from fleetwatch.server.errors import status_for
-from fleetwatch.server.ingest_checks import collapse_duplicate_samples, locate_unreadable
 from fleetwatch.server.jobs.leader import notify_wake
 from fleetwatch.server.metrics.families import ServerMetrics
 from fleetwatch.server.repo.ingest import store_batch
 from fleetwatch.server.schemas.common import ErrorResponse, IngestAccepted, IngestResponse
-from fleetwatch.telemetry import BATCH_EXAMPLE, Batch, IngestLimits
+from fleetwatch.telemetry import BATCH_EXAMPLE
 
 __all__ = ["router"]
 
@@ -112,41 +110,6 @@ def _check_content_type(request: Request) -> None:
         )
 
 
-def _validate(body: bytes, settings: ServerSettings) -> Batch:
-    limits = IngestLimits(
-        now=utcnow(),
-        max_future_skew=timedelta(seconds=settings.max_future_skew_s),
-        max_past_age=timedelta(seconds=settings.max_past_age_s),
-        max_gpus=settings.max_gpus_per_batch,
-        max_samples=settings.max_samples_per_batch,
-        max_events=settings.max_events_per_batch,
-    )
-    try:
-        batch = Batch.model_validate_json(body, context={"limits": limits})
-    except ValidationError as exc:
-        errors = exc.errors(include_url=False)
-        located = (
-            locate_unreadable(body) if any(e["type"] == "json_invalid" for e in errors) else []
-        )
-        detail = located or [_detail(err) for err in errors]
-        first = detail[0]
-        where = ".".join(str(p) for p in first["loc"])
-        more = f" (and {len(detail) - 1} more)" if len(detail) > 1 else ""
-        raise InvalidInput(
-            f"invalid batch: {where}: {first['msg']}{more}; nothing was stored", detail[:100]
-        ) from None
-    return collapse_duplicate_samples(batch)
-
-
-def _detail(err: Any) -> dict[str, Any]:
-    # A problem deep inside free-form JSON (an event's details) carries its path in ctx.
-    inner = err.get("ctx", {}).get("path", ()) if err["type"] == "unstorable_value" else ()
-    return {
-        "loc": ["body", *err["loc"], *inner],
-        "msg": err["msg"].removeprefix("Value error, "),
-    }
-
-
 # Events that may take a GPU out of service: judge and plan at once rather than at the next tick.
 _URGENT_KINDS = frozenset({"xid", "gpu_lost"})
 
@@ -154,7 +117,7 @@ _URGENT_KINDS = frozenset({"xid", "gpu_lost"})
 def _ingest(
     body: bytes, settings: ServerSettings, db: Database, slots: threading.Semaphore
 ) -> tuple[IngestResponse, bool]:
-    batch = _validate(body, settings)
+    batch = decode_batch(body, ingest_limits(settings, utcnow()))
     digest = hashlib.sha256(body).hexdigest()
     with slots:  # validation runs freely; only the transaction waits for a slot
         result = store_batch(

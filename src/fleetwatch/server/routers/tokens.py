@@ -9,7 +9,7 @@ from fastapi import APIRouter
 from pydantic import BaseModel, Field
 
 from fleetwatch.server.auth import create_token, list_tokens, revoke_token
-from fleetwatch.server.deps import AdminAuth, DatabaseDep
+from fleetwatch.server.deps import AdminAuth, DatabaseDep, TokenCacheDep
 from fleetwatch.server.schemas.common import error_responses
 from fleetwatch.server.schemas.fields import Text
 
@@ -61,7 +61,12 @@ def get_tokens(
     responses=error_responses(404),
     summary="Revoke a token by id or name",
 )
-def delete_token(key: Text, db: DatabaseDep, _token: AdminAuth) -> TokenPublic:
-    """Revoke at once: the next request with it answers 401."""
+def delete_token(
+    key: Text, db: DatabaseDep, cache: TokenCacheDep, _token: AdminAuth
+) -> TokenPublic:
+    """Revoke: the next request with it to this server process answers 401; other processes
+    (replicas) refuse it within their token_cache_ttl_s (default 5 s)."""
     with db.write() as conn:
-        return TokenPublic(**revoke_token(conn, key).__dict__)
+        revoked = revoke_token(conn, key)
+    cache.forget(revoked.token_id)
+    return TokenPublic(**revoked.__dict__)
