@@ -25,8 +25,9 @@ the process's peak RSS during the pass (``VmHWM``, reset before each pass); at t
 RSS of the whole run, which is what a leader process holding every job's state needs.
 
     .venv/bin/python benchmarks/background_scale.py [--nodes 12500] [--minutes 15]
-        [--hourly-hours 168] [--steady-s 60] [--reseed] [--json OUT]
+        [--hourly-hours 168] [--steady-s 60] [--reseed] [--json OUT] [--dump OUT]
         [--database-url postgresql://postgres@127.0.0.1:5432/postgres] [--db-name wt_background]
+        [--seed-name wt_background_seed] [--keep-minutes N]
 """
 
 from __future__ import annotations
@@ -267,14 +268,13 @@ def seed(url: str, *, nodes_n: int, minutes: int, hourly_hours: int, base: datet
     db.dispose()
 
 
-def add_ticks(db: Database, *, base: datetime, seconds: int, first_k: int) -> int:
-    """``seconds`` more of samples (every GPU every 10 s) after ``base``, as agents push them, and
-    a few new events: application Xids on 20 GPUs and one fatal Xid."""
-    source = base - timedelta(seconds=INTERVAL_S * (first_k - 1))
+def add_ticks(db: Database, *, base: datetime, seconds: int) -> int:
+    """``seconds`` more of samples (every GPU every 10 s) after the newest tick at ``base``, as
+    agents push them, and a few new events: application Xids on 20 GPUs and one fatal Xid."""
     stored = 0
-    for k in range(first_k, first_k + seconds // INTERVAL_S):
+    for k in range(1, 1 + seconds // INTERVAL_S):
         with db.write() as conn:
-            stored += _copy_tick(conn, source, k)
+            stored += _copy_tick(conn, base, k)
     newest = base + timedelta(seconds=seconds)
     with db.write() as conn:
         conn.execute(nodes.update().values(last_seen=newest))
@@ -422,6 +422,29 @@ def _drop_samples_before(url: str, cutoff: datetime) -> None:
     engine.dispose()
 
 
+# What the passes leave in the database, ordered, without ids: two runs (before and after a
+# change, on the same template) must write the same file.
+_DUMPED = (
+    "SELECT gpu_uuid, hour, node_id, samples, span_s, temp_p95_c, temp_max_c, throttle_reported,"
+    " throttled, sbe_errors, nvlink_errors, pcie_replays, remapped_rows, xid_hardware, xid_memory,"
+    " xid_interconnect, xid_power_thermal, xid_driver_firmware FROM gpu_hourly ORDER BY 1, 2",
+    "SELECT node, state, reason_kind, reason, evidence::text, expected_saving_usd, created_at"
+    " FROM evictions ORDER BY 1, 7",
+    "SELECT dedup_key, state, kind, severity, summary, evidence::text, occurrences FROM alerts"
+    " ORDER BY 1",
+    "SELECT serial, gpu_uuid, location, installed_at, removed_at, end_kind FROM gpu_lifetimes"
+    " ORDER BY 1",
+    "SELECT idempotency_key, payload::text FROM webhook_outbox ORDER BY 1",
+)
+
+
+def _dump(db: Database, path: str) -> None:
+    with db.read() as conn, open(path, "w") as out:
+        for query in _DUMPED:
+            for row in conn.execute(text(query)):
+                out.write("|".join(map(str, row)) + "\n")
+
+
 def _counts(db: Database) -> dict[str, int]:
     with db.read() as conn:
         return {
@@ -438,11 +461,11 @@ def _log(message: str) -> None:
 def run(args: argparse.Namespace) -> dict[str, Any]:
     server = make_url(ServerSettings(database_url=args.database_url, _env_file=None).database_url)  # type: ignore[call-arg]
     admin_url = server.set(database="postgres").render_as_string(hide_password=False)
-    seed_url = server.set(database=f"{args.db_name}_seed").render_as_string(hide_password=False)
+    seed_url = server.set(database=args.seed_name).render_as_string(hide_password=False)
     run_url = server.set(database=args.db_name).render_as_string(hide_password=False)
     info = _ensure_template(args, admin_url, seed_url)
     _log(f"cloning the template into {args.db_name} ...")
-    _clone(admin_url, f"{args.db_name}_seed", args.db_name)
+    _clone(admin_url, args.seed_name, args.db_name)
     base = datetime.fromisoformat(info["base"])
     if args.keep_minutes is not None:
         _log(f"keeping only the last {args.keep_minutes} minutes of samples ...")
@@ -488,10 +511,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     rows = passes("first", base + timedelta(seconds=1))
     _log(f"storing {args.steady_s} s more of samples ...")
     started = time.perf_counter()
-    ticks = args.minutes * 60 // INTERVAL_S
-    stored = add_ticks(db, base=base, seconds=args.steady_s, first_k=ticks)
+    stored = add_ticks(db, base=base, seconds=args.steady_s)
     _log(f"  {stored} rows in {time.perf_counter() - started:.1f} s")
     rows += passes("steady", base + timedelta(seconds=args.steady_s + 1))
+    if args.dump:
+        _dump(db, args.dump)
     return {
         "machine": _machine(),
         "when": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -548,6 +572,7 @@ def main() -> None:
         "that reads --minutes of the fleet's samples may not fit in memory)",
     )
     parser.add_argument("--json", default=None)
+    parser.add_argument("--dump", default=None, help="write what the passes stored to this file")
     parser.add_argument(
         "--database-url",
         default=os.environ.get(
@@ -555,7 +580,8 @@ def main() -> None:
         ),
         help="a PostgreSQL server (its database part is ignored)",
     )
-    parser.add_argument("--db-name", default="wt_background")
+    parser.add_argument("--db-name", default="wt_background", help="the clone the passes run on")
+    parser.add_argument("--seed-name", default="wt_background_seed", help="the template")
     parser.add_argument("--seed-only", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--seed-url", help=argparse.SUPPRESS)
     parser.add_argument("--base", help=argparse.SUPPRESS)

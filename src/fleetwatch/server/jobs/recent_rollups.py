@@ -29,9 +29,10 @@ from fleetwatch.models.hour_folds import FOLD_COLUMNS, HourFold, SampleChunk
 from fleetwatch.models.telemetry_features import GPU_CATEGORIES
 from fleetwatch.rules.xid_catalog import XidCatalog
 
-__all__ = ["RecentHours", "SAMPLE_ID_OVERLAP"]
+__all__ = ["EVENT_ID_OVERLAP", "RecentHours", "SAMPLE_ID_OVERLAP"]
 
 SAMPLE_ID_OVERLAP = 100_000  # ids re-read each pass: 10 s of a 100,000-GPU fleet
+EVENT_ID_OVERLAP = 1_000
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _US = timedelta(microseconds=1)
 _HOUR_US = 3600 * 1_000_000
@@ -53,7 +54,8 @@ class RecentHours:
         self.folds: dict[datetime, HourFold] = {}
         self.dirty: dict[datetime, set[int]] = defaultdict(set)
         self.after_id: int | None = None  # the newest sample id folded
-        self.after_event_id: int | None = None
+        self.after_event_id = 0  # the newest Xid event id seen
+        self._event_ids: set[int] = set()  # those seen within the overlap
         self._uuids: list[str] = []
         self._slots: dict[str, int] = {}
         self._recent_ids = np.empty(0, np.int64)
@@ -115,6 +117,17 @@ class RecentHours:
         self.after_id = newest if self.after_id is None else max(self.after_id, newest)
         recent = np.concatenate((self._recent_ids, ids))
         self._recent_ids = np.unique(recent[recent > self.after_id - SAMPLE_ID_OVERLAP])
+
+    def new_events(self, rows: Sequence[Any]) -> list[Any]:
+        """The event rows (with ``id``) not seen before; the last EVENT_ID_OVERLAP ids are
+        remembered, as event ids may commit out of order too."""
+        fresh = [row for row in rows if row.id not in self._event_ids]
+        if rows:
+            self.after_event_id = max(self.after_event_id, max(row.id for row in rows))
+        floor = self.after_event_id - EVENT_ID_OVERLAP
+        self._event_ids = {i for i in self._event_ids if i > floor}
+        self._event_ids.update(row.id for row in fresh if row.id > floor)
+        return fresh
 
     def refold(self, hour: datetime, rows: Sequence[Sequence[Any]], uuids: Iterable[str]) -> None:
         """Replace ``uuids``' samples of ``hour`` (held here) by all of theirs in ``rows``."""

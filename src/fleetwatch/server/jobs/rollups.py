@@ -25,7 +25,11 @@ from fleetwatch.server.db.session import Database
 from fleetwatch.server.db.tables import events, gpu_hourly, gpu_samples, gpus
 from fleetwatch.server.jobs.isolation import ItemGuard
 from fleetwatch.server.jobs.locks import LockKey, try_transaction_lock
-from fleetwatch.server.jobs.recent_rollups import SAMPLE_ID_OVERLAP, RecentHours
+from fleetwatch.server.jobs.recent_rollups import (
+    EVENT_ID_OVERLAP,
+    SAMPLE_ID_OVERLAP,
+    RecentHours,
+)
 from fleetwatch.server.jobs.state import load_state, save_state
 
 __all__ = [
@@ -40,7 +44,6 @@ _COLUMNS = FOLD_COLUMNS  # the sample fields a rollup reads
 _DAY_S = 86400.0
 _CHUNK = 100_000  # sample rows fetched at a time
 _UUIDS = 500  # GPU UUIDs per IN (...) list
-_EVENT_OVERLAP = 1_000  # event ids re-read, for ids committed out of order
 _FAR_FUTURE = datetime(9999, 1, 1, tzinfo=UTC)
 
 
@@ -48,23 +51,25 @@ def floor_hour(t: datetime) -> datetime:
     return t.replace(minute=0, second=0, microsecond=0)
 
 
-def _xids_by_gpu_hour(
-    conn: Connection, start: datetime, end: datetime, *, after_event_id: int | None = None
-) -> dict[tuple[str, datetime], list[int]]:
-    """Xid codes per (GPU UUID, hour); events that name only a PCI bus id are matched to the GPU
-    at that address on the same node. With ``after_event_id``, only events stored after it."""
-    by_address = {
+def _by_address(conn: Connection) -> dict[tuple[int, str | None], str]:
+    """GPU UUID by (node id, PCI bus id): the GPU an event naming only its address is about."""
+    return {
         (row.node_id, row.pci_bus_id): row.uuid
         for row in conn.execute(select(gpus.c.uuid, gpus.c.node_id, gpus.c.pci_bus_id))
     }
-    query = (
+
+
+def _xids_by_gpu_hour(
+    conn: Connection, start: datetime, end: datetime
+) -> dict[tuple[str, datetime], list[int]]:
+    """Xid codes per (GPU UUID, hour); events that name only a PCI bus id are matched to the GPU
+    at that address on the same node."""
+    by_address = _by_address(conn)
+    rows = conn.execute(
         select(events.c.node_id, events.c.gpu_uuid, events.c.pci_bus_id, events.c.xid, events.c.ts)
         .where(events.c.kind == "xid", events.c.ts >= start, events.c.ts < end)
         .where(events.c.xid.is_not(None))
     )
-    if after_event_id is not None:
-        query = query.where(events.c.id > after_event_id)
-    rows = conn.execute(query)
     out: dict[tuple[str, datetime], list[int]] = defaultdict(list)
     for row in rows:
         uuid = row.gpu_uuid or by_address.get((row.node_id, row.pci_bus_id))
@@ -184,6 +189,15 @@ def _start_hour(conn: Connection, lookback_hours: int, after_id: int | None) -> 
     return start
 
 
+def _xid_events_after(conn: Connection, after_id: int) -> list[Any]:
+    """Xid events stored after event id ``after_id``: (id, node_id, gpu_uuid, pci_bus_id, ts)."""
+    e = events.c
+    query = select(e.id, e.node_id, e.gpu_uuid, e.pci_bus_id, e.ts).where(
+        e.id > after_id, e.kind == "xid", e.xid.is_not(None)
+    )
+    return list(conn.execute(query))
+
+
 def _fold_samples() -> Select[Any]:
     """The sample columns RecentHours.fold reads."""
     c = gpu_samples.c
@@ -271,7 +285,8 @@ class RollupJob:
         start = _start_hour(conn, self.lookback_hours, after_id)
         recent = RecentHours(floor=current, keep_hours=self.lookback_hours, catalog=self.catalog)
         recent.after_id = conn.execute(select(func.max(gpu_samples.c.id))).scalar()
-        recent.after_event_id = conn.execute(select(func.max(events.c.id))).scalar()
+        newest_event = conn.execute(select(func.max(events.c.id))).scalar() or 0
+        recent.new_events(_xid_events_after(conn, newest_event - EVENT_ID_OVERLAP))  # seen
         if start is None:
             return recent, 0
         start = max(floor_hour(start), current - timedelta(hours=self.backfill_hours))
@@ -317,13 +332,19 @@ class RollupJob:
     def _late_xids(
         self, conn: Connection, recent: RecentHours, oldest: datetime
     ) -> set[tuple[datetime, str]]:
-        """GPU-hours before the held ones with an Xid stored since the last pass."""
-        after = recent.after_event_id
-        recent.after_event_id = conn.execute(select(func.max(events.c.id))).scalar()
-        if after is None:
+        """GPU-hours before the held ones with an Xid stored since the last pass (their rollups
+        count it)."""
+        found = recent.new_events(_xid_events_after(conn, recent.after_event_id - EVENT_ID_OVERLAP))
+        late = [e for e in found if oldest <= e.ts < recent.floor]
+        if not late:
             return set()
-        found = _xids_by_gpu_hour(conn, oldest, recent.floor, after_event_id=after - _EVENT_OVERLAP)
-        return {(hour, uuid) for uuid, hour in found}
+        by_address = _by_address(conn)
+        out = set()
+        for e in late:
+            uuid = e.gpu_uuid or by_address.get((e.node_id, e.pci_bus_id))
+            if uuid is not None:
+                out.add((floor_hour(e.ts), uuid))
+        return out
 
     def _write(
         self,
