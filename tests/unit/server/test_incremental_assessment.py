@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
 from tests.factories import gpu_uuid, make_batch, make_sample
 from tests.unit.server.conftest import Push
 
@@ -13,7 +14,9 @@ from fleetwatch.config import ServerSettings
 from fleetwatch.rules.thresholds import HealthThresholds
 from fleetwatch.rules.xid_catalog import XidCatalog
 from fleetwatch.server.db.session import Database
-from fleetwatch.server.judge.assessment import FleetAssessment
+from fleetwatch.server.jobs.rollups import RollupJob
+from fleetwatch.server.judge import assessor as assessor_module
+from fleetwatch.server.judge.assessment import FEATURES_SINCE, FleetAssessment
 from fleetwatch.server.judge.assessor import Assessor
 
 START = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=20)
@@ -99,3 +102,35 @@ def test_passes_in_between_end_where_one_full_pass_ends(
         else:
             assert judged == fresh[uuid], uuid
     assert set(stepwise) == set(fresh)
+
+
+def test_covariates_are_recomputed_after_each_rollup_pass_only(
+    push: Push, db: Database, settings: ServerSettings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    computed = []
+    original = assessor_module.fleet_window_features
+
+    def counted(conn: Any, **kwargs: Any) -> Any:
+        computed.append(kwargs)
+        return original(conn, **kwargs)
+
+    monkeypatch.setattr(assessor_module, "fleet_window_features", counted)
+    rollups = RollupJob(db, XidCatalog.load())
+    assessor = _assessor(db, settings)
+    now = START + timedelta(minutes=MINUTES)
+    _push_minutes(push, "node-a", 30.0, 0, 5)
+    rollups(now=now)
+    first = assessor.run_once(now=now)
+    assessor.run_once(now=now + timedelta(seconds=30))
+    assert len(computed) == 1, "no rollup pass in between: the covariates are kept"
+    _push_minutes(push, "node-d", 30.0, 5, 10)  # another GPU's rollups, after a new pass
+    rollups(now=now)
+    second = assessor.run_once(now=now + timedelta(seconds=60))
+    assert len(computed) == 2
+    with db.read() as conn:
+        fresh = original(conn, window=timedelta(days=settings.model_window_days),
+                         since=now + timedelta(seconds=60) - FEATURES_SINCE)  # fmt: skip
+    assert {g.uuid: g.features for g in second.gpus if g.features} == fresh
+    assert gpu_uuid("node-d", 0) in fresh and gpu_uuid("node-d", 0) not in {
+        g.uuid for g in first.gpus if g.features
+    }

@@ -54,6 +54,7 @@ class RecentHours:
         self.folds: dict[datetime, HourFold] = {}
         self.dirty: dict[datetime, set[int]] = defaultdict(set)
         self.after_id: int | None = None  # the newest sample id folded
+        self.passes = 0  # the rollup passes stored when this one's was (leader_state)
         self.after_event_id = 0  # the newest Xid event id seen
         self._event_ids: set[int] = set()  # those seen within the overlap
         self._uuids: list[str] = []

@@ -243,7 +243,8 @@ class RollupJob:
     Its first pass recomputes what :func:`refresh_rollups` would, and keeps the recent hours
     folded (:class:`~fleetwatch.server.jobs.recent_rollups.RecentHours`); later passes fold in
     only the samples stored since and rewrite only the GPU-hours that changed. When another
-    process ran a pass in between (the stored id is not this job's own), it starts over."""
+    process ran a pass in between (the stored pass count is not this job's own), it starts
+    over."""
 
     def __init__(
         self,
@@ -268,12 +269,15 @@ class RollupJob:
             if not try_transaction_lock(conn, LockKey.ROLLUPS):
                 return None
             state = load_state(conn, "rollups") or {}
-            after_id = state.get("after_id")
-            if recent is None or recent.after_id is None or recent.after_id != after_id:
-                recent, written = self._first_pass(conn, now, after_id)
+            passes = int(state.get("passes", 0))
+            if recent is None or recent.after_id is None or recent.passes != passes:
+                recent, written = self._first_pass(conn, now, state.get("after_id"))
             else:
                 written = self._next_pass(conn, recent, now)
-            save_state(conn, "rollups", {"after_id": recent.after_id}, now)
+            # Every pass counts, so a job (or an assessor's cache of the covariates) can tell
+            # that gpu_hourly may have changed since it last looked.
+            recent.passes = passes + 1
+            save_state(conn, "rollups", {"after_id": recent.after_id, "passes": passes + 1}, now)
         self._recent = recent
         return written
 
