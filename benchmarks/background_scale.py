@@ -268,14 +268,15 @@ def seed(url: str, *, nodes_n: int, minutes: int, hourly_hours: int, base: datet
     db.dispose()
 
 
-def add_ticks(db: Database, *, base: datetime, seconds: int) -> int:
-    """``seconds`` more of samples (every GPU every 10 s) after the newest tick at ``base``, as
-    agents push them, and a few new events: application Xids on 20 GPUs and one fatal Xid."""
+def add_ticks(db: Database, *, base: datetime, seconds: int, after_s: int = 0) -> int:
+    """``seconds`` more of samples (every GPU every 10 s) from ``after_s`` after the newest seeded
+    tick at ``base``, as agents push them, and a few new events: application Xids on 20 GPUs and
+    one fatal Xid."""
     stored = 0
-    for k in range(1, 1 + seconds // INTERVAL_S):
+    for k in range(after_s // INTERVAL_S + 1, (after_s + seconds) // INTERVAL_S + 1):
         with db.write() as conn:
             stored += _copy_tick(conn, base, k)
-    newest = base + timedelta(seconds=seconds)
+    newest = base + timedelta(seconds=after_s + seconds)
     with db.write() as conn:
         conn.execute(nodes.update().values(last_seen=newest))
         conn.execute(gpus.update().values(last_seen=newest, latest_ts=newest))
@@ -288,7 +289,7 @@ def add_ticks(db: Database, *, base: datetime, seconds: int) -> int:
                 "kind": "xid", "xid": 79 if i == 0 else 13, "ts": newest - timedelta(seconds=5),
                 "received_at": newest, "message": "steady-state Xid",
             }
-            for i, p in enumerate(picked)
+            for i, p in enumerate(picked[after_s // INTERVAL_S % 2 :])
         ]  # fmt: skip
         conn.execute(insert(events), rows)
     return stored
@@ -491,7 +492,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "lifecycle": settings.lifecycle_interval_s,
     }
 
-    def passes(label: str, now: datetime) -> list[dict[str, Any]]:
+    def passes(label: str, now: datetime, every: bool = True) -> list[dict[str, Any]]:
         steps: list[tuple[str, Callable[[], Any]]] = [
             ("assessment", lambda: jobs.assessor.run_once(now)),
             ("planner", lambda: jobs.planner.run_once(now)),
@@ -500,7 +501,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             ("lifecycle", lambda: leader["lifecycle"](now=now)),
         ]
         out = []
-        for name, step in steps:
+        for name, step in steps if every else steps[:3]:
             row = {"phase": label, "interval_s": intervals[name], **_timed(name, step)}
             _log(f"  {label:6s} {name:10s} {row['wall_s']:8.2f} s  peak RSS "
                  f"{row['peak_rss_mib']:7.0f} MiB  {row['result']}")  # fmt: skip
@@ -514,6 +515,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     stored = add_ticks(db, base=base, seconds=args.steady_s)
     _log(f"  {stored} rows in {time.perf_counter() - started:.1f} s")
     rows += passes("steady", base + timedelta(seconds=args.steady_s + 1))
+    # The next assessment (and the plan and alerts after it), one interval later: no rollup
+    # pass in between, as for nine assessments in ten.
+    seconds = int(settings.assess_interval_s)
+    add_ticks(db, base=base, seconds=seconds, after_s=args.steady_s)
+    rows += passes("next", base + timedelta(seconds=args.steady_s + seconds + 1), every=False)
     if args.dump:
         _dump(db, args.dump)
     return {
@@ -541,17 +547,21 @@ def _machine() -> str:
 def _table(result: dict[str, Any]) -> str:
     by = {(r["phase"], r["pass"]): r for r in result["passes"]}
     lines = [
-        "| pass | interval | first pass s | steady pass s | steady / interval | CPU s (first / "
-        "steady) | peak RSS MiB (first / steady) |",
-        "|---|---:|---:|---:|---:|---:|---:|",
+        "| pass | interval | first pass s | steady pass s | next pass s | steady / interval | "
+        "CPU s (first / steady / next) | peak RSS MiB (first / steady / next) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for name in ("assessment", "planner", "alerts", "rollups", "lifecycle"):
         first, steady = by[("first", name)], by[("steady", name)]
+        after = by.get(("next", name))
         share = steady["wall_s"] / steady["interval_s"]
+        cpu = [f"{r['cpu_s']:.1f}" for r in (first, steady, after) if r]
+        rss = [f"{r['peak_rss_mib']:.0f}" for r in (first, steady, after) if r]
+        next_s = f"{after['wall_s']:.2f}" if after else "-"
         lines.append(
             f"| {name} | {steady['interval_s']:g} s | {first['wall_s']:.2f} | "
-            f"{steady['wall_s']:.2f} | {share:.0%} | {first['cpu_s']:.1f} / "
-            f"{steady['cpu_s']:.1f} | {first['peak_rss_mib']:.0f} / {steady['peak_rss_mib']:.0f} |"
+            f"{steady['wall_s']:.2f} | {next_s} | {share:.0%} | {' / '.join(cpu)} | "
+            f"{' / '.join(rss)} |"
         )
     lines.append(f"\npeak RSS of the whole run: {result['peak_rss_mib_run']:.0f} MiB")
     return "\n".join(lines)

@@ -74,9 +74,11 @@ def test_older_and_repeated_samples_are_skipped() -> None:
     windows = SampleWindows(FIELDS, KINDS)
     t = [NOW + timedelta(seconds=10 * i) for i in range(4)]
     windows.add([0, 0], [t[1], t[2]], ["b", "b"], [[1.0, 2.0], [1, 2], [False, False]])
+    windows.merge()  # one pass's read
     # t[0] is older than the newest, t[2] a repeat; t[3] twice in one call: the first stands.
     windows.add([0, 0, 0, 0], [t[0], t[2], t[3], t[3]], ["b"] * 4,
                 [[9.0, 9.0, 3.0, 9.0], [9, 9, 3, 9], [True, True, False, True]])  # fmt: skip
+    windows.merge()
     series = windows.series(0, UUID)
     assert [s.sample.ts for s in series] == t[1:]
     assert [s.sample.gpu_temp_c for s in series] == [1.0, 2.0, 3.0]
@@ -91,6 +93,7 @@ def test_values_come_back_as_they_were_read() -> None:
         [None, "boot-1", "boot-1"],
         [[41.25, None, 0.0], [huge, 7, None], [True, None, False]],
     )
+    windows.merge()
     series = windows.series(0, UUID)
     assert [s.boot_id for s in series] == [None, "boot-1", "boot-1"]
     got = [
@@ -106,6 +109,7 @@ def test_values_come_back_as_they_were_read() -> None:
 def test_a_rule_reading_a_field_the_windows_do_not_keep_fails_loudly() -> None:
     windows = SampleWindows(FIELDS, KINDS)
     windows.add([0], [NOW], ["b"], [[50.0], [1], [False]])
+    windows.merge()
     sample = windows.series(0, UUID)[0].sample
     with pytest.raises(AttributeError):
         _ = sample.power_w

@@ -12,11 +12,13 @@ in Python (a test holds the two to each other).
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Connection, Select, and_, case, delete, func, select
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from fleetwatch.models.hour_folds import FOLD_COLUMNS
 from fleetwatch.models.telemetry_features import GPU_CATEGORIES, rollup_hour
@@ -44,6 +46,7 @@ _COLUMNS = FOLD_COLUMNS  # the sample fields a rollup reads
 _DAY_S = 86400.0
 _CHUNK = 100_000  # sample rows fetched at a time
 _UUIDS = 500  # GPU UUIDs per IN (...) list
+_ROWS_PER_INSERT = 500  # rows per INSERT ... VALUES: 18 parameters each, under SQLite's 32,766
 _FAR_FUTURE = datetime(9999, 1, 1, tzinfo=UTC)
 
 
@@ -51,12 +54,17 @@ def floor_hour(t: datetime) -> datetime:
     return t.replace(minute=0, second=0, microsecond=0)
 
 
-def _by_address(conn: Connection) -> dict[tuple[int, str | None], str]:
-    """GPU UUID by (node id, PCI bus id): the GPU an event naming only its address is about."""
-    return {
-        (row.node_id, row.pci_bus_id): row.uuid
-        for row in conn.execute(select(gpus.c.uuid, gpus.c.node_id, gpus.c.pci_bus_id))
-    }
+def _by_address(conn: Connection, rows: Sequence[Any]) -> dict[tuple[int, str | None], str]:
+    """GPU UUID by (node id, PCI bus id) on the nodes of the event ``rows`` that name no GPU:
+    the GPU such an event (a kernel-log Xid) is about."""
+    node_ids = sorted({row.node_id for row in rows if not row.gpu_uuid and row.node_id})
+    out: dict[tuple[int, str | None], str] = {}
+    for i in range(0, len(node_ids), _UUIDS):
+        query = select(gpus.c.uuid, gpus.c.node_id, gpus.c.pci_bus_id).where(
+            gpus.c.node_id.in_(node_ids[i : i + _UUIDS])
+        )
+        out.update({(row.node_id, row.pci_bus_id): row.uuid for row in conn.execute(query)})
+    return out
 
 
 def _xids_by_gpu_hour(
@@ -64,12 +72,12 @@ def _xids_by_gpu_hour(
 ) -> dict[tuple[str, datetime], list[int]]:
     """Xid codes per (GPU UUID, hour); events that name only a PCI bus id are matched to the GPU
     at that address on the same node."""
-    by_address = _by_address(conn)
     rows = conn.execute(
         select(events.c.node_id, events.c.gpu_uuid, events.c.pci_bus_id, events.c.xid, events.c.ts)
         .where(events.c.kind == "xid", events.c.ts >= start, events.c.ts < end)
         .where(events.c.xid.is_not(None))
-    )
+    ).all()
+    by_address = _by_address(conn, rows)
     out: dict[tuple[str, datetime], list[int]] = defaultdict(list)
     for row in rows:
         uuid = row.gpu_uuid or by_address.get((row.node_id, row.pci_bus_id))
@@ -216,11 +224,21 @@ def _gpu_hour_rows(conn: Connection, hour: datetime, uuids: list[str]) -> list[A
     return out
 
 
-def _delete_gpu_hours(conn: Connection, hour: datetime, uuids: list[str]) -> None:
-    for chunk in _chunks(uuids):
-        conn.execute(
-            delete(gpu_hourly).where(gpu_hourly.c.hour == hour, gpu_hourly.c.gpu_uuid.in_(chunk))
-        )
+def _store_rollups(conn: Connection, rows: list[dict[str, Any]], *, replace: bool) -> None:
+    """Insert ``rows`` into gpu_hourly, many to a statement; with ``replace``, in place of the
+    rows stored for the same GPU-hours (an upsert: a GPU-hour's row is rewritten as a whole)."""
+    insert = (pg_insert if conn.dialect.name == "postgresql" else sqlite_insert)(gpu_hourly)
+    for i in range(0, len(rows), _ROWS_PER_INSERT):
+        statement = insert.values(rows[i : i + _ROWS_PER_INSERT])
+        if replace:
+            keys = {c.name for c in gpu_hourly.primary_key}
+            statement = statement.on_conflict_do_update(
+                index_elements=sorted(keys),
+                set_={
+                    c.name: statement.excluded[c.name] for c in gpu_hourly.c if c.name not in keys
+                },
+            )
+        conn.execute(statement)
 
 
 def _chunks(items: list[str]) -> list[list[str]]:
@@ -291,6 +309,7 @@ class RollupJob:
         recent.after_id = conn.execute(select(func.max(gpu_samples.c.id))).scalar()
         newest_event = conn.execute(select(func.max(events.c.id))).scalar() or 0
         recent.new_events(_xid_events_after(conn, newest_event - EVENT_ID_OVERLAP))  # seen
+        recent.after_event_id = max(recent.after_event_id, newest_event)
         if start is None:
             return recent, 0
         start = max(floor_hour(start), current - timedelta(hours=self.backfill_hours))
@@ -342,7 +361,7 @@ class RollupJob:
         late = [e for e in found if oldest <= e.ts < recent.floor]
         if not late:
             return set()
-        by_address = _by_address(conn)
+        by_address = _by_address(conn, late)
         out = set()
         for e in late:
             uuid = e.gpu_uuid or by_address.get((e.node_id, e.pci_bus_id))
@@ -361,12 +380,10 @@ class RollupJob:
     ) -> int:
         """Write the rows of ``slots`` in ``hour`` (in place of what was stored for them)."""
         rows, exact = recent.rows(hour, slots)
-        if not deleted:
-            _delete_gpu_hours(conn, hour, [row["gpu_uuid"] for row in rows])
         written = self.guard.many(
             conn,
             rows,
-            lambda many: conn.execute(gpu_hourly.insert(), many),
+            lambda many: _store_rollups(conn, many, replace=not deleted),
             ident=lambda row: f"gpu {row['gpu_uuid']}",
         )
         return written + (self._write_exact(conn, hour, exact) if exact else 0)

@@ -207,25 +207,21 @@ class FleetJudge:
         # In chunks: a first pass reads minutes of the whole fleet's samples. Compacting between
         # chunks thins exactly as once at the end (see SampleWindows.compact), so memory stays
         # near the thinned windows' size.
-        added = 0
         for rows in conn.execute(query.execution_options(yield_per=_CHUNK)).partitions():
-            added += self._add(rows)
-            if added >= _COMPACT_AFTER:
+            self._add(rows)
+            if self.windows.pending >= _COMPACT_AFTER:
                 self._compact()
-                added = 0
         self._compact()
 
-    def _add(self, rows: Sequence[Row[Any]]) -> int:
+    def _add(self, rows: Sequence[Row[Any]]) -> None:
         """Add a chunk of sample rows to the windows (each GPU's newer samples only)."""
         newest_id = max(row.id for row in rows)
         self._last_id = newest_id if self._last_id is None else max(self._last_id, newest_id)
         known = [(gpu.slot, row) for row in rows if (gpu := self._gpus.get(row.gpu_uuid))]
-        if not known:
-            return 0
-        slots = [slot for slot, _ in known]
-        columns = list(zip(*(row for _, row in known), strict=True))
-        self.windows.add(slots, columns[2], columns[3], columns[4:])
-        return len(known)
+        if known:
+            slots = [slot for slot, _ in known]
+            columns = list(zip(*(row for _, row in known), strict=True))
+            self.windows.add(slots, columns[2], columns[3], columns[4:])
 
     def _compact(self) -> None:
         self.windows.compact(self.history // _US, self.dense // _US, self.sparse_step // _US)

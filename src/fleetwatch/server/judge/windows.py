@@ -80,6 +80,8 @@ class SampleWindows:
         self._boot_codes: dict[str | None, int] = {}
         self._exact: dict[tuple[int, int, int], Any] = {}  # (slot, ts, field) -> value
         self._newest = np.full(0, _NO_TIME, np.int64)  # per slot; _NO_TIME: no sample
+        self._pending: list[tuple[Any, ...]] = []  # added, not merged yet
+        self.pending = 0  # samples added, not merged yet
         self._segments()
 
     def __len__(self) -> int:
@@ -94,11 +96,9 @@ class SampleWindows:
         boots: Sequence[str | None],
         columns: Sequence[Sequence[Any]],
     ) -> None:
-        """Append samples (``columns``: one sequence per field, in :attr:`fields` order).
-
-        A sample no newer than its GPU's newest one is skipped, as are repeats of a time within
-        the same call (the first one read stands): both were judged already or are history.
-        """
+        """Add samples (``columns``: one sequence per field, in :attr:`fields` order); they
+        join the windows at the next :meth:`merge` (or :meth:`compact`), which reads everything
+        added since the last one as one read in time order."""
         if not slots:
             return
         slot = np.asarray(slots, dtype=np.int64)
@@ -108,6 +108,20 @@ class SampleWindows:
         for j, column in enumerate(columns):
             values[j] = _as_floats(column)
         self._keep_exact(slot, ts, values, columns)
+        self._pending.append((slot, ts, boot, values))
+        self.pending += int(slot.size)
+
+    def merge(self) -> None:
+        """Put the samples added since the last merge into the windows. A sample no newer than
+        its GPU's newest one is skipped, as are repeats of a time (the first one read stands):
+        both were judged already or are history."""
+        if not self._pending:
+            return
+        slot = np.concatenate([p[0] for p in self._pending])
+        ts = np.concatenate([p[1] for p in self._pending])
+        boot = np.concatenate([p[2] for p in self._pending])
+        values = np.concatenate([p[3] for p in self._pending], axis=1)
+        self._pending, self.pending = [], 0
         if int(slot.max()) >= self._newest.size:
             grown = np.full(int(slot.max()) + 1, _NO_TIME, np.int64)
             grown[: self._newest.size] = self._newest
@@ -131,9 +145,10 @@ class SampleWindows:
         self._segments()
 
     def compact(self, history_us: int, dense_us: int, step_us: int) -> None:
-        """Drop samples older than ``history_us`` before their GPU's newest, then thin what is
-        older than ``dense_us`` to one per ``step_us``, exactly as ``FleetJudge._thinned``
-        thins one window (greedy from the oldest sample kept)."""
+        """:meth:`merge`, then drop samples older than ``history_us`` before their GPU's
+        newest, then thin what is older than ``dense_us`` to one per ``step_us``, exactly as
+        ``FleetJudge._thinned`` thins one window (greedy from the oldest sample kept)."""
+        self.merge()
         if not self.ts.size:
             return
         newest = np.repeat(self.ts[self.ends - 1], self.ends - self.starts)
