@@ -141,12 +141,7 @@ def _temperature(e: GpuEvidence, gpu_name: str | None) -> None:
     got = e.latest("gpu_temp_c", volatile=False)
     if got is None:
         return
-    slowdown, sku = e.t.slowdown_temp_c, None
-    if gpu_name:
-        matches = [k for k in e.t.slowdown_temp_by_sku if k.lower() in gpu_name.lower()]
-        if matches:
-            sku = max(matches, key=len)
-            slowdown = e.t.slowdown_temp_by_sku[sku]
+    slowdown, sku = e.t.slowdown_for(gpu_name)
     temp, at = got
     margin = slowdown - temp
     if margin <= e.t.temp_margin_c:

@@ -118,6 +118,16 @@ class HealthThresholds:
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0")
 
+    def slowdown_for(self, gpu_name: str | None) -> tuple[float, str | None]:
+        """The slowdown temperature for a GPU product name, and the SKU key that set it (None:
+        the fleet default). The longest SKU key contained in the name wins."""
+        if gpu_name:
+            matches = [k for k in self.slowdown_temp_by_sku if k.lower() in gpu_name.lower()]
+            if matches:
+                sku = max(matches, key=len)
+                return self.slowdown_temp_by_sku[sku], sku
+        return self.slowdown_temp_c, None
+
     @classmethod
     def from_mapping(cls, overrides: Mapping[str, Any] | None = None) -> HealthThresholds:
         """The defaults with ``overrides`` applied (keys are field names)."""

@@ -12,12 +12,15 @@ in Python (a test holds the two to each other).
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, and_, case, delete, func, select
+from sqlalchemy import Connection, Select, and_, case, delete, func, select
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
+from fleetwatch.models.hour_folds import FOLD_COLUMNS
 from fleetwatch.models.telemetry_features import GPU_CATEGORIES, rollup_hour
 from fleetwatch.rules.xid_catalog import XidCatalog
 from fleetwatch.server.db.sample_joins import SAMPLE_GPU_UUID, SAMPLES_WITH_GPU
@@ -25,6 +28,11 @@ from fleetwatch.server.db.session import Database
 from fleetwatch.server.db.tables import events, gpu_hourly, gpu_samples, gpus
 from fleetwatch.server.jobs.isolation import ItemGuard
 from fleetwatch.server.jobs.locks import LockKey, try_transaction_lock
+from fleetwatch.server.jobs.recent_rollups import (
+    EVENT_ID_OVERLAP,
+    SAMPLE_ID_OVERLAP,
+    RecentHours,
+)
 from fleetwatch.server.jobs.state import load_state, save_state
 
 __all__ = [
@@ -35,23 +43,29 @@ __all__ = [
     "roll_up_hours",
 ]
 
-_COLUMNS = (
-    "gpu_temp_c",
-    "clocks_event_reasons",
-    "ecc_sbe_aggregate_total",
-    "nvlink_crc_flit_errors_total",
-    "nvlink_crc_data_errors_total",
-    "nvlink_replay_errors_total",
-    "nvlink_recovery_errors_total",
-    "pcie_replay_total",
-    "remapped_rows_correctable",
-    "remapped_rows_uncorrectable",
-)
+_COLUMNS = FOLD_COLUMNS  # the sample fields a rollup reads
 _DAY_S = 86400.0
+_CHUNK = 100_000  # sample rows fetched at a time
+_UUIDS = 500  # GPU UUIDs per IN (...) list
+_ROWS_PER_INSERT = 500  # rows per INSERT ... VALUES: 18 parameters each, under SQLite's 32,766
+_FAR_FUTURE = datetime(9999, 1, 1, tzinfo=UTC)
 
 
 def floor_hour(t: datetime) -> datetime:
     return t.replace(minute=0, second=0, microsecond=0)
+
+
+def _by_address(conn: Connection, rows: Sequence[Any]) -> dict[tuple[int, str | None], str]:
+    """GPU UUID by (node id, PCI bus id) on the nodes of the event ``rows`` that name no GPU:
+    the GPU such an event (a kernel-log Xid) is about."""
+    node_ids = sorted({row.node_id for row in rows if not row.gpu_uuid and row.node_id})
+    out: dict[tuple[int, str | None], str] = {}
+    for i in range(0, len(node_ids), _UUIDS):
+        query = select(gpus.c.uuid, gpus.c.node_id, gpus.c.pci_bus_id).where(
+            gpus.c.node_id.in_(node_ids[i : i + _UUIDS])
+        )
+        out.update({(row.node_id, row.pci_bus_id): row.uuid for row in conn.execute(query)})
+    return out
 
 
 def _xids_by_gpu_hour(
@@ -59,15 +73,12 @@ def _xids_by_gpu_hour(
 ) -> dict[tuple[str, datetime], list[int]]:
     """Xid codes per (GPU UUID, hour); events that name only a PCI bus id are matched to the GPU
     at that address on the same node."""
-    by_address = {
-        (row.node_id, row.pci_bus_id): row.uuid
-        for row in conn.execute(select(gpus.c.uuid, gpus.c.node_id, gpus.c.pci_bus_id))
-    }
     rows = conn.execute(
         select(events.c.node_id, events.c.gpu_uuid, events.c.pci_bus_id, events.c.xid, events.c.ts)
         .where(events.c.kind == "xid", events.c.ts >= start, events.c.ts < end)
         .where(events.c.xid.is_not(None))
-    )
+    ).all()
+    by_address = _by_address(conn, rows)
     out: dict[tuple[str, datetime], list[int]] = defaultdict(list)
     for row in rows:
         uuid = row.gpu_uuid or by_address.get((row.node_id, row.pci_bus_id))
@@ -83,22 +94,27 @@ def roll_up_hours(
     end: datetime,
     catalog: XidCatalog,
     guard: ItemGuard | None = None,
+    gpu_uuids: list[str] | None = None,
 ) -> int:
-    """Recompute the rollups of every GPU for the hours in ``[start, end)``; return rows written."""
+    """Recompute the rollups of every GPU (or of ``gpu_uuids``) for the hours in
+    ``[start, end)``; return rows written."""
     start, end = floor_hour(start), end
     cols = [gpu_samples.c[name] for name in _COLUMNS]
-    rows = conn.execute(
+    query = (
         select(SAMPLE_GPU_UUID, gpu_samples.c.node_id, gpu_samples.c.ts, *cols)
         .select_from(SAMPLES_WITH_GPU)
         .where(gpu_samples.c.ts >= start, gpu_samples.c.ts < end)
         .order_by(SAMPLE_GPU_UUID, gpu_samples.c.ts)
     )
+    chunks = [None] if gpu_uuids is None else _chunks(gpu_uuids)
     grouped: dict[tuple[str, datetime], list[dict[str, Any]]] = defaultdict(list)
     node_of: dict[str, int] = {}
-    for row in rows:
-        mapping = row._mapping
-        grouped[(row.gpu_uuid, floor_hour(row.ts))].append(dict(mapping))
-        node_of[row.gpu_uuid] = row.node_id
+    for chunk in chunks:
+        picked = query if chunk is None else query.where(gpus.c.uuid.in_(chunk))
+        for row in conn.execute(picked):
+            mapping = row._mapping
+            grouped[(row.gpu_uuid, floor_hour(row.ts))].append(dict(mapping))
+            node_of[row.gpu_uuid] = row.node_id
     xids = _xids_by_gpu_hour(conn, start, end)
     guard = guard or ItemGuard("rollups")
     out = []
@@ -111,7 +127,17 @@ def roll_up_hours(
             continue
         guard.recovered(f"gpu {uuid}")
         out.append({**rollup.as_row(), "node_id": node_of[uuid]})
-    conn.execute(delete(gpu_hourly).where(gpu_hourly.c.hour >= start, gpu_hourly.c.hour < end))
+    if gpu_uuids is None:
+        conn.execute(delete(gpu_hourly).where(gpu_hourly.c.hour >= start, gpu_hourly.c.hour < end))
+    else:
+        for chunk in _chunks(gpu_uuids):
+            conn.execute(
+                delete(gpu_hourly).where(
+                    gpu_hourly.c.hour >= start,
+                    gpu_hourly.c.hour < end,
+                    gpu_hourly.c.gpu_uuid.in_(chunk),
+                )
+            )
     return guard.many(
         conn,
         out,
@@ -141,17 +167,7 @@ def refresh_rollups(
     """
     current = floor_hour(now)
     newest_id = conn.execute(select(func.max(gpu_samples.c.id))).scalar()
-    newest_hour = conn.execute(select(func.max(gpu_hourly.c.hour))).scalar()
-    if newest_hour is None:
-        start = conn.execute(select(func.min(gpu_samples.c.ts))).scalar()
-    else:
-        start = newest_hour - timedelta(hours=lookback_hours)
-        if after_id is not None:
-            oldest_new = conn.execute(
-                select(func.min(gpu_samples.c.ts)).where(gpu_samples.c.id > after_id)
-            ).scalar()
-            if oldest_new is not None:
-                start = min(start, oldest_new)
+    start = _start_hour(conn, lookback_hours, after_id)
     if start is None:
         return 0, newest_id
     start = max(floor_hour(start), current - timedelta(hours=backfill_hours))
@@ -167,32 +183,224 @@ def refresh_rollups(
     return written, newest_id
 
 
+def _start_hour(conn: Connection, lookback_hours: int, after_id: int | None) -> datetime | None:
+    """Where a full pass starts (see :func:`refresh_rollups`), before the backfill bound."""
+    newest_hour = conn.execute(select(func.max(gpu_hourly.c.hour))).scalar()
+    if newest_hour is None:
+        start: datetime | None = conn.execute(select(func.min(gpu_samples.c.ts))).scalar()
+        return start
+    start = newest_hour - timedelta(hours=lookback_hours)
+    if after_id is not None:
+        oldest_new = conn.execute(
+            select(func.min(gpu_samples.c.ts)).where(gpu_samples.c.id > after_id)
+        ).scalar()
+        if oldest_new is not None:
+            start = min(start, oldest_new)
+    return start
+
+
+def _xid_events_after(conn: Connection, after_id: int) -> list[Any]:
+    """Xid events stored after event id ``after_id``: (id, node_id, gpu_uuid, pci_bus_id, ts)."""
+    e = events.c
+    query = select(e.id, e.node_id, e.gpu_uuid, e.pci_bus_id, e.ts).where(
+        e.id > after_id, e.kind == "xid", e.xid.is_not(None)
+    )
+    return list(conn.execute(query))
+
+
+def _fold_samples() -> Select[Any]:
+    """The sample columns RecentHours.fold reads."""
+    c = gpu_samples.c
+    columns = (c.id, SAMPLE_GPU_UUID, c.node_id, c.ts, *(c[name] for name in FOLD_COLUMNS))
+    return select(*columns).select_from(SAMPLES_WITH_GPU)
+
+
+def _gpu_hour_rows(conn: Connection, hour: datetime, uuids: list[str]) -> list[Any]:
+    """Every sample of ``uuids`` in ``hour`` (as _fold_samples reads them)."""
+    c = gpu_samples.c
+    out: list[Any] = []
+    for chunk in _chunks(uuids):
+        query = _fold_samples().where(
+            c.ts >= hour, c.ts < hour + timedelta(hours=1), gpus.c.uuid.in_(chunk)
+        )
+        out.extend(conn.execute(query))
+    return out
+
+
+def _store_rollups(conn: Connection, rows: list[dict[str, Any]], *, replace: bool) -> None:
+    """Insert ``rows`` into gpu_hourly, many to a statement; with ``replace``, in place of the
+    rows stored for the same GPU-hours (an upsert: a GPU-hour's row is rewritten as a whole)."""
+    insert = (pg_insert if conn.dialect.name == "postgresql" else sqlite_insert)(gpu_hourly)
+    for i in range(0, len(rows), _ROWS_PER_INSERT):
+        statement = insert.values(rows[i : i + _ROWS_PER_INSERT])
+        if replace:
+            keys = {c.name for c in gpu_hourly.primary_key}
+            statement = statement.on_conflict_do_update(
+                index_elements=sorted(keys),
+                set_={
+                    c.name: statement.excluded[c.name] for c in gpu_hourly.c if c.name not in keys
+                },
+            )
+        conn.execute(statement)
+
+
+def _chunks(items: list[str]) -> list[list[str]]:
+    return [items[i : i + _UUIDS] for i in range(0, len(items), _UUIDS)]
+
+
+def _by_hour(pairs: set[tuple[datetime, str]]) -> dict[datetime, list[str]]:
+    out: dict[datetime, list[str]] = defaultdict(list)
+    for hour, uuid in sorted(pairs):
+        out[hour].append(uuid)
+    return out
+
+
 class RollupJob:
     """The leader's rollups job: keeps ``gpu_hourly`` current. A pass is skipped while another
     process runs one. The newest sample id of the last pass is kept in ``leader_state`` (not
     memory): a pass starting without it would miss late samples older than its lookback that
-    arrived since that pass (an agent's spool after an outage)."""
+    arrived since that pass (an agent's spool after an outage).
 
-    def __init__(self, db: Database, catalog: XidCatalog, guard: ItemGuard | None = None) -> None:
+    Its first pass recomputes what :func:`refresh_rollups` would, and keeps the recent hours
+    folded (:class:`~fleetwatch.server.jobs.recent_rollups.RecentHours`); later passes fold in
+    only the samples stored since and rewrite only the GPU-hours that changed. When another
+    process ran a pass in between (the stored pass count is not this job's own), it starts
+    over."""
+
+    def __init__(
+        self,
+        db: Database,
+        catalog: XidCatalog,
+        guard: ItemGuard | None = None,
+        *,
+        lookback_hours: int = 2,
+        backfill_hours: int = 7 * 24,
+    ) -> None:
         self.db = db
         self.catalog = catalog
         self.guard = guard or ItemGuard("rollups")
+        self.lookback_hours = lookback_hours
+        self.backfill_hours = backfill_hours
+        self._recent: RecentHours | None = None
 
     def __call__(self, now: datetime | None = None) -> int | None:
         now = now or datetime.now(UTC)
+        recent, self._recent = self._recent, None  # kept only once this pass has committed
         with self.db.write() as conn:
             if not try_transaction_lock(conn, LockKey.ROLLUPS):
                 return None
             state = load_state(conn, "rollups") or {}
-            written, after_id = refresh_rollups(
-                conn,
-                now=now,
-                catalog=self.catalog,
-                after_id=state.get("after_id"),
-                guard=self.guard,
-            )
-            save_state(conn, "rollups", {"after_id": after_id}, now)
-            return written
+            passes = int(state.get("passes", 0))
+            if recent is None or recent.after_id is None or recent.passes != passes:
+                recent, written = self._first_pass(conn, now, state.get("after_id"))
+            else:
+                written = self._next_pass(conn, recent, now)
+            # Every pass counts, so a job (or an assessor's cache of the covariates) can tell
+            # that gpu_hourly may have changed since it last looked.
+            recent.passes = passes + 1
+            save_state(conn, "rollups", {"after_id": recent.after_id, "passes": passes + 1}, now)
+        self._recent = recent
+        return written
+
+    def _first_pass(
+        self, conn: Connection, now: datetime, after_id: int | None
+    ) -> tuple[RecentHours, int]:
+        """What refresh_rollups does, folding the hours from its start on."""
+        current = floor_hour(now)
+        start = _start_hour(conn, self.lookback_hours, after_id)
+        recent = RecentHours(floor=current, keep_hours=self.lookback_hours, catalog=self.catalog)
+        recent.after_id = conn.execute(select(func.max(gpu_samples.c.id))).scalar()
+        newest_event = conn.execute(select(func.max(events.c.id))).scalar() or 0
+        recent.new_events(_xid_events_after(conn, newest_event - EVENT_ID_OVERLAP))  # seen
+        recent.after_event_id = max(recent.after_event_id, newest_event)
+        if start is None:
+            return recent, 0
+        start = max(floor_hour(start), current - timedelta(hours=self.backfill_hours))
+        recent.floor = start
+        query = _fold_samples().where(gpu_samples.c.ts >= start).order_by(gpu_samples.c.ts)
+        for rows in conn.execute(query.execution_options(yield_per=_CHUNK)).partitions():
+            recent.fold(rows, skip_seen=False, oldest=start)
+        recent.note_xids(_xids_by_gpu_hour(conn, start, _FAR_FUTURE))
+        written = 0
+        hour = start
+        while hour <= current:
+            conn.execute(delete(gpu_hourly).where(gpu_hourly.c.hour == hour))
+            if hour in recent.folds:
+                slots = recent.folds[hour].slots().tolist()
+                written += self._write(conn, recent, hour, slots, deleted=True)
+            recent.dirty.pop(hour, None)  # later hours (an agent's clock ahead) wait for theirs
+            hour += timedelta(hours=1)
+        recent.forget_before(current - timedelta(hours=self.lookback_hours))
+        return recent, written
+
+    def _next_pass(self, conn: Connection, recent: RecentHours, now: datetime) -> int:
+        current = floor_hour(now)
+        oldest = current - timedelta(hours=self.backfill_hours)
+        assert recent.after_id is not None
+        query = _fold_samples().where(gpu_samples.c.id > recent.after_id - SAMPLE_ID_OVERLAP)
+        redo: set[tuple[datetime, str]] = set()
+        for rows in conn.execute(query.execution_options(yield_per=_CHUNK)).partitions():
+            redo |= recent.fold(rows, skip_seen=True, oldest=oldest)
+        redo |= self._late_xids(conn, recent, oldest)
+        recent.note_xids(_xids_by_gpu_hour(conn, recent.floor, _FAR_FUTURE))
+        written = 0
+        for hour, uuids in _by_hour(redo).items():
+            if hour in recent.folds:  # refolded from all their samples, written below
+                recent.refold(hour, _gpu_hour_rows(conn, hour, uuids), uuids)
+            else:
+                written += self._write_exact(conn, hour, uuids)
+        for hour in sorted(recent.folds):
+            if hour <= current and recent.dirty.get(hour):
+                written += self._write(conn, recent, hour, recent.dirty.pop(hour))
+        recent.forget_before(current - timedelta(hours=self.lookback_hours))
+        return written
+
+    def _late_xids(
+        self, conn: Connection, recent: RecentHours, oldest: datetime
+    ) -> set[tuple[datetime, str]]:
+        """GPU-hours before the held ones with an Xid stored since the last pass (their rollups
+        count it)."""
+        found = recent.new_events(_xid_events_after(conn, recent.after_event_id - EVENT_ID_OVERLAP))
+        late = [e for e in found if oldest <= e.ts < recent.floor]
+        if not late:
+            return set()
+        by_address = _by_address(conn, late)
+        out = set()
+        for e in late:
+            uuid = e.gpu_uuid or by_address.get((e.node_id, e.pci_bus_id))
+            if uuid is not None:
+                out.add((floor_hour(e.ts), uuid))
+        return out
+
+    def _write(
+        self,
+        conn: Connection,
+        recent: RecentHours,
+        hour: datetime,
+        slots: Any,
+        *,
+        deleted: bool = False,
+    ) -> int:
+        """Write the rows of ``slots`` in ``hour`` (in place of what was stored for them)."""
+        rows, exact = recent.rows(hour, slots)
+        written = self.guard.many(
+            conn,
+            rows,
+            lambda many: _store_rollups(conn, many, replace=not deleted),
+            ident=lambda row: f"gpu {row['gpu_uuid']}",
+        )
+        return written + (self._write_exact(conn, hour, exact) if exact else 0)
+
+    def _write_exact(self, conn: Connection, hour: datetime, uuids: list[str]) -> int:
+        """Roll ``uuids``' hour up from all their samples, with Python integers."""
+        return roll_up_hours(
+            conn,
+            start=hour,
+            end=hour + timedelta(hours=1),
+            catalog=self.catalog,
+            guard=self.guard,
+            gpu_uuids=uuids,
+        )
 
 
 def _rate(value_col: Any) -> Any:

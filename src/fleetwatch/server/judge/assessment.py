@@ -15,7 +15,7 @@ Node risk is :math:`1 - \\prod_i (1 - p_i)` over its GPUs.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, TypeVar, cast
@@ -30,9 +30,17 @@ from fleetwatch.server.db.tables import gpu_lifetimes, gpus, nodes
 from fleetwatch.server.jobs.rollups import fleet_window_features
 from fleetwatch.server.judge.judging import FleetJudge, Verdict
 
-__all__ = ["FleetAssessment", "GpuAssessment", "GpuRisk", "assess_fleet", "risk_order"]
+__all__ = [
+    "FEATURES_SINCE",
+    "FleetAssessment",
+    "GpuAssessment",
+    "GpuRisk",
+    "assess_fleet",
+    "risk_order",
+]
 
 _DAY_S = 86400.0
+FEATURES_SINCE = timedelta(days=30)  # GPUs with a rollup this recent get covariates
 T = TypeVar("T")
 
 
@@ -176,12 +184,17 @@ def assess_fleet(
     model_version: int | None,
     feature_window: timedelta,
     stale_after: timedelta = timedelta(days=1),
+    features: Mapping[str, dict[str, float]] | None = None,
 ) -> FleetAssessment:
-    """Judge every GPU seen within ``stale_after`` and gather what its risk needs."""
+    """Judge every GPU seen within ``stale_after`` and gather what its risk needs.
+
+    ``features``: the covariates :func:`fleet_window_features` gives for ``feature_window``
+    and :data:`FEATURES_SINCE` at ``now``, when the caller has them already."""
     verdicts = judge.judge(conn, now)
     installs = _install_times(conn)
     # GPUs with any rollup in the last 30 days; each described over its own trailing window.
-    features = fleet_window_features(conn, window=feature_window, since=now - timedelta(days=30))
+    if features is None:
+        features = fleet_window_features(conn, window=feature_window, since=now - FEATURES_SINCE)
     rows = conn.execute(
         select(
             gpus.c.uuid,

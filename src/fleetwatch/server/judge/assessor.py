@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from sqlalchemy import Connection
 
@@ -17,7 +18,9 @@ from fleetwatch.rules.thresholds import HealthThresholds
 from fleetwatch.rules.xid_catalog import XidCatalog
 from fleetwatch.server.db.session import Database
 from fleetwatch.server.jobs.isolation import ItemGuard
-from fleetwatch.server.judge.assessment import FleetAssessment, assess_fleet
+from fleetwatch.server.jobs.rollups import fleet_window_features, floor_hour
+from fleetwatch.server.jobs.state import load_state
+from fleetwatch.server.judge.assessment import FEATURES_SINCE, FleetAssessment, assess_fleet
 from fleetwatch.server.judge.judging import FleetJudge
 from fleetwatch.server.repo.models import latest_ok_model
 
@@ -45,6 +48,7 @@ class Assessor:
         )
         self.latest: FleetAssessment | None = None
         self._bundle: tuple[int, RiskBundle] | None = None
+        self._features: tuple[tuple[Any, ...], dict[str, dict[str, float]]] | None = None
         self._lock = threading.Lock()
 
     def _model(self, conn: Connection) -> tuple[int, RiskBundle] | None:
@@ -54,6 +58,21 @@ class Assessor:
         if self._bundle is None or self._bundle[0] != stored.version:
             self._bundle = (stored.version, RiskBundle.from_params(stored.params))
         return self._bundle
+
+    def _covariates(self, conn: Connection, now: datetime) -> dict[str, dict[str, float]] | None:
+        """The window covariates, recomputed only when the rollups changed: gpu_hourly is
+        written by rollup passes only, and each counts itself in ``leader_state`` (a query over
+        a week of every GPU's rollups costs seconds at fleet scale; rollups come every few
+        minutes, assessments every few seconds). None when no pass was counted yet."""
+        state = load_state(conn, "rollups")
+        if state is None or "passes" not in state:
+            return None
+        window = timedelta(days=self.settings.model_window_days)
+        key = (state["passes"], floor_hour(now - FEATURES_SINCE), window)
+        if self._features is None or self._features[0] != key:
+            found = fleet_window_features(conn, window=window, since=now - FEATURES_SINCE)
+            self._features = (key, found)
+        return self._features[1]
 
     def run_once(self, now: datetime | None = None) -> FleetAssessment:
         now = now or datetime.now(UTC)
@@ -67,6 +86,7 @@ class Assessor:
                 bundle=bundle,
                 model_version=version,
                 feature_window=timedelta(days=self.settings.model_window_days),
+                features=self._covariates(conn, now),
             )
         self.latest = snapshot
         return snapshot

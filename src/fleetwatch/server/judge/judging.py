@@ -21,11 +21,14 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Literal, cast
+from typing import Any, Literal
 
-from sqlalchemy import Connection, func, select
+import numpy as np
+from numpy.typing import NDArray
+from sqlalchemy import Connection, Row, Select, func, select
 
 from fleetwatch.rules.health import BootSample, HealthVerdict, judge_health, judge_missing_gpus
+from fleetwatch.rules.health_screen import JUDGED_FIELDS, may_fire
 from fleetwatch.rules.thresholds import HealthThresholds
 from fleetwatch.rules.xid import XidVerdict, judge_xids
 from fleetwatch.rules.xid_catalog import XidCatalog
@@ -36,16 +39,17 @@ from fleetwatch.server.db.sample_joins import (
 )
 from fleetwatch.server.db.tables import events, gpu_samples, gpus, nodes
 from fleetwatch.server.jobs.isolation import ItemGuard
-from fleetwatch.telemetry import SAMPLE_FIELD_NAMES, Event, GpuSample
+from fleetwatch.server.judge.windows import EPOCH, SampleWindows
+from fleetwatch.telemetry import Event
 
 __all__ = ["FleetJudge", "Verdict"]
 
+_US = timedelta(microseconds=1)
 _ID_OVERLAP = 10_000  # sample rows re-read each pass, for ids committed out of order
+_CHUNK = 100_000  # sample rows fetched at a time (the first pass reads minutes of the fleet's)
+_COMPACT_AFTER = 1_000_000  # samples added within a pass before the windows are compacted
 _CLEARED_BY_BOOT = frozenset({"restart_app", "reset_gpu", "drain_reset", "reboot_node"})
 _LIVE_KINDS = ("xid", "gpu_lost", "node_boot")
-_SAMPLES = select(gpu_samples, SAMPLE_GPU_UUID, SAMPLE_BOOT_ID).select_from(
-    SAMPLES_WITH_GPU_AND_BOOT
-)
 
 
 @dataclass(frozen=True)
@@ -119,26 +123,14 @@ class _Gpu:
     name: str | None
     first_seen: datetime
     last_seen: datetime
-    window: list[BootSample] = field(default_factory=list)
+    slot: int  # its window's key in FleetJudge.windows
 
 
-class _Reading:
-    """One stored sample as the rules read it (attribute per canonical field, None when not
-    reported), in about a quarter of a ``GpuSample``'s memory: every worker keeps a window of
-    every GPU's readings, 10,000 GPUs' worth."""
-
-    __slots__ = ("uuid", "ts", *SAMPLE_FIELD_NAMES)
-
-    def __init__(self, mapping: Mapping[str, Any]) -> None:
-        self.uuid = mapping["gpu_uuid"]
-        self.ts = mapping["ts"]
-        for name in SAMPLE_FIELD_NAMES:
-            setattr(self, name, mapping.get(name))
-
-
-def _row_sample(row: Any) -> BootSample:
-    # The rules take GpuSample-shaped objects; _Reading has the same attributes.
-    return BootSample(row.boot_id, cast(GpuSample, _Reading(row._mapping)))
+def _judged_samples() -> Select[Any]:
+    """The sample columns the rules read (see rules.health_screen.JUDGED_FIELDS)."""
+    c = gpu_samples.c
+    columns = (c.id, SAMPLE_GPU_UUID, c.ts, SAMPLE_BOOT_ID, *(c[name] for name in JUDGED_FIELDS))
+    return select(*columns).select_from(SAMPLES_WITH_GPU_AND_BOOT)
 
 
 class FleetJudge:
@@ -173,6 +165,8 @@ class FleetJudge:
         self.sparse_step = timedelta(seconds=step)
         self.max_lag = max_lag
         self._gpus: dict[str, _Gpu] = {}
+        kinds = [gpu_samples.c[name].type.python_type for name in JUDGED_FIELDS]
+        self.windows = SampleWindows(JUDGED_FIELDS, kinds)
         self._last_id: int | None = None
 
     def _load_gpus(self, conn: Connection) -> dict[int, tuple[str, datetime, float]]:
@@ -188,7 +182,13 @@ class FleetJudge:
             gpu = self._gpus.get(row.uuid)
             if gpu is None:
                 self._gpus[row.uuid] = _Gpu(
-                    row.uuid, row.node_id, row.pci_bus_id, row.name, row.first_seen, row.last_seen
+                    row.uuid,
+                    row.node_id,
+                    row.pci_bus_id,
+                    row.name,
+                    row.first_seen,
+                    row.last_seen,
+                    slot=len(self._gpus),
                 )
             else:
                 gpu.node_id, gpu.last_seen = row.node_id, row.last_seen
@@ -205,25 +205,33 @@ class FleetJudge:
             newest = conn.execute(select(func.max(gpus.c.latest_ts))).scalar()
             if newest is None:
                 return
-            query = _SAMPLES.where(gpu_samples.c.ts >= newest - self.history)
+            query = _judged_samples().where(gpu_samples.c.ts >= newest - self.history)
         else:
             # Ids, not times: late samples (a spool emptying, a simulated fleet) are found too.
             # The overlap re-reads rows that may have committed out of id order on PostgreSQL.
-            query = _SAMPLES.where(gpu_samples.c.id > self._last_id - _ID_OVERLAP)
-        for row in conn.execute(query.where(gpu_samples.c.ts <= now).order_by(gpu_samples.c.ts)):
-            self._last_id = row.id if self._last_id is None else max(self._last_id, row.id)
-            gpu = self._gpus.get(row.gpu_uuid)
-            if gpu is None:
-                continue
-            if gpu.window and row.ts <= gpu.window[-1].sample.ts:
-                continue  # seen in the overlap, or older than what is judged: history
-            gpu.window.append(_row_sample(row))
-        for gpu in self._gpus.values():
-            if gpu.window:
-                horizon = gpu.window[-1].sample.ts - self.history
-                if gpu.window[0].sample.ts < horizon:
-                    gpu.window = [s for s in gpu.window if s.sample.ts >= horizon]
-                gpu.window = self._thinned(gpu.window)
+            query = _judged_samples().where(gpu_samples.c.id > self._last_id - _ID_OVERLAP)
+        query = query.where(gpu_samples.c.ts <= now).order_by(gpu_samples.c.ts)
+        # In chunks: a first pass reads minutes of the whole fleet's samples. Compacting between
+        # chunks thins exactly as once at the end (see SampleWindows.compact), so memory stays
+        # near the thinned windows' size.
+        for rows in conn.execute(query.execution_options(yield_per=_CHUNK)).partitions():
+            self._add(rows)
+            if self.windows.pending >= _COMPACT_AFTER:
+                self._compact()
+        self._compact()
+
+    def _add(self, rows: Sequence[Row[Any]]) -> None:
+        """Add a chunk of sample rows to the windows (each GPU's newer samples only)."""
+        newest_id = max(row.id for row in rows)
+        self._last_id = newest_id if self._last_id is None else max(self._last_id, newest_id)
+        known = [(gpu.slot, row) for row in rows if (gpu := self._gpus.get(row.gpu_uuid))]
+        if known:
+            slots = [slot for slot, _ in known]
+            columns = list(zip(*(row for _, row in known), strict=True))
+            self.windows.add(slots, columns[2], columns[3], columns[4:])
+
+    def _compact(self) -> None:
+        self.windows.compact(self.history // _US, self.dense // _US, self.sparse_step // _US)
 
     def _thinned(self, window: list[BootSample]) -> list[BootSample]:
         """Every sample of the last ``dense`` seconds (the 60 s NVLink and PCIe windows), one per
@@ -242,10 +250,10 @@ class FleetJudge:
                 last = ts
         return kept if len(kept) < len(window) else window
 
-    def _as_of(self, members: Sequence[_Gpu], now: datetime) -> datetime:
+    def _as_of(self, newest_us: int | None, now: datetime) -> datetime:
         """A node is judged as of its newest reading (its agent's clock), never after ``now``
         and never more than ``max_lag`` before it."""
-        newest = max((g.window[-1].sample.ts for g in members if g.window), default=now)
+        newest = now if newest_us is None else EPOCH + timedelta(microseconds=newest_us)
         return min(now, max(newest, now - self.max_lag))
 
     def _load_events(
@@ -281,9 +289,19 @@ class FleetJudge:
         by_node: dict[int, list[_Gpu]] = defaultdict(list)
         for gpu in self._gpus.values():
             by_node[gpu.node_id].append(gpu)
-        as_of = {node_id: self._as_of(members, now) for node_id, members in by_node.items()}
+        # Each GPU's window (a position in windows.slots), -1 for none.
+        where = np.full(len(self._gpus), -1, np.int64)
+        where[self.windows.slots] = np.arange(self.windows.slots.size)
+        newest = self.windows.newest_us().tolist()
+        as_of = {
+            node_id: self._as_of(
+                max((newest[w] for g in members if (w := where[g.slot]) >= 0), default=None), now
+            )
+            for node_id, members in by_node.items()
+        }
         since = min(as_of.values(), default=now) - self.xid_lookback
         node_events = self._load_events(conn, since, now)
+        judged = self._screen(where, node_events)
         out: dict[str, list[Verdict]] = defaultdict(list)
         for node_id, members in by_node.items():
             # Node by node: one node whose data trips a rule up is logged and counted, and the
@@ -297,11 +315,35 @@ class FleetJudge:
                     node_info.get(node_id),
                     now,
                     found,
+                    where,
+                    judged,
                 )
             if ok:
                 for uuid, verdicts in found.items():
                     out[uuid].extend(verdicts)
         return {uuid: verdicts for uuid, verdicts in out.items() if verdicts}
+
+    def _screen(
+        self, where: NDArray[np.int64], node_events: Mapping[int, list[Event]]
+    ) -> NDArray[np.bool_]:
+        """Per window: whether the health rules must look at it (rules.health_screen), or it
+        names a GPU lost from the bus, or holds a value the screen cannot read exactly."""
+        w = self.windows
+        slowdown_of: dict[str | None, float] = {}
+        by_slot = {gpu.slot: gpu for gpu in self._gpus.values()}
+        names = [by_slot[slot].name for slot in w.slots.tolist()]
+        for name in set(names):
+            slowdown_of[name] = self.thresholds.slowdown_for(name)[0]
+        slowdown = np.array([slowdown_of[name] for name in names], np.float64)
+        columns = {name: w.column(name) for name in JUDGED_FIELDS}
+        judged = may_fire(columns, w.boots_as_floats(), w.starts, slowdown, self.thresholds)
+        judged |= w.has_inexact()
+        lost = {e.uuid for evs in node_events.values() for e in evs if e.kind == "gpu_lost"}
+        for uuid in lost:
+            gpu = self._gpus.get(uuid or "")
+            if gpu is not None and where[gpu.slot] >= 0:
+                judged[where[gpu.slot]] = True
+        return judged
 
     def _judge_node(
         self,
@@ -311,20 +353,34 @@ class FleetJudge:
         info: tuple[str, datetime, float] | None,
         now: datetime,
         out: dict[str, list[Verdict]],
+        where: NDArray[np.int64],
+        judged: NDArray[np.bool_],
     ) -> None:
         # Events after ``at`` stay: a node_boot is stamped on the server's clock, and an Xid
         # logged after the newest sample still happened.
-        self._judge_xids(members, evs, at, out)
+        self._judge_xids(members, evs, at, out, where)
         for gpu in members:
+            w = int(where[gpu.slot])
+            if w < 0 or not judged[w]:
+                continue  # no window, or one no health rule can fire on (rules.health_screen)
             verdicts = judge_health(
-                gpu.window, events=evs, thresholds=self.thresholds, now=at, gpu_name=gpu.name
+                self.windows.series(w, gpu.uuid),
+                events=evs,
+                thresholds=self.thresholds,
+                now=at,
+                gpu_name=gpu.name,
             )
             out[gpu.uuid].extend(Verdict.from_health(v) for v in verdicts)
         if info is not None:
             self._judge_missing(members, info, now, out)
 
     def _judge_xids(
-        self, members: list[_Gpu], evs: list[Event], now: datetime, out: dict[str, list[Verdict]]
+        self,
+        members: list[_Gpu],
+        evs: list[Event],
+        now: datetime,
+        out: dict[str, list[Verdict]],
+        where: NDArray[np.int64],
     ) -> None:
         xid_events = [e for e in evs if e.kind in ("xid", "gpu_lost")]
         if not xid_events:
@@ -332,10 +388,12 @@ class FleetJudge:
         last_boot = max((e.ts for e in evs if e.kind == "node_boot"), default=None)
         by_pci = {g.pci_bus_id: g.uuid for g in members if g.pci_bus_id}
         uuids = {g.uuid for g in members}
+        ends = self.windows.ends
         recovery = {
             g.uuid: int(action)
             for g in members
-            if g.window and (action := g.window[-1].sample.gpu_recovery_action)
+            if (w := where[g.slot]) >= 0
+            and (action := self.windows.value(int(ends[w]) - 1, "gpu_recovery_action"))
         }
         verdicts = judge_xids(
             xid_events,

@@ -65,38 +65,39 @@ def derive_conditions(
     )
     clusters = {row.name: _cluster(row.labels) for row in node_rows}
     if assessment is not None:
-        slots = {
-            row.uuid: row.pci_bus_id for row in conn.execute(select(gpus.c.uuid, gpus.c.pci_bus_id))
-        }
-        for gpu in assessment.gpus:
-            for v in gpu.verdicts:
-                if not v.counts_against_gpu or SEVERITY_RANK[v.severity] < SEVERITY_RANK["warning"]:
-                    continue
-                key = f"gpu:{gpu.uuid}:{v.rule}"
-                what = v.note or (f"Xid {', '.join(map(str, v.xids))}" if v.xids else v.rule)
-                found[key] = Condition(
-                    key,
-                    v.kind,
-                    v.severity,
-                    f"{v.rule} on {gpu.node} GPU {gpu.index} (serial {gpu.serial or '?'}): {what}",
-                    v.action,
-                    {
-                        "rule": v.rule,
-                        "gpu_index": gpu.index,
-                        "sku": gpu.sku,
-                        "xids": list(v.xids),
-                        "source": v.source,
-                        "first_seen": _iso(v.first_seen),
-                        "last_seen": _iso(v.last_seen),
-                        "takes_gpu_out": v.takes_gpu_out,
-                        **dict(v.evidence),
-                    },
-                    gpu.node,
-                    gpu.uuid,
-                    gpu.serial,
-                    slots.get(gpu.uuid),
-                    clusters.get(gpu.node),
-                )
+        alerting = [
+            (gpu, v)
+            for gpu in assessment.gpus
+            for v in gpu.verdicts
+            if v.counts_against_gpu and SEVERITY_RANK[v.severity] >= SEVERITY_RANK["warning"]
+        ]
+        slots = _slots(conn, sorted({gpu.uuid for gpu, _ in alerting}))
+        for gpu, v in alerting:
+            key = f"gpu:{gpu.uuid}:{v.rule}"
+            what = v.note or (f"Xid {', '.join(map(str, v.xids))}" if v.xids else v.rule)
+            found[key] = Condition(
+                key,
+                v.kind,
+                v.severity,
+                f"{v.rule} on {gpu.node} GPU {gpu.index} (serial {gpu.serial or '?'}): {what}",
+                v.action,
+                {
+                    "rule": v.rule,
+                    "gpu_index": gpu.index,
+                    "sku": gpu.sku,
+                    "xids": list(v.xids),
+                    "source": v.source,
+                    "first_seen": _iso(v.first_seen),
+                    "last_seen": _iso(v.last_seen),
+                    "takes_gpu_out": v.takes_gpu_out,
+                    **dict(v.evidence),
+                },
+                gpu.node,
+                gpu.uuid,
+                gpu.serial,
+                slots.get(gpu.uuid),
+                clusters.get(gpu.node),
+            )
     factor = settings.unreachable_after_intervals
     for row in node_rows:
         if node_state(row.last_seen, row.interval_s, factor, now, heard_since) == "unreachable":
@@ -187,6 +188,16 @@ def derive_conditions(
             {"rule": "wear_out_onset", "at": _iso(onset.ts), **(onset.details or {})},
         )
     return found
+
+
+def _slots(conn: Connection, uuids: list[str]) -> dict[str, str | None]:
+    """The PCI bus id of each GPU in ``uuids`` (only GPUs with an alert: not the whole fleet)."""
+    out: dict[str, str | None] = {}
+    for i in range(0, len(uuids), 500):
+        chunk = uuids[i : i + 500]
+        query = select(gpus.c.uuid, gpus.c.pci_bus_id).where(gpus.c.uuid.in_(chunk))
+        out.update({row.uuid: row.pci_bus_id for row in conn.execute(query)})
+    return out
 
 
 def _iso(value: datetime | None) -> str | None:
