@@ -28,6 +28,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from fleetwatch.errors import BatchConflict, GpuClaimed, InvalidInput
 from fleetwatch.server.db.session import Database
 from fleetwatch.server.db.tables import events, gpu_samples, gpus, ingest_batches, nodes
+from fleetwatch.server.repo.gpus import LATEST_MIG_KEY
 from fleetwatch.telemetry import SAMPLE_FIELD_NAMES, Batch, GpuIdentity, GpuSample
 
 __all__ = ["IngestResult", "store_batch"]
@@ -111,7 +112,7 @@ def store_batch(
             _claim_batch_id(conn, batch, node_id, content_sha256, now)
             node_gpus = _upsert_gpus(conn, batch, node_id, now, live_intervals)
             _insert_samples(conn, db, batch.samples, node_id, batch.node.boot_id)
-            _update_latest(conn, batch.samples, now)
+            _update_latest(conn, batch.samples, now, _mig_layouts(batch))
             _insert_events(conn, batch, node_id, node_gpus, now)
     except _Duplicate:
         return IngestResult(samples=0, events=0, duplicate=True)
@@ -415,7 +416,17 @@ def _copy_rows(conn: Connection, rows: Iterable[tuple[Any, ...]]) -> None:
             copy.write_row(row)
 
 
-def _update_latest(conn: Connection, samples: list[GpuSample], now: datetime) -> None:
+def _mig_layouts(batch: Batch) -> dict[str, dict[str, Any]]:
+    """GPU uuid -> its declared MIG mode and instances (only MIG-enabled GPUs declare one)."""
+    return {g.uuid: g.mig.model_dump(exclude_none=True) for g in batch.gpus if g.mig is not None}
+
+
+def _update_latest(
+    conn: Connection, samples: list[GpuSample], now: datetime, mig: dict[str, dict[str, Any]]
+) -> None:
+    """The newest sample of each GPU into ``gpus.latest``, with the GPU's MIG layout beside it
+    (under :data:`LATEST_MIG_KEY`: the table has no identity JSON column, and a MIG layout, like
+    the sample, is the GPU's newest state; it changes without the GPU changing slot)."""
     newest: dict[str, GpuSample] = {}
     for sample in samples:
         current = newest.get(sample.uuid)
@@ -427,7 +438,12 @@ def _update_latest(conn: Connection, samples: list[GpuSample], now: datetime) ->
     conn.execute(
         _UPDATE_LATEST,
         [
-            {"b_uuid": uuid, "b_ts": s.ts, "b_latest": s.values(), "b_now": now}
+            {
+                "b_uuid": uuid,
+                "b_ts": s.ts,
+                "b_latest": s.values() | ({LATEST_MIG_KEY: mig[uuid]} if uuid in mig else {}),
+                "b_now": now,
+            }
             for uuid, s in newest.items()
         ],
     )
