@@ -4,8 +4,9 @@ With MIG mode on, nvidia-smi keeps printing the parent GPU's whole-GPU values (t
 power, clocks, ECC) in the GPU's own sections and prints N/A for what the driver cannot read on a
 MIG-enabled GPU (utilisation, remapped rows, retired pages; volatile ECC on R510): those stay
 absent, as every N/A does. Its ``<mig_devices>`` hold each MIG device's index, GPU instance and
-compute instance ids, and the device's own memory use, which is not the GPU's (telegraf's A100:
-four devices at 12 MiB, 50 MiB used on the GPU) and is left out. The XML prints neither the
+compute instance ids, and per-device readings that are left out: the device's memory use is not
+the GPU's (telegraf's A100: four devices at 12 MiB, 50 MiB used on the GPU), and its volatile
+SRAM uncorrectable count is not added to the GPU's own ``<ecc_errors>``, which is what is read. The XML prints neither the
 profile nor the MIG UUID of a device: they stay absent, never derived (say from the SM count).
 """
 
