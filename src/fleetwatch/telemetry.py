@@ -43,6 +43,8 @@ __all__ = [
     "GpuIdentity",
     "GpuSample",
     "IngestLimits",
+    "MigIdentity",
+    "MigInstance",
     "NodeInfo",
     "normalize_pci_bus_id",
 ]
@@ -249,6 +251,8 @@ _PCI_RE = re.compile(
 )
 _NODE_NAME_RE = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$"
 _UUID_RE = r"^(GPU|MIG)-[A-Za-z0-9-]{1,120}$"
+# A MIG device's UUID: MIG-<uuid> from R470 on, MIG-GPU-<parent uuid>/<gi>/<ci> before.
+_MIG_UUID_RE = r"^MIG-[A-Za-z0-9-]{1,120}(/[0-9]{1,5}){0,2}$"
 _KIND_RE = r"^[a-z][a-z0-9_]{0,63}$"
 _LABEL_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 
@@ -366,8 +370,49 @@ class NodeInfo(_WireModel):
         return max(self.interval_s, self.push_interval_s or 0.0)
 
 
+MigMode = Literal["enabled", "disabled"]
+
+
+class MigInstance(_WireModel):
+    """One MIG device of a MIG-enabled GPU: a GPU instance (with a compute instance in it).
+
+    Each source knows part of it: NVML all four, dcgm-exporter the GPU instance and its profile,
+    ``nvidia-smi -q -x`` the GPU and compute instance ids and the MIG device index. What a source
+    does not print is absent, never guessed.
+    """
+
+    gpu_instance_id: int = Field(ge=0, le=65535, description="GPU instance id (GI), as printed")
+    compute_instance_id: int | None = Field(
+        default=None, ge=0, le=65535, description="Compute instance id (CI) within the GI"
+    )
+    index: int | None = Field(
+        default=None, ge=0, le=1023, description="MIG device index under the parent GPU"
+    )
+    profile: Annotated[str, Field(max_length=64), STORABLE_TEXT] | None = Field(
+        default=None, description="GPU instance profile, e.g. 1g.10gb, 3g.40gb, 1g.12gb+me"
+    )
+    uuid: str | None = Field(
+        default=None,
+        pattern=_MIG_UUID_RE,
+        description="MIG-<uuid> (R470+) or MIG-GPU-<parent uuid>/<gi>/<ci> (older drivers)",
+    )
+
+
+class MigIdentity(_WireModel):
+    """A GPU's MIG mode and its GPU instances. Sent only for a GPU with MIG enabled (now or once
+    reset): absent means MIG is off or the GPU has none. Its whole-GPU readings stay in the
+    GPU's samples; fields NVML or nvidia-smi cannot report on a MIG-enabled GPU (utilisation,
+    remapped rows, ...) are absent there, which health rules treat as no evidence."""
+
+    current: MigMode | None = Field(default=None, description="MIG mode now")
+    pending: MigMode | None = Field(default=None, description="MIG mode after the next GPU reset")
+    instances: list[MigInstance] = Field(
+        default_factory=list, max_length=64, description="MIG devices, by GPU instance id"
+    )
+
+
 class GpuIdentity(_WireModel):
-    """What does not change while a GPU sits in its slot."""
+    """What does not change while a GPU sits in its slot (and its MIG layout, which may)."""
 
     uuid: str = Field(pattern=_UUID_RE)
     index: int = Field(ge=0, le=1023)
@@ -376,6 +421,12 @@ class GpuIdentity(_WireModel):
     name: Annotated[str, Field(max_length=128), STORABLE_TEXT] | None = None
     driver_version: Annotated[str, Field(max_length=64), STORABLE_TEXT] | None = None
     vbios_version: Annotated[str, Field(max_length=64), STORABLE_TEXT] | None = None
+    mig: MigIdentity | None = Field(
+        default=None,
+        description="MIG mode and GPU instances, for a GPU with MIG enabled. Added in wire v1 as "
+        "an optional field: agents send it only for MIG-enabled GPUs, and when a server older "
+        "than it refuses it (422 on gpus.N.mig) the agent resends the batch without it",
+    )
 
     @field_validator("pci_bus_id")
     @classmethod

@@ -13,6 +13,9 @@ is absent from this sample, counted, and asked again next time::
 
 A field a GPU does not offer is turned off for that GPU, with one WARNING, and never asked again;
 a field this nvidia-ml-py lacks is turned off for all GPUs at :meth:`Nvml.open`, with one WARNING.
+A MIG-enabled GPU is read as a whole GPU through its own handle; what NVML refuses only because
+MIG is on is absent, not a fault (:mod:`fleetwatch.agent.nvml_mig`), and its MIG mode and devices
+go into its identity.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from fleetwatch.agent.nvml_events import _EVENT_KINDS as _EVENT_KINDS  # for tes
 from fleetwatch.agent.nvml_events import _watch
 from fleetwatch.agent.nvml_fields import _FIELD_IDS as _FIELD_IDS  # for tests
 from fleetwatch.agent.nvml_fields import _IDENTITY_PROBES, _PROBES, _Device, _Probe
+from fleetwatch.agent.nvml_mig import MIG_CALLS, MigTracker
 from fleetwatch.agent.textclean import clean_fields
 from fleetwatch.errors import CollectorError, DeviceLost, FieldNotSupported, NvmlUnavailable
 from fleetwatch.telemetry import Event, GpuIdentity, GpuSample
@@ -68,6 +72,7 @@ class NvmlLike(Protocol):
     NVML_SUCCESS: int
     NVML_ERROR_TIMEOUT: int
     NVML_FEATURE_ENABLED: int
+    NVML_DEVICE_MIG_ENABLE: int
     NVML_TEMPERATURE_GPU: int
     NVML_CLOCK_SM: int
     NVML_CLOCK_MEM: int
@@ -111,6 +116,11 @@ class NvmlLike(Protocol):
     def nvmlDeviceGetRemappedRows(self, device: Any) -> tuple[int, int, int, int]: ...
     def nvmlDeviceGetNvLinkState(self, device: Any, link: int) -> int: ...
     def nvmlDeviceGetNvLinkErrorCounter(self, device: Any, link: int, counter: int) -> int: ...
+    def nvmlDeviceGetMigMode(self, device: Any) -> list[int]: ...
+    def nvmlDeviceGetMaxMigDeviceCount(self, device: Any) -> int: ...
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, device: Any, index: int) -> Any: ...
+    def nvmlDeviceGetGpuInstanceId(self, device: Any) -> int: ...
+    def nvmlDeviceGetComputeInstanceId(self, device: Any) -> int: ...
     def nvmlDeviceGetSupportedEventTypes(self, handle: Any) -> int: ...
     def nvmlEventSetCreate(self) -> Any: ...
     def nvmlDeviceRegisterEvents(self, handle: Any, eventTypes: int, eventSet: Any) -> None: ...
@@ -167,6 +177,7 @@ class Nvml:
         self._reason_fn: dict[str, str] = {}
         self._lost: set[int] = set()
         self._failing: set[tuple[int, str]] = set()
+        self._mig = MigTracker()
         self.driver_version: str | None = None
         self.errors: Counter[tuple[str, str]] = Counter()
         self.disabled: dict[str, set[str]] = {}
@@ -215,6 +226,7 @@ class Nvml:
         self._probes = tuple(p for p in _PROBES if all(hasattr(lib, n) for n in p.needs))
         missing = [f for p in _PROBES if p not in self._probes for f in p.fields]
         self.unavailable_fields = tuple(missing)
+        self._mig.available = all(hasattr(lib, name) for name in MIG_CALLS)
         if missing:
             logger.warning("this nvidia-ml-py lacks what NVML needs for %s", ", ".join(missing))
         return self
@@ -346,6 +358,12 @@ class Nvml:
             ident.update(uuid=dev.uuid, index=index, driver_version=self.driver_version)
             gpu = self._identities[index] = self._model(GpuIdentity, clean_fields(ident), index)
         try:
+            gpu = self._mig.with_layout(dev, gpu, self.disabled)
+        except (DeviceLost, NvmlUnavailable):
+            raise
+        except CollectorError as exc:  # the GPU's readings are still worth sending
+            self._note_failure(index, "mig", exc)
+        try:
             values = self._run(dev, self._probes)
         finally:
             if dev.turned_off:  # one WARNING per GPU, however many fields it lacks
@@ -354,6 +372,7 @@ class Nvml:
                     by_reason.setdefault(why, []).extend(fields)
                 lacks = "; ".join(f"{', '.join(f)} ({why})" for why, f in by_reason.items())
                 logger.warning("GPU %s (index %d) does not offer %s", dev.uuid, index, lacks)
+            self._mig.log_absent(dev)
         return gpu, self._model(GpuSample, {"uuid": gpu.uuid, "ts": now, **values}, index)
 
     def _run(self, dev: _Device, probes: Sequence[_Probe]) -> dict[str, Any]:
@@ -369,6 +388,9 @@ class Nvml:
                 raise
             except FieldNotSupported as exc:
                 off.update(probe.fields)
+                if dev.mig_on:
+                    self._mig.absent_under_mig(dev, probe.fields)  # absent, not a fault
+                    continue
                 dev.turned_off.append((probe.fields, str(exc)))
                 self._bump("field_not_supported")
             except CollectorError as exc:

@@ -43,6 +43,11 @@ class _Device:
     uuid: str | None
     cache: dict[str, Any] = field(default_factory=dict)
     turned_off: list[tuple[tuple[str, ...], str]] = field(default_factory=list)
+    # MIG (fleetwatch.agent.nvml_mig): on now; fields refused because of it this read; fields
+    # refused under the MIG mode the GPU just left, to ask again.
+    mig_on: bool = False
+    absent_under_mig: list[str] = field(default_factory=list)
+    refused_before_mig_change: set[str] = field(default_factory=set)
 
     def call(self, fn: Callable[..., T], *args: Any) -> T:
         return self.nvml._call(fn, *args, index=self.index, uuid=self.uuid)

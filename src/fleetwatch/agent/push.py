@@ -9,6 +9,9 @@ What the server answers decides a batch's fate:
 - any other 4xx: the server will never take this body -> move it out of the spool into
   ``rejected/`` with the server's answer (logged as an ERROR: data an operator must look at),
   so that one bad batch cannot block every later one;
+- 422 naming only optional fields newer than the server (``gpus.N.mig``): the server is older
+  than the agent -> send the batch again at once without them (:mod:`fleetwatch.agent.wire_compat`)
+  and treat that answer as above; a WARNING once says to upgrade the server;
 - a plain 500 for the same batch, at least ``poison_attempts`` times over at least
   ``poison_after_s``, while the server takes other batches: the batch is poisoned (see
   :mod:`fleetwatch.agent.poison`) -> set aside into ``rejected/`` like a refused one, counted, and
@@ -32,6 +35,7 @@ import httpx
 from fleetwatch.agent.poison import POISON_STATUS, FailureLog
 from fleetwatch.agent.selfmetrics import AgentMetrics
 from fleetwatch.agent.spool import SetAside, Spool, SpooledBatch
+from fleetwatch.agent.wire_compat import refuses_only_newer_fields, without_newer_fields
 
 __all__ = ["Backoff", "Pusher"]
 
@@ -91,6 +95,7 @@ class Pusher:
         )
         self._wake = threading.Event()
         self._auth_error_logged = False
+        self._older_server_logged = False
         self._last_status: int | None = None  # of the last push; None: no answer
         self.pushed_batches = 0
 
@@ -127,11 +132,12 @@ class Pusher:
         started = time.perf_counter()
         self._last_status = None
         try:
-            response = self._client.post(
-                "/v1/ingest",
-                content=batch.body,
-                headers={"Content-Encoding": "gzip", "Content-Type": "application/json"},
-            )
+            response = self._post(batch.body)
+            if refuses_only_newer_fields(response):
+                reduced = without_newer_fields(batch.body)
+                if reduced is not None:
+                    self._note_older_server(response)
+                    response = self._post(reduced)
         except httpx.HTTPError as exc:
             self._metrics.push_failures.labels("transport").inc()
             logger.warning("push of %s failed: %s", batch.batch_id, exc)
@@ -170,6 +176,23 @@ class Pusher:
             return _Outcome.FAILED
         self._reject(batch, response)
         return _Outcome.REJECTED
+
+    def _post(self, body: bytes) -> httpx.Response:
+        return self._client.post(
+            "/v1/ingest",
+            content=body,
+            headers={"Content-Encoding": "gzip", "Content-Type": "application/json"},
+        )
+
+    def _note_older_server(self, response: httpx.Response) -> None:
+        if not self._older_server_logged:
+            logger.warning(
+                "the server is older than this agent (it answered: %s); sending batches without "
+                "the fields it does not know (the GPUs' MIG layout), readings kept; upgrade the "
+                "server to keep them",
+                _error_text(response),
+            )
+            self._older_server_logged = True
 
     def _reject(self, batch: SpooledBatch, response: httpx.Response) -> None:
         self._keep_for_inspection(batch, f"{response.status_code}\n{response.text}\n")

@@ -66,10 +66,12 @@ def _clean_model(model: _Model) -> _Model:
 
 
 def _clean_value(value: Any) -> Any:
-    """Strings, and the strings (keys included) inside dicts and lists; the same object when
-    nothing changed."""
+    """Strings, and the strings (keys included) inside dicts, lists and nested wire models (a
+    GPU's MIG layout); the same object when nothing changed."""
     if isinstance(value, str):
         return clean_text(value) if _UNSAFE.search(value) else value
+    if isinstance(value, BaseModel):
+        return _clean_model(value)
     if isinstance(value, dict):
         items = [(_clean_value(k), _clean_value(v)) for k, v in value.items()]
         if all(k is k0 and v is v0 for (k, v), (k0, v0) in zip(items, value.items(), strict=True)):

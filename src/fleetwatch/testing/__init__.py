@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from fleetwatch.testing.fake_mig import FakeMigDeviceHandle
 from fleetwatch.testing.fake_nvml import FakeDeviceHandle, FakeEventSet, FakePynvml
 
-__all__ = ["FakeDeviceHandle", "FakeEventSet", "FakePynvml"]
+__all__ = ["FakeDeviceHandle", "FakeEventSet", "FakeMigDeviceHandle", "FakePynvml"]

@@ -18,7 +18,11 @@ A snapshot is one GPU as a dict (``tests/fixtures/nvml/*.json`` holds whole node
      "remapped_rows": {"correctable": 0, "uncorrectable": 0, "pending": 0, "failure": 0},
      "nvlink": {"links": 18, "inactive": [], "errors": {"crc_flit": {"3": 12}, ...}},
      "field_values": {"NVML_FI_DEV_MEMORY_TEMP": 45},
-     "supported_event_types": 11, "unsupported": ["nvmlDeviceGetFanSpeed"]}
+     "supported_event_types": 11, "unsupported": ["nvmlDeviceGetFanSpeed"],
+     "mig": {"current": 1, "pending": 1, "devices": [...]}}
+
+``mig`` (a MIG-capable GPU, its mode and MIG devices) is described in
+:mod:`fleetwatch.testing.fake_mig`, which holds the MIG calls.
 
 A key that is absent makes its NVML call raise ``NVMLError_NotSupported`` (the field values entry
 reports NOT_SUPPORTED), as NVML does for a GPU that lacks the reading. Node-wide,
@@ -51,6 +55,7 @@ from fleetwatch.testing._pynvml_api import (
     Value,
     ViolationTime,
 )
+from fleetwatch.testing.fake_mig import FakeMigDeviceHandle, FakeMigDevices
 
 __all__ = ["FakeDeviceHandle", "FakeEventSet", "FakePynvml"]
 
@@ -83,7 +88,7 @@ class FakeEventSet:
     freed: bool = False
 
 
-class FakePynvml(PynvmlConstants):
+class FakePynvml(FakeMigDevices, PynvmlConstants):
     """A pynvml-like module object over GPU snapshots, with knobs to make GPUs misbehave.
 
     ``call_cost_us`` makes every NVML call take that long (busy-waiting by default, since a
@@ -442,7 +447,9 @@ class FakePynvml(PynvmlConstants):
         if self._refcount <= 0:
             raise NVMLError(self.NVML_ERROR_UNINITIALIZED)
 
-    def _gpu(self, fn: str, handle: FakeDeviceHandle) -> dict[str, Any]:
+    def _gpu(self, fn: str, handle: FakeDeviceHandle | FakeMigDeviceHandle) -> dict[str, Any]:
+        if isinstance(handle, FakeMigDeviceHandle):
+            return self._mig_device_snapshot(fn, handle)  # asks its parent GPU, just below
         self._library(fn)
         self.device_calls[(fn, handle.index)] += 1
         if handle.index in self.lost:

@@ -25,7 +25,7 @@ from fleetwatch.config import ServerSettings
 from fleetwatch.errors import CollectorError
 from fleetwatch.server.app import create_app
 from fleetwatch.server.auth import create_token
-from fleetwatch.telemetry import Event, GpuIdentity, GpuSample, NodeInfo
+from fleetwatch.telemetry import Event, GpuIdentity, GpuSample, MigIdentity, NodeInfo
 
 UUID = "GPU-00000000-1111-2222-3333-444444444444"
 
@@ -205,6 +205,9 @@ def test_agent_cleans_control_characters_from_collected_text() -> None:
     # other control characters, which the wire accepts, are cleaned once more in build_batch.
     reading = GpuReading(identity={"uuid": UUID, "index": 0, "name": "NVIDIA\x00H100\x1b[0m"})
     collection = readings_to_collection([reading], datetime.now(UTC))
+    # Nested text too: a MIG profile from a collector that did not clean it.
+    mig = {"current": "enabled", "instances": [{"gpu_instance_id": 1, "profile": "1g.5gb\x1b"}]}
+    collection.gpus[0] = collection.gpus[0].model_copy(update={"mig": MigIdentity(**mig)})
     collection.events.append(
         Event(
             kind="xid",
@@ -218,6 +221,8 @@ def test_agent_cleans_control_characters_from_collected_text() -> None:
         NodeInfo(name="node-1", labels={"rack": "r\x1b12"}, boot_id="b1"), collection
     )
     assert batch.gpus[0].name == "NVIDIA\ufffdH100\ufffd[0m"
+    assert batch.gpus[0].mig is not None
+    assert batch.gpus[0].mig.instances[0].profile == "1g.5gb\ufffd"
     assert batch.events[0].process == "py\ufffd"
     assert batch.events[0].details == {"label\ufffd": ["a\ufffdb"]}
     assert batch.node.labels == {"rack": "r\ufffd12"}

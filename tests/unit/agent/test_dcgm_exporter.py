@@ -140,7 +140,12 @@ def test_dcgm_exporter_mig_keeps_whole_gpu_values(fixtures_dir: Path) -> None:
     text = _read(fixtures_dir, MIG)
     (reading,) = parse_dcgm_exporter(text)
 
-    assert reading.identity == {"uuid": A100_MIG, "index": 0}
+    # The whole-GPU series give the values; the 1g.5gb instance (id 13) only the MIG identity.
+    assert reading.identity == {
+        "uuid": A100_MIG,
+        "index": 0,
+        "mig": {"current": "enabled", "instances": [{"gpu_instance_id": 13, "profile": "1g.5gb"}]},
+    }
     assert reading.values == {
         "sm_clock_mhz": 1215.0,
         "mem_clock_mhz": 1215.0,
@@ -154,22 +159,28 @@ def test_dcgm_exporter_mig_keeps_whole_gpu_values(fixtures_dir: Path) -> None:
     assert last_xids(text) == {A100_MIG: 0}
 
 
-def test_dcgm_exporter_mig_series_never_set_values() -> None:
+def test_dcgm_exporter_mig_copies_fill_only_what_whole_gpu_series_lack() -> None:
     mig = 'GPU_I_ID="13",GPU_I_PROFILE="1g.5gb",gpu="0",UUID="GPU-1"'
     text = (
         f"DCGM_FI_DEV_GPU_TEMP{{{mig}}} 99\n"
         f"DCGM_FI_DEV_XID_ERRORS{{{mig}}} 31\n"
+        f"DCGM_FI_DEV_POWER_USAGE{{{mig}}} 250\n"
         'DCGM_FI_DEV_GPU_TEMP{gpu="0",UUID="GPU-1"} 40\n'
         'DCGM_FI_DEV_FB_USED{gpu="1",UUID="GPU-2",GPU_I_ID="1"} 10\n'
+        'DCGM_FI_DEV_FB_USED{gpu="1",UUID="GPU-2",GPU_I_ID="x"} 10\n'
     )
     scrape = parse_dcgm_scrape(text)
 
     gpus = _by_uuid(scrape.readings)
-    assert gpus["GPU-1"].values == {"gpu_temp_c": 40.0}
-    # A GPU seen only through its instances is known, with no whole-GPU values.
-    assert gpus["GPU-2"].identity == {"uuid": "GPU-2", "index": 1}
+    # The whole-GPU series wins; the copy gives what no whole-GPU series did.
+    assert gpus["GPU-1"].values == {"gpu_temp_c": 40.0, "power_w": 250.0}
+    assert scrape.last_xid == {"GPU-1": 31}
+    # Framebuffer use under MIG is the instance's own: no whole-GPU value made of it.
     assert gpus["GPU-2"].values == {}
-    assert scrape.last_xid == {}
+    assert gpus["GPU-2"].identity["mig"] == {
+        "current": "enabled",
+        "instances": [{"gpu_instance_id": 1}],  # no profile printed, none guessed; "x" is no id
+    }
 
 
 def test_dcgm_exporter_new_unit_suffixed_names() -> None:

@@ -68,6 +68,34 @@ def test_every_fixture_parses_into_valid_wire_models(smi_dir: Path, name: str, c
         GpuSample(uuid=reading.identity["uuid"], ts=datetime.now(UTC), **reading.values)
 
 
+@pytest.mark.parametrize("name", sorted(GPU_COUNTS))
+def test_mig_mode_disabled_or_na_records_no_mig(smi_dir: Path, name: str) -> None:
+    for reading in parse(smi_dir, name):
+        assert "mig" not in reading.identity
+
+
+def test_mig_mode_enabled_is_recorded(smi_dir: Path) -> None:
+    # The A100 report with its MIG Mode lines switched to Enabled: no real text report of a
+    # MIG-enabled GPU is at hand; the section layout is the real one.
+    text = (smi_dir / "text_q" / "thamada-gls__A100-SXM4-80GB_x4_555.42.02.q.txt").read_text()
+    current = "    MIG Mode\n        Current                           : Disabled\n"
+    assert text.count(current) == 4
+    text = text.replace(current, current.replace("Disabled", "Enabled"), 1)  # GPU 0: MIG on
+    readings = parse_nvidia_smi_text(text)
+    assert readings[0].identity["mig"] == {
+        "current": "enabled",
+        "pending": "disabled",
+        "instances": [],  # MIG devices are not read from the text report
+    }
+    assert all("mig" not in r.identity for r in readings[1:])
+    GpuIdentity(**readings[0].identity)
+    # MIG enabled only at the next reset is recorded too: it says what the GPU is about to be.
+    pending = "        Pending                           : Disabled\n"
+    later = parse_nvidia_smi_text(text.replace(pending, pending.replace("Disabled", "Enabled")))
+    assert [r.identity["mig"]["pending"] for r in later] == ["enabled"] * 4
+    assert later[1].identity["mig"]["current"] == "disabled"
+
+
 def test_h200(smi_dir: Path) -> None:
     (gpu,) = parse(smi_dir, "thamada-gls__H200_550.90.12.q.txt")
 

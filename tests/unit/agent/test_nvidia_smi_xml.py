@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from fleetwatch.agent.collectors.nvidia_smi import NvidiaSmiCollector
 from fleetwatch.agent.parsers import GpuReading, ParseError
 from fleetwatch.agent.parsers.nvidia_smi_xml import parse_nvidia_smi_xml
 from fleetwatch.agent.parsers.smi_values import clean, clocks_event_bitmask, convert
@@ -78,6 +79,14 @@ def test_a100_with_mig_reports_the_parent_gpu_and_leaves_na_fields_out(xml_dir: 
         "vbios_version": "92.00.45.00.03",
         "driver_version": "510.47.03",
         "pci_bus_id": "0000:00:04.0",
+        "mig": {
+            "current": "enabled",
+            "pending": "enabled",
+            "instances": [
+                {"gpu_instance_id": 1, "compute_instance_id": 0, "index": 0},
+                {"gpu_instance_id": 2, "compute_instance_id": 0, "index": 1},
+            ],
+        },
     }
     assert gpu.values == {
         "gpu_temp_c": 36.0,
@@ -106,6 +115,43 @@ def test_a100_with_mig_reports_the_parent_gpu_and_leaves_na_fields_out(xml_dir: 
         "fan_speed_pct",
     ):
         assert absent not in gpu.values
+
+
+def test_a100_v12_with_four_mig_devices_records_them_and_keeps_whole_gpu_values(
+    xml_dir: Path,
+) -> None:
+    (gpu,) = parse(xml_dir, "telegraf__a100-sxm4-v12.xml")
+
+    # Hand-read: <mig_device> index 0-3 in GPU instances 3-6, compute instance 0 each; no
+    # profile or MIG UUID in the XML, so none is recorded.
+    assert gpu.identity["mig"] == {
+        "current": "enabled",
+        "pending": "enabled",
+        "instances": [
+            {"gpu_instance_id": gi, "compute_instance_id": 0, "index": gi - 3}
+            for gi in (3, 4, 5, 6)
+        ],
+    }
+    GpuIdentity(**gpu.identity)
+    # The GPU's own memory use (50 MiB), not the devices' 4 x 12 MiB.
+    assert gpu.values["fb_used_mib"] == 50.0 and gpu.values["fb_total_mib"] == 81920.0
+    # N/A under MIG: absent, never 0.
+    for absent in (
+        "gpu_util_pct",
+        "mem_copy_util_pct",
+        "retired_pages_sbe",
+        "remapped_rows_pending",
+    ):
+        assert absent not in gpu.values
+
+
+@pytest.mark.parametrize(
+    "name", sorted(set(GPU_COUNTS) - {"netdata__a100-sxm4-mig.xml", "telegraf__a100-sxm4-v12.xml"})
+)
+def test_gpus_without_mig_carry_no_mig_identity(xml_dir: Path, name: str) -> None:
+    # MIG mode Disabled or N/A (a GPU without MIG): nothing to record.
+    for reading in parse(xml_dir, name):
+        assert "mig" not in reading.identity
 
 
 def test_a100_v12_reads_gpu_power_readings_and_indexes_by_position(xml_dir: Path) -> None:
@@ -275,3 +321,20 @@ def test_clocks_event_bitmask_needs_at_least_one_readable_flag() -> None:
     assert clocks_event_bitmask([("hw_thermal_slowdown", "Active"), ("sync_boost", "Active")]) == (
         0x40 | 0x10
     )
+
+
+def test_the_collector_sends_the_mig_layout_with_the_gpu(xml_dir: Path) -> None:
+    collector = NvidiaSmiCollector(str(xml_dir / "telegraf__a100-sxm4-v12.xml"))
+    collection = collector.collect(datetime(2026, 11, 30, 5, 0, tzinfo=UTC))
+
+    (gpu,) = collection.gpus
+    assert gpu.mig is not None
+    assert (gpu.mig.current, gpu.mig.pending) == ("enabled", "enabled")
+    assert [(i.gpu_instance_id, i.compute_instance_id, i.index) for i in gpu.mig.instances] == [
+        (3, 0, 0),
+        (4, 0, 1),
+        (5, 0, 2),
+        (6, 0, 3),
+    ]
+    (sample,) = collection.samples
+    assert sample.gpu_temp_c is not None and sample.gpu_util_pct is None

@@ -15,10 +15,20 @@ from fleetwatch.testing import _pynvml_api as mirror
 
 pynvml: Any = pytest.importorskip("pynvml", reason="nvidia-ml-py is not installed")
 
+# getmembers, not vars: the MIG calls come from a mixin (fleetwatch.testing.fake_mig).
 FAKE_FUNCTIONS = sorted(
     name
-    for name, member in vars(FakePynvml).items()
-    if name.startswith("nvml") and inspect.isfunction(member)
+    for name, member in inspect.getmembers(FakePynvml, inspect.isfunction)
+    if name.startswith("nvml")
+)
+MIG_FUNCTIONS = (
+    "nvmlDeviceGetMigMode",
+    "nvmlDeviceGetMaxMigDeviceCount",
+    "nvmlDeviceGetMigDeviceHandleByIndex",
+    "nvmlDeviceGetGpuInstanceId",
+    "nvmlDeviceGetComputeInstanceId",
+    "nvmlDeviceIsMigDeviceHandle",
+    "nvmlDeviceGetDeviceHandleFromMigDeviceHandle",
 )
 FAKE_CONSTANTS = sorted(
     name
@@ -47,8 +57,9 @@ def parameters(fn: Any) -> list[tuple[str, bool]]:
 
 
 def test_fake_mirrors_enough_of_pynvml() -> None:
-    assert len(FAKE_FUNCTIONS) >= 40
-    assert len(FAKE_CONSTANTS) >= 60
+    assert len(FAKE_FUNCTIONS) >= 47
+    assert len(FAKE_CONSTANTS) >= 62
+    assert set(MIG_FUNCTIONS) <= set(FAKE_FUNCTIONS)
 
 
 @pytest.mark.parametrize("name", FAKE_FUNCTIONS)

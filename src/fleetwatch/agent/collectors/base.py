@@ -59,6 +59,7 @@ _IDENTITY_KEYS = (
     "name",
     "driver_version",
     "vbios_version",
+    "mig",
 )
 
 

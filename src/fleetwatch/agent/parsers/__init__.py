@@ -18,7 +18,8 @@ class GpuReading:
     """One GPU as one source saw it.
 
     ``identity`` holds only the identity keys the source printed (uuid, index, pci_bus_id, serial,
-    name, driver_version, vbios_version); ``values`` only the canonical sample fields it printed
+    name, driver_version, vbios_version, and ``mig``: the wire's ``MigIdentity`` as a dict, for a
+    MIG-enabled GPU); ``values`` only the canonical sample fields it printed
     (names from :data:`fleetwatch.telemetry.SAMPLE_FIELDS`), already in canonical units.
     """
 

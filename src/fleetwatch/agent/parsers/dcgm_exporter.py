@@ -13,9 +13,11 @@ Series are grouped into one :class:`GpuReading` per GPU, keyed by the ``UUID`` (
 label, else by ``Hostname`` plus ``gpu`` index. A series with neither carries no GPU and is
 dropped, so the unlabelled dummy series some fixtures hold never become fake GPUs.
 
-MIG: series carrying ``GPU_I_ID`` / ``GPU_I_PROFILE`` describe one GPU instance. They register
-their parent GPU (its identity) but never set its values or its last Xid: whole-GPU values come
-only from whole-GPU series, and the per-instance ones are not part of the canonical schema.
+MIG: series carrying ``GPU_I_ID`` / ``GPU_I_PROFILE`` are one GPU instance's copy of its parent
+GPU's series. :mod:`~fleetwatch.agent.parsers.dcgm_mig` turns the copies into one whole-GPU
+reading (whole-GPU fields taken once, per-instance ones such as framebuffer use left absent) and
+the instances into the GPU's MIG identity (``identity["mig"]``). A whole-GPU series, when the
+exporter also prints one, always wins over the copies.
 
 ``DCGM_FI_DEV_XID_ERRORS`` is the code of the *last* Xid DCGM saw, sticky until DCGM restarts,
 not a count, so it is no sample field. :func:`parse_dcgm_scrape` returns it apart, as
@@ -26,6 +28,7 @@ not a count, so it is no sample field. :func:`parse_dcgm_scrape` returns it apar
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,6 +36,7 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 from fleetwatch.agent.parsers import GpuReading, ParseError
+from fleetwatch.agent.parsers.dcgm_mig import MigCopies
 from fleetwatch.telemetry import SAMPLE_FIELDS, normalize_pci_bus_id
 
 __all__ = ["DcgmScrape", "last_xids", "parse_dcgm_exporter", "parse_dcgm_scrape"]
@@ -145,6 +149,7 @@ _IDENTITY_LABELS: dict[str, tuple[str, ...]] = {
 }
 
 _MIG_LABELS = ("GPU_I_ID", "GPU_I_PROFILE")
+_GI_ID = re.compile(r"^[0-9]{1,5}$")
 
 # GpuSample types these gauges as strict int, so a float would be refused at ingest.
 _INT_GAUGES = frozenset({"pcie_link_gen", "pcie_link_width", "gpu_recovery_action"})
@@ -170,6 +175,7 @@ class DcgmScrape:
 class _Gpu:
     reading: GpuReading = field(default_factory=GpuReading)
     ranks: dict[str, int] = field(default_factory=dict)
+    mig: MigCopies = field(default_factory=MigCopies)
 
 
 def parse_dcgm_exporter(text: str) -> list[GpuReading]:
@@ -197,23 +203,55 @@ def parse_dcgm_scrape(text: str) -> DcgmScrape:
             continue
         gpu = gpus.setdefault(key, _Gpu())
         _merge_identity(gpu.reading.identity, labels)
-        if any(label in labels for label in _MIG_LABELS):
-            continue
+        instance = _gpu_instance(labels)
+        if instance is None and any(label in labels for label in _MIG_LABELS):
+            continue  # a MIG label without a usable instance id: nothing to file it under
+        if instance is not None:
+            gpu.mig.note_instance(instance, labels.get("GPU_I_PROFILE") or None)
         # prometheus_client appends "_total" to counters that lack it and strips a trailing
         # "_total" from the family name, so the name as exposed is one of the two.
         names = (sample_name, family_name) if family_type == "counter" else (sample_name,)
         if any(name in _XID_METRICS for name in names):
             uuid = gpu.reading.identity.get("uuid")
             if uuid is not None and math.isfinite(value):
-                last_xid.setdefault(uuid, int(value))
+                if instance is None:
+                    last_xid.setdefault(uuid, int(value))
+                else:
+                    gpu.mig.xids.append((instance, int(value)))
             continue
         mapped = next((_METRIC_FIELD[n] for n in names if n in _METRIC_FIELD), None)
         if mapped is None:
             ignored.add(family_name if family_type == "counter" else sample_name)
             continue
-        _set_value(gpu, *mapped, value)
+        converted = _convert(mapped[0], value)
+        if converted is None:
+            continue
+        if instance is None:
+            _set_value(gpu, *mapped, converted)
+        else:
+            gpu.mig.add(*mapped, instance, converted)
+    for gpu in gpus.values():
+        _fold_mig_copies(gpu, last_xid)
     readings = [gpu.reading for gpu in gpus.values()]
     return DcgmScrape(readings, last_xid, frozenset(ignored))
+
+
+def _gpu_instance(labels: Mapping[str, str]) -> int | None:
+    gi = labels.get("GPU_I_ID", "")
+    return int(gi) if _GI_ID.match(gi) else None
+
+
+def _fold_mig_copies(gpu: _Gpu, last_xid: dict[str, int]) -> None:
+    """Whole-GPU values the GPU's own series lacked, from its instances' copies; its MIG
+    identity from its instances."""
+    for name, value in gpu.mig.whole_gpu_values().items():
+        gpu.reading.values.setdefault(name, value)
+    uuid, xid = gpu.reading.identity.get("uuid"), gpu.mig.last_xid()
+    if uuid is not None and xid is not None:
+        last_xid.setdefault(uuid, xid)
+    mig = gpu.mig.identity()
+    if mig is not None:
+        gpu.reading.identity["mig"] = mig
 
 
 def _samples(text: str) -> Iterable[tuple[str, str, str, dict[str, str], float]]:
@@ -267,19 +305,21 @@ def _merge_identity(identity: dict[str, Any], labels: Mapping[str, str]) -> None
         identity["index"] = int(index)
 
 
-def _set_value(gpu: _Gpu, name: str, rank: int, value: float) -> None:
+def _convert(name: str, value: float) -> float | int | bool | None:
+    """The value in ``name``'s canonical type; ``None`` for NaN/Inf, which mean "no reading"."""
     if not math.isfinite(value):
-        return  # NaN/Inf mean "no reading", which canonically is absence
+        return None
+    kind = _KIND[name]
+    if kind == "flag":
+        return value != 0
+    if kind in ("counter", "bitmask") or name in _INT_GAUGES:
+        # Counters arrive as floats, sometimes in scientific notation (7.824041e+06).
+        return round(value)
+    return float(value)
+
+
+def _set_value(gpu: _Gpu, name: str, rank: int, value: float | int | bool) -> None:
     if name in gpu.ranks and gpu.ranks[name] <= rank:
         return
-    kind = _KIND[name]
-    converted: float | int | bool
-    if kind == "flag":
-        converted = value != 0
-    elif kind in ("counter", "bitmask") or name in _INT_GAUGES:
-        # Counters arrive as floats, sometimes in scientific notation (7.824041e+06).
-        converted = round(value)
-    else:
-        converted = float(value)
-    gpu.reading.values[name] = converted
+    gpu.reading.values[name] = value
     gpu.ranks[name] = rank

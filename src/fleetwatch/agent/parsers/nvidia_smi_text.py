@@ -9,7 +9,9 @@ which for most sections are the paths of the XML report too, and read them with 
 
 As in the XML parser, ``index`` is the block's position (the NVML index, the "GPU" column of the
 default table), not ``Minor Number``; MIG instances (the ``MIG devices`` section) are not readings
-of their own: the parent GPU's values are reported once.
+of their own: the parent GPU's values are reported once. The ``MIG Mode`` section becomes the
+GPU's MIG identity when MIG is enabled; its MIG devices are not read from this format (no real
+capture of them in the text report to test against), so the identity lists no instances.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import re
 from typing import Any
 
 from fleetwatch.agent.parsers import GpuReading, ParseError
+from fleetwatch.agent.parsers.smi_mig import mig_identity
 from fleetwatch.agent.parsers.smi_values import (
     CLOCKS_EVENT_BITS,
     Flat,
@@ -159,4 +162,8 @@ def _reading(flat: Flat, bus_id: str, position: int, driver_version: str | None)
         driver_version=driver_version,
         pci_bus_ids=(flat.get(path("PCI/Bus Id")), bus_id),
     )
-    return GpuReading(identity=dict(identity), values=values)
+    out = GpuReading(identity=dict(identity), values=values)
+    mig = mig_identity(flat.get(path("MIG Mode/Current")), flat.get(path("MIG Mode/Pending")))
+    if mig is not None:
+        out.identity["mig"] = mig
+    return out

@@ -4,9 +4,11 @@ One :class:`GpuReading` per ``<gpu>`` element, in document order. Tested against
 v12 (R525-R570) and v13 (R595) output and an R418 file without a DOCTYPE; elements moved or renamed
 between versions are listed as alternatives in :data:`_VALUES`, first readable one wins.
 
-MIG: with MIG mode on, the ``<gpu>`` keeps the whole-GPU values (temperature, power, ECC) and its
-``<mig_devices>`` hold per-instance memory use only; we report the parent GPU and skip the
-instances, which have no UUID of their own in this output and no canonical fields to carry.
+MIG: with MIG mode on, the ``<gpu>`` keeps the whole-GPU values (temperature, power, ECC), which
+are read once as for any GPU; its ``<mig_mode>`` and ``<mig_devices>`` (index, GPU and compute
+instance ids) become the GPU's MIG identity (``identity["mig"]``, see
+:mod:`~fleetwatch.agent.parsers.smi_mig`); each device's own memory use is not the GPU's and is
+left out.
 
 ``index`` is the ``<gpu>``'s position, which is the NVML index nvidia-smi enumerates by (the "GPU"
 column of its table and DCGM's ``gpu`` label). ``<minor_number>`` is the ``/dev/nvidiaN`` number and
@@ -19,6 +21,7 @@ import xml.etree.ElementTree as ET
 from typing import Any
 
 from fleetwatch.agent.parsers import GpuReading, ParseError
+from fleetwatch.agent.parsers.smi_mig import mig_identity
 from fleetwatch.agent.parsers.smi_values import (
     CLOCKS_EVENT_BITS,
     Path,
@@ -143,7 +146,21 @@ def _reading(gpu: ET.Element, position: int, driver_version: str | None) -> GpuR
         driver_version=driver_version,
         pci_bus_ids=(flat.get(path("pci/pci_bus_id")), gpu.get("id")),
     )
-    return GpuReading(identity=dict(identity), values=values)
+    out = GpuReading(identity=dict(identity), values=values)
+    mig = mig_identity(
+        gpu.findtext("mig_mode/current_mig"),
+        gpu.findtext("mig_mode/pending_mig"),
+        (
+            {key: device.findtext(key) for key in _MIG_DEVICE_KEYS}
+            for device in gpu.iterfind("mig_devices/mig_device")
+        ),
+    )
+    if mig is not None:
+        out.identity["mig"] = mig
+    return out
+
+
+_MIG_DEVICE_KEYS = ("index", "gpu_instance_id", "compute_instance_id")
 
 
 def _clocks_event_reasons(gpu: ET.Element) -> int | None:

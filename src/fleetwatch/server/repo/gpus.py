@@ -21,7 +21,18 @@ from fleetwatch.server.schemas.fleet import (
 )
 from fleetwatch.telemetry import SAMPLE_FIELD_NAMES, SAMPLE_FIELDS
 
-__all__ = ["get_gpu", "gpu_summary_query", "list_gpus", "list_samples", "summary_from_row"]
+__all__ = [
+    "LATEST_MIG_KEY",
+    "get_gpu",
+    "gpu_summary_query",
+    "list_gpus",
+    "list_samples",
+    "summary_from_row",
+]
+
+# gpus.latest holds the newest sample's fields and, under this key (no sample field has this
+# name), the MIG layout the GPU declared with it; the API shows it as GpuSummary.mig.
+LATEST_MIG_KEY = "mig"
 
 _COUNTERS = frozenset(spec.name for spec in SAMPLE_FIELDS if spec.kind == "counter")
 
@@ -31,7 +42,9 @@ def gpu_summary_query() -> Select[Any]:
 
 
 def summary_from_row(row: Row[Any]) -> GpuSummary:
-    latest = LatestSample(ts=row.latest_ts, values=row.latest) if row.latest_ts else None
+    values = dict(row.latest or {})
+    mig = values.pop(LATEST_MIG_KEY, None)
+    latest = LatestSample(ts=row.latest_ts, values=values) if row.latest_ts else None
     return GpuSummary(
         uuid=row.uuid,
         index=row.index,
@@ -44,6 +57,7 @@ def summary_from_row(row: Row[Any]) -> GpuSummary:
         first_seen=row.first_seen,
         last_seen=row.last_seen,
         latest=latest,
+        mig=mig,
     )
 
 

@@ -30,6 +30,7 @@ from fleetwatch.errors import BatchConflict, GpuClaimed, InvalidInput
 from fleetwatch.server.batch_view import BatchView, GpuView, SampleView
 from fleetwatch.server.db.session import Database
 from fleetwatch.server.db.tables import events, gpus, ingest_batches, nodes
+from fleetwatch.server.repo.gpus import LATEST_MIG_KEY
 from fleetwatch.server.repo.sample_writer import write_samples
 
 __all__ = ["IngestResult", "store_batch"]
@@ -112,7 +113,7 @@ def store_batch(
             _claim_batch_id(conn, batch, node_id, content_sha256, now)
             node_gpus = _upsert_gpus(conn, batch, node_id, now, live_intervals)
             learned = write_samples(conn, db, batch.samples, node_id, batch.node.boot_id, now=now)
-            _update_latest(conn, batch.samples, now)
+            _update_latest(conn, batch.samples, now, _mig_layouts(batch))
             _insert_events(conn, batch, node_id, node_gpus, now)
         learned.remember()  # committed: the GPU and boot keys may be reused by later batches
     except _Duplicate:
@@ -390,7 +391,23 @@ def _check_references(
         )
 
 
-def _update_latest(conn: Connection, samples: Sequence[SampleView], now: datetime) -> None:
+def _mig_layouts(batch: BatchView) -> dict[str, dict[str, Any]]:
+    """GPU uuid -> its declared MIG mode and instances (only MIG-enabled GPUs declare one).
+    The msgspec fast path knows no ``mig`` field: a batch declaring one is decoded by pydantic."""
+    layouts = {}
+    for gpu in batch.gpus:
+        mig = getattr(gpu, "mig", None)
+        if mig is not None:
+            layouts[gpu.uuid] = mig.model_dump(exclude_none=True)
+    return layouts
+
+
+def _update_latest(
+    conn: Connection, samples: Sequence[SampleView], now: datetime, mig: dict[str, dict[str, Any]]
+) -> None:
+    """The newest sample of each GPU into ``gpus.latest``, with the GPU's MIG layout beside it
+    (under :data:`LATEST_MIG_KEY`: the table has no identity JSON column, and a MIG layout, like
+    the sample, is the GPU's newest state; it changes without the GPU changing slot)."""
     newest: dict[str, SampleView] = {}
     for sample in samples:
         current = newest.get(sample.uuid)
@@ -402,7 +419,12 @@ def _update_latest(conn: Connection, samples: Sequence[SampleView], now: datetim
     conn.execute(
         _UPDATE_LATEST,
         [
-            {"b_uuid": uuid, "b_ts": s.ts, "b_latest": s.values(), "b_now": now}
+            {
+                "b_uuid": uuid,
+                "b_ts": s.ts,
+                "b_latest": s.values() | ({LATEST_MIG_KEY: mig[uuid]} if uuid in mig else {}),
+                "b_now": now,
+            }
             for uuid, s in newest.items()
         ],
     )

@@ -7,6 +7,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from fleetwatch.telemetry import MigIdentity
+
 __all__ = [
     "EventPublic",
     "EventsPublic",
@@ -62,6 +64,11 @@ class GpuSummary(BaseModel):
     first_seen: datetime
     last_seen: datetime
     latest: LatestSample | None
+    mig: MigIdentity | None = Field(
+        default=None,
+        description="MIG mode and GPU instances declared with the newest sample; absent for a "
+        "GPU without MIG enabled",
+    )
 
 
 class NodeDetail(NodePublic):
