@@ -97,6 +97,8 @@ def decode_fast(body: bytes, limits: IngestLimits) -> BatchStruct | None:
 
 def _check_gpus(gpus: list[GpuStruct]) -> None:
     for gpu in gpus:
+        if gpu.mig is not None:
+            raise _Unvouched  # a MIG layout is validated by the pydantic models only
         if gpu.pci_bus_id is not None:
             gpu.pci_bus_id = _pci(gpu.pci_bus_id)
 
@@ -209,7 +211,13 @@ def structs_of(batch: Batch) -> BatchStruct:
     return BatchStruct(
         batch_id=batch.batch_id,
         node=NodeStruct(**batch.node.model_dump()),
-        gpus=[GpuStruct(**gpu.model_dump()) for gpu in batch.gpus],
+        gpus=[
+            GpuStruct(
+                **gpu.model_dump(exclude={"mig"}),
+                mig=None if gpu.mig is None else gpu.mig.model_dump(exclude_none=True),
+            )
+            for gpu in batch.gpus
+        ],
         samples=[SampleStruct(**sample.model_dump()) for sample in batch.samples],
         events=[EventStruct(**event.model_dump()) for event in batch.events],
     )

@@ -103,6 +103,9 @@ class GpuStruct(Struct, forbid_unknown_fields=True):
     name: Annotated[str, _bounds("GpuIdentity", "name")] | None = None
     driver_version: Annotated[str, _bounds("GpuIdentity", "driver_version")] | None = None
     vbios_version: Annotated[str, _bounds("GpuIdentity", "vbios_version")] | None = None
+    # A MIG layout (telemetry.MigIdentity) is checked by pydantic only: the fast path declines a
+    # batch that declares one, and structs_of carries the validated layout here as plain JSON.
+    mig: dict[str, Any] | None = None
 
 
 def _sample(field: str) -> Meta:

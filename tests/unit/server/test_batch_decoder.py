@@ -210,3 +210,20 @@ def test_decoder_vouches_for_no_timestamp_outside_the_limits() -> None:
     assert check(body) == (True, True, True)
     later = replace(LIMITS, now=NOW - timedelta(microseconds=1))
     assert check(body, later) == (False, False, False)
+
+
+def test_a_batch_declaring_a_mig_layout_is_left_to_pydantic_and_keeps_its_layout() -> None:
+    import json
+    from datetime import UTC, datetime
+
+    from fleetwatch.config import ServerSettings
+    from fleetwatch.server.batch_decoder import decode_batch, decode_fast, ingest_limits
+    from fleetwatch.telemetry import BATCH_EXAMPLE
+
+    batch = json.loads(json.dumps(BATCH_EXAMPLE))
+    batch["gpus"][0]["mig"] = {"current": "enabled", "instances": [{"gpu_instance_id": 1}]}
+    body = json.dumps(batch).encode()
+    limits = ingest_limits(ServerSettings(), datetime(2026, 11, 30, 5, 1, tzinfo=UTC))
+    assert decode_fast(body, limits) is None
+    decoded = decode_batch(body, limits)
+    assert decoded.gpus[0].mig == {"current": "enabled", "instances": [{"gpu_instance_id": 1}]}

@@ -87,6 +87,10 @@ def test_structs_have_the_models_fields_defaults_kinds_and_bounds(
             # Decoded as text, parsed by fleetwatch.server.wire_time (see batch_structs).
             assert isinstance(kind, mi.StrType), field.name
             continue
+        if "$ref" in arm and field.name == "mig":
+            # A MIG layout is left to pydantic: the fast path declines a batch declaring one.
+            assert isinstance(kind, mi.DictType), field.name
+            continue
         if "$ref" in arm:
             assert isinstance(kind, mi.StructType), field.name
             continue

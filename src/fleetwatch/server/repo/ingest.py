@@ -392,12 +392,14 @@ def _check_references(
 
 
 def _mig_layouts(batch: BatchView) -> dict[str, dict[str, Any]]:
-    """GPU uuid -> its declared MIG mode and instances (only MIG-enabled GPUs declare one).
-    The msgspec fast path knows no ``mig`` field: a batch declaring one is decoded by pydantic."""
+    """GPU uuid -> its declared MIG mode and instances (only MIG-enabled GPUs declare one): JSON
+    from the server's structs, a pydantic ``MigIdentity`` from tools and tests."""
     layouts = {}
     for gpu in batch.gpus:
         mig = getattr(gpu, "mig", None)
-        if mig is not None:
+        if isinstance(mig, dict):
+            layouts[gpu.uuid] = mig
+        elif mig is not None:
             layouts[gpu.uuid] = mig.model_dump(exclude_none=True)
     return layouts
 
