@@ -173,7 +173,9 @@ def test_metrics_node_lines(known: dict[str, Any], scrape: Any) -> None:
     assert 'fleetwatch_node_info{node="node-a",rack="r12"} 1' in detail
     stamp = next(x for x in detail if x.startswith("fleetwatch_node_last_seen_timestamp_seconds{"))
     assert stamp.startswith('fleetwatch_node_last_seen_timestamp_seconds{node="node-a"} ')
-    assert abs(float(stamp.split()[1]) - datetime.now(UTC).timestamp()) < 3600
+    # Heard when the batch arrived: after it was built, before this scrape.
+    built = datetime.fromisoformat(known["samples"][0]["ts"]).timestamp()
+    assert built <= float(stamp.split()[1]) <= datetime.now(UTC).timestamp()
 
 
 def test_metrics_ingest_counters_and_latency(
