@@ -104,6 +104,28 @@ class HealthThresholds:
         600.0, "GKE auto-repair (~10 min NotReady); EKS repairs 10 min after condition"
     )
 
+    # Kernel-log hardware errors outside the GPU (rules.host_errors). Fatal and uncorrected
+    # records drain at once with no threshold; these limits are for the repeated lesser ones.
+    # A non-fatal SXid is contained by the switch, but the same error coming back means a part
+    # that keeps failing: NVSentinel escalates any error repeated 5 times in 24 h.
+    sxid_non_fatal_limit: int = _src(
+        5, "NVSentinel health-events-analyzer values.yaml (same error 5x/24 h -> CONTACT_SUPPORT)"
+    )
+    sxid_window_s: float = _src(86400.0, "NVSentinel health-events-analyzer (24 h window)")
+    # A corrected AER record is a TLP or DLLP the link had to resend or re-receive, the event
+    # DCGM counts as a PCIe replay: its limit at Gen4 x16 is ceil(0.96 x 16) = 16 per minute.
+    aer_corrected_limit: int = _src(
+        16, "DCGM DcgmHealthWatch.cpp PCIe replay limit, Gen4 x16: ceil(0.96/lane/min x 16)"
+    )
+    aer_corrected_window_s: float = _src(60.0, "DCGM DcgmHealthWatch.cpp (replays per minute)")
+    # Corrected DIMM errors, counted per DIMM label (the EDAC count, not the lines): mcelog's
+    # default trigger for a DIMM that is wearing out. No anchor in the reference thresholds
+    # host memory; GPU DRAM limits (Azure NHC, Meta GCM) are orders of magnitude too high.
+    edac_corrected_limit: int = _src(
+        10, "mcelog mcelog.conf default memory-ce-threshold = 10 / 24h (per DIMM)"
+    )
+    edac_corrected_window_s: float = _src(86400.0, "mcelog memory-ce-threshold (24 h)")
+
     def __post_init__(self) -> None:
         for f in fields(self):
             value = getattr(self, f.name)
@@ -114,7 +136,16 @@ class HealthThresholds:
                 _check_number(f.name, value, allow_zero=True)
         if not 0 < self.throttle_fraction <= 1:
             raise ValueError(f"throttle_fraction must be in (0, 1], got {self.throttle_fraction}")
-        for name in ("sbe_window_s", "nvlink_window_s", "pcie_window_s", "throttle_window_s"):
+        windows = (
+            "sbe_window_s",
+            "nvlink_window_s",
+            "pcie_window_s",
+            "throttle_window_s",
+            "sxid_window_s",
+            "aer_corrected_window_s",
+            "edac_corrected_window_s",
+        )
+        for name in windows:
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0")
 
