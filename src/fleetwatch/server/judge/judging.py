@@ -6,12 +6,16 @@ over 10,000 GPUs does not rescan minutes of ``gpu_samples``. Each node is judged
 reading, on its agent's clock (capped at now): the windows of the rules are the agent's, so a
 late spool or a simulated fleet running in the past is judged as it happened. Each pass then runs
 :func:`~fleetwatch.rules.xid.judge_xids` per node over the last day of Xid events,
-:func:`~fleetwatch.rules.health.judge_health` per GPU over its window, and
-:func:`~fleetwatch.rules.health.judge_missing_gpus` per node.
+:func:`~fleetwatch.rules.host_errors.judge_host_errors` per node over the same day of NVSwitch
+SXid, PCIe AER, machine-check and EDAC events, :func:`~fleetwatch.rules.health.judge_health` per
+GPU over its window, and :func:`~fleetwatch.rules.health.judge_missing_gpus` per node. A host
+verdict about the node (the NVSwitch fabric, the CPUs, host memory) is given to each of its
+current GPUs: they all leave service with it, though it does not count against any of them.
 
 Verdicts are not sticky: the health rules clear with their evidence, and an Xid verdict whose
-remedy is a reset or reboot clears once its node has booted after the last event. A
-drain-and-inspect verdict stays for the whole lookback: a reboot does not repair hardware.
+remedy is a reset or reboot clears once its node has booted after the last event (so does a
+host verdict). A drain-and-inspect verdict stays for the whole lookback: a reboot does not repair
+hardware.
 Samples older than a GPU's newest judged sample are stored but not judged live: history by then.
 """
 
@@ -29,6 +33,7 @@ from sqlalchemy import Connection, Row, Select, func, select
 
 from fleetwatch.rules.health import BootSample, HealthVerdict, judge_health, judge_missing_gpus
 from fleetwatch.rules.health_screen import JUDGED_FIELDS, may_fire
+from fleetwatch.rules.host_errors import HOST_KINDS, HostVerdict, judge_host_errors
 from fleetwatch.rules.thresholds import HealthThresholds
 from fleetwatch.rules.xid import XidVerdict, judge_xids
 from fleetwatch.rules.xid_catalog import XidCatalog
@@ -49,14 +54,15 @@ _ID_OVERLAP = 10_000  # sample rows re-read each pass, for ids committed out of 
 _CHUNK = 100_000  # sample rows fetched at a time (the first pass reads minutes of the fleet's)
 _COMPACT_AFTER = 1_000_000  # samples added within a pass before the windows are compacted
 _CLEARED_BY_BOOT = frozenset({"restart_app", "reset_gpu", "drain_reset", "reboot_node"})
-_LIVE_KINDS = ("xid", "gpu_lost", "node_boot")
+_LIVE_KINDS = ("xid", "gpu_lost", "node_boot", *sorted(HOST_KINDS))
+_CURRENT = timedelta(days=1)  # a GPU last seen this long before its node's newest is gone
 
 
 @dataclass(frozen=True)
 class Verdict:
-    """A rule verdict about one GPU, Xid or telemetry, in one vocabulary."""
+    """A rule verdict about one GPU, Xid, telemetry or host error, in one vocabulary."""
 
-    kind: Literal["xid", "health"]
+    kind: Literal["xid", "health", "host"]
     rule: str
     severity: str
     action: str
@@ -70,8 +76,11 @@ class Verdict:
 
     @property
     def takes_gpu_out(self) -> bool:
-        """A fact, not a probability: the GPU is failed or must leave service now."""
-        return self.counts_against_gpu and self.severity in ("critical", "fatal")
+        """A fact, not a probability: the GPU is failed or must leave service now. A critical
+        host verdict (its node's fabric, CPU or memory failed) takes it out without counting
+        against it."""
+        takes_out = self.counts_against_gpu or self.kind == "host"
+        return takes_out and self.severity in ("critical", "fatal")
 
     @classmethod
     def from_xid(cls, v: XidVerdict) -> Verdict:
@@ -89,9 +98,20 @@ class Verdict:
     def from_health(cls, v: HealthVerdict) -> Verdict:
         return cls("health", **_shared(v), evidence=_jsonable(v.evidence))
 
+    @classmethod
+    def from_host(cls, v: HostVerdict) -> Verdict:
+        evidence = {
+            "scope": v.scope,
+            "component": v.component,
+            "count": v.count,
+            "timestamps": [t.isoformat() for t in v.timestamps],
+            **v.evidence,
+        }
+        return cls("host", **_shared(v), evidence=_jsonable(evidence))
 
-def _shared(v: XidVerdict | HealthVerdict) -> dict[str, Any]:
-    """The fields an Xid and a health verdict have in common."""
+
+def _shared(v: XidVerdict | HealthVerdict | HostVerdict) -> dict[str, Any]:
+    """The fields every kind of verdict has in common."""
     return {
         "rule": v.rule,
         "severity": v.severity,
@@ -359,6 +379,7 @@ class FleetJudge:
         # Events after ``at`` stay: a node_boot is stamped on the server's clock, and an Xid
         # logged after the newest sample still happened.
         self._judge_xids(members, evs, at, out, where)
+        self._judge_host(members, evs, at, out)
         for gpu in members:
             w = int(where[gpu.slot])
             if w < 0 or not judged[w]:
@@ -413,6 +434,35 @@ class FleetJudge:
             if rebooted_since and v.action in _CLEARED_BY_BOOT:
                 continue
             out[uuid].append(Verdict.from_xid(v))
+
+    def _judge_host(
+        self, members: list[_Gpu], evs: list[Event], now: datetime, out: dict[str, list[Verdict]]
+    ) -> None:
+        host_events = [e for e in evs if e.kind in HOST_KINDS]
+        if not host_events or not members:
+            return
+        newest = max(g.last_seen for g in members)
+        current = [g for g in members if g.last_seen >= newest - _CURRENT]
+        by_pci = {g.pci_bus_id: g.uuid for g in current if g.pci_bus_id}
+        verdicts = judge_host_errors(
+            host_events,
+            gpus=by_pci,
+            now=now,
+            thresholds=self.thresholds,
+            lookback=self.xid_lookback,
+        )
+        last_boot = max((e.ts for e in evs if e.kind == "node_boot"), default=None)
+        for v in verdicts:
+            if last_boot is not None and last_boot > v.last_seen and v.action in _CLEARED_BY_BOOT:
+                continue  # the reset or reboot it asked for has happened
+            verdict = Verdict.from_host(v)
+            if v.scope == "gpu":
+                uuid = v.uuid if v.uuid in {g.uuid for g in current} else by_pci.get(v.gpu or "")
+                if uuid is not None:
+                    out[uuid].append(verdict)
+                continue
+            for g in current:
+                out[g.uuid].append(verdict)
 
     def _judge_missing(
         self,

@@ -14,7 +14,9 @@ from fastapi.concurrency import run_in_threadpool
 
 from fleetwatch.config import ServerSettings
 from fleetwatch.errors import InvalidInput, PayloadTooLarge, UnsupportedMediaType
+from fleetwatch.rules.host_errors import is_urgent_host_event
 from fleetwatch.server.batch_decoder import decode_batch, ingest_limits
+from fleetwatch.server.batch_structs import EventStruct
 from fleetwatch.server.db.base import utcnow
 from fleetwatch.server.db.session import Database
 from fleetwatch.server.deps import IngestAuth
@@ -111,7 +113,13 @@ def _check_content_type(request: Request) -> None:
 
 
 # Events that may take a GPU out of service: judge and plan at once rather than at the next tick.
+# Host errors are urgent only at the severities that drain (a fatal SXid, an uncorrected AER,
+# MCE or EDAC record): a flood of corrected ones must not wake the planner on every batch.
 _URGENT_KINDS = frozenset({"xid", "gpu_lost"})
+
+
+def _is_urgent(event: EventStruct) -> bool:
+    return event.kind in _URGENT_KINDS or is_urgent_host_event(event.kind, event.details)
 
 
 def _ingest(
@@ -135,7 +143,7 @@ def _ingest(
         result.events,
         result.duplicate,
     )
-    urgent = not result.duplicate and any(e.kind in _URGENT_KINDS for e in batch.events)
+    urgent = not result.duplicate and any(_is_urgent(e) for e in batch.events)
     response = IngestResponse(
         accepted=IngestAccepted(samples=result.samples, events=result.events),
         duplicate=result.duplicate,

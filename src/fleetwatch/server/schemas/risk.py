@@ -11,7 +11,10 @@ __all__ = ["FactorPublic", "GpuRiskPublic", "NodeRiskPublic", "RiskPage", "Verdi
 
 
 class VerdictPublic(BaseModel):
-    kind: Literal["xid", "health"] = Field(description="an Xid rule or a telemetry rule")
+    kind: Literal["xid", "health", "host"] = Field(
+        description="an Xid rule, a telemetry rule, or a host-error rule (NVSwitch SXid, PCIe "
+        "AER, machine check, EDAC; evidence.scope says whether it is about the GPU or its node)"
+    )
     rule: str
     severity: str
     action: str = Field(
@@ -20,7 +23,10 @@ class VerdictPublic(BaseModel):
         )
     )
     counts_against_gpu: bool
-    takes_gpu_out: bool = Field(description="critical or fatal and counted against the GPU")
+    takes_gpu_out: bool = Field(
+        description="critical or fatal, and counted against the GPU or a host verdict (the "
+        "node's fabric, CPU or memory failed)"
+    )
     source: str = Field(description="the catalogue row or threshold default behind the verdict")
     xids: list[int]
     first_seen: datetime | None

@@ -1,7 +1,9 @@
 """The fleet's active alert conditions, each under the dedup key that makes it one alert.
 
 ====================================  =========================================================
-``gpu:<uuid>:<rule>``                 a GPU verdict of severity >= warning counted against it
+``gpu:<uuid>:<rule>``                 a GPU verdict of severity >= warning counted against it,
+                                      or a host verdict about that GPU (its PCIe path)
+``node:<name>:<rule>``                a host verdict about the node (NVSwitch, CPU, memory)
 ``node:<name>:unreachable``           nothing from the node for its unreachable deadline
 ``node:<name>:straggler``             an open hardware straggler on the node
 ``fleet:drain_budget``                an eviction is ``paged``: the drain budget is exhausted
@@ -69,11 +71,17 @@ def derive_conditions(
             (gpu, v)
             for gpu in assessment.gpus
             for v in gpu.verdicts
-            if v.counts_against_gpu and SEVERITY_RANK[v.severity] >= SEVERITY_RANK["warning"]
+            if (v.counts_against_gpu or v.kind == "host")
+            and SEVERITY_RANK[v.severity] >= SEVERITY_RANK["warning"]
         ]
         slots = _slots(conn, sorted({gpu.uuid for gpu, _ in alerting}))
         for gpu, v in alerting:
             key = f"gpu:{gpu.uuid}:{v.rule}"
+            if v.evidence.get("scope") == "node":
+                # Given to each GPU of the node (judging), it is one fault: one alert.
+                key = f"node:{gpu.node}:{v.rule}"
+                if key in found:
+                    continue
             what = v.note or (f"Xid {', '.join(map(str, v.xids))}" if v.xids else v.rule)
             found[key] = Condition(
                 key,
