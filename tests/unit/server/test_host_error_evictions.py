@@ -1,0 +1,147 @@
+"""Host errors (NVSwitch SXid, PCIe AER) from ingest to GET /v1/evictions, both databases.
+
+The events are real kernel-log records read with the agent's parsers, put on the wire as the
+agent sends them. Assessment and planning are driven by hand, as in test_planner; the urgent
+wake-up is checked on the ingest route itself.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from tests.conftest import bearer
+from tests.factories import gpu_uuid, make_batch
+from tests.unit.server.conftest import Push
+
+from fleetwatch.agent.parsers import KernelEvent
+from fleetwatch.agent.parsers.kernel_events import parse_kernel_events
+from fleetwatch.server.routers import ingest as ingest_route
+
+CAPTURES = Path(__file__).resolve().parents[2] / "fixtures" / "kernel_log_captures"
+SHARED = Path(__file__).resolve().parents[3].parent / "shared" / "fixtures"
+SXID_LOG = SHARED / "nvswitch_fabric" / "gpud__dmesg_Xid79-with-SXid20034-LTSSM-multi-switch.log"
+FM_LOG = (
+    SHARED / "nvswitch_fabric" / "gpud__fabricmanager-log_ERROR-lines_SXid20034-12028-multicast.log"
+)
+AER_LOG = CAPTURES / "lkml-2024-01-11_aer-corrected-nonfatalerr_fatal-tlp-malftlp.log"
+AER_GPU = "0000:b7:02.0"  # the record's device; the test node's GPU 1 sits there
+
+
+def _parsed(path: Path, kind: str, severity: str) -> list[KernelEvent]:
+    if not path.is_file():
+        pytest.skip(f"fixture not found: {path}")
+    events = parse_kernel_events(path.read_text(errors="replace"), year_hint=2024).events
+    return [e for e in events if e.kind == kind and (e.details or {}).get("severity") == severity]
+
+
+def _wire(events: list[KernelEvent], **overrides: Any) -> list[dict[str, Any]]:
+    """As the agent sends them, stamped five minutes ago (dmesg captures carry no date)."""
+    ts = (datetime.now(UTC) - timedelta(minutes=5)).isoformat()
+    return [
+        {"kind": e.kind, "ts": ts, "pci_bus_id": e.pci_bus_id, "message": e.message,
+         "details": e.details, **overrides}
+        for e in events
+    ]  # fmt: skip
+
+
+def _batch(node: str, events: list[dict[str, Any]]) -> dict[str, Any]:
+    batch = make_batch(node, gpus=2, ticks=3)
+    batch["gpus"][1]["pci_bus_id"] = AER_GPU
+    batch["events"] = events
+    return batch
+
+
+def _plan(client: TestClient) -> None:
+    state = client.app.state  # type: ignore[attr-defined]
+    state.assessor.run_once()
+    state.planner.run_once()
+
+
+def _evictions(client: TestClient, tokens: dict[str, str]) -> list[dict[str, Any]]:
+    response = client.get("/v1/evictions", headers=bearer(tokens["scheduler"]))
+    assert response.status_code == 200
+    data: list[dict[str, Any]] = response.json()["data"]
+    return data
+
+
+def _verdicts(eviction: dict[str, Any]) -> list[dict[str, Any]]:
+    return [v for g in eviction["evidence"]["gpus"] for v in g["verdicts"]]
+
+
+def test_fatal_sxid_becomes_a_pending_eviction_of_its_node(
+    client: TestClient, push: Push, tokens: dict[str, str]
+) -> None:
+    sxids = _wire(_parsed(SXID_LOG, "sxid", "fatal"))
+    assert push(_batch("node-s", sxids)).status_code == 200
+    assert push(make_batch("node-b", gpus=2, ticks=3)).status_code == 200
+    _plan(client)
+    [eviction] = _evictions(client, tokens)
+    assert (eviction["node"], eviction["state"]) == ("node-s", "pending")
+    assert eviction["reason_kind"] == "rule" and eviction["reason"].startswith("sxid_fatal")
+    # A node verdict: every GPU of the node leaves with the fabric.
+    assert {g["uuid"] for g in eviction["evidence"]["gpus"]} == {
+        gpu_uuid("node-s", 0), gpu_uuid("node-s", 1)
+    }  # fmt: skip
+    fatal = [v for v in _verdicts(eviction) if v["rule"] == "sxid_fatal"]
+    assert fatal and all(v["kind"] == "host" and v["severity"] == "fatal" for v in fatal)
+    links = {link for v in fatal for link in v["evidence"]["links"]}
+    assert {v["evidence"]["sxids"][0] for v in fatal} == {20034} and {48, 63} <= links
+
+
+def test_uncorrected_aer_on_a_gpu_becomes_a_pending_eviction_naming_that_gpu(
+    client: TestClient, push: Push, tokens: dict[str, str]
+) -> None:
+    aer = _wire(_parsed(AER_LOG, "pcie_aer", "fatal"))
+    assert aer[0]["pci_bus_id"] == AER_GPU
+    assert push(_batch("node-p", aer)).status_code == 200
+    _plan(client)
+    [eviction] = _evictions(client, tokens)
+    assert eviction["node"] == "node-p" and "GPU 1" in eviction["reason"]
+    [gpu] = eviction["evidence"]["gpus"]
+    assert gpu["uuid"] == gpu_uuid("node-p", 1)
+    [verdict] = gpu["verdicts"]
+    assert (verdict["rule"], verdict["action"]) == ("aer_gpu_uncorrected", "drain_reset")
+    assert verdict["evidence"]["errors"] == ["TLP", "MalfTLP"]
+
+
+def test_corrected_aer_and_a_non_fatal_sxid_drain_nothing(
+    client: TestClient, push: Push, tokens: dict[str, str]
+) -> None:
+    lesser = _wire(_parsed(AER_LOG, "pcie_aer", "corrected")) + _wire(
+        _parsed(FM_LOG, "sxid", "non_fatal")
+    )
+    assert len(lesser) == 2
+    assert push(_batch("node-q", lesser)).status_code == 200
+    _plan(client)
+    assert _evictions(client, tokens) == []
+
+
+def test_host_verdicts_show_in_the_risk_api_with_kind_host(
+    client: TestClient, push: Push, tokens: dict[str, str]
+) -> None:
+    assert push(_batch("node-r", _wire(_parsed(AER_LOG, "pcie_aer", "fatal")))).status_code == 200
+    client.app.state.assessor.run_once()  # type: ignore[attr-defined]
+    uuid = gpu_uuid("node-r", 1)
+    response = client.get(f"/v1/gpus/{uuid}/risk", headers=bearer(tokens["read"]))
+    assert response.status_code == 200, response.text
+    [verdict] = response.json()["verdicts"]
+    assert verdict["kind"] == "host" and verdict["takes_gpu_out"] is True
+    assert verdict["evidence"]["scope"] == "gpu"
+
+
+@pytest.mark.parametrize(
+    ("path", "kind", "severity", "urgent"),
+    [(SXID_LOG, "sxid", "fatal", True), (AER_LOG, "pcie_aer", "fatal", True),
+     (AER_LOG, "pcie_aer", "corrected", False), (FM_LOG, "sxid", "non_fatal", False)],
+)  # fmt: skip
+def test_draining_host_errors_wake_the_planner_at_ingest(
+    push: Push, monkeypatch: pytest.MonkeyPatch, path: Path, kind: str, severity: str, urgent: bool
+) -> None:
+    woken: list[object] = []
+    monkeypatch.setattr(ingest_route, "notify_wake", woken.append)
+    assert push(_batch("node-w", _wire(_parsed(path, kind, severity)))).status_code == 200
+    assert len(woken) == (1 if urgent else 0)
