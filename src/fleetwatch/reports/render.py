@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from fleetwatch.reports.components import COMPONENT_NAMES
 from fleetwatch.reports.plots import bar_png, survival_png
 from fleetwatch.reports.weekly import WeeklyReport
 
@@ -42,7 +43,8 @@ def render_html(report: WeeklyReport) -> str:
         "xid": bar_png(report.interruptions["xid_category"], "Xid events by category"),
         "causes": bar_png(causes, "GPU failures by component"),
     }
-    return env.get_template("weekly.html.j2").render(r=report, plots=plots)
+    template = env.get_template("weekly.html.j2")
+    return template.render(r=report, plots=plots, component_names=COMPONENT_NAMES)
 
 
 def render_pdf(report: WeeklyReport, html: str | None = None) -> bytes:

@@ -15,6 +15,7 @@ from typing import Any
 
 from fleetwatch.config import ServerSettings
 from fleetwatch.reports.calibration import calibration
+from fleetwatch.reports.components import interruptions_by_component
 from fleetwatch.reports.reliability import availability, hours, mtbf_hours, mttr_hours
 from fleetwatch.reports.reliability import overlap_hours as overlap
 from fleetwatch.reports.rows import WeekData
@@ -28,6 +29,7 @@ from fleetwatch.reports.week_lifetimes import (
     replacements,
     within,
 )
+from fleetwatch.rules.host_errors import is_urgent_host_event
 from fleetwatch.rules.xid_catalog import XidCatalog
 
 __all__ = ["HEADLINE", "WeeklyReport", "build_weekly", "headline"]
@@ -86,7 +88,10 @@ def _drain_section(d: WeekData, catalog: XidCatalog) -> dict[str, Any]:
         if lt.end_kind == "failure" and lt.removed_at is not None and lt.node_id is not None:
             evidence[lt.node_id].append(lt.removed_at)
     for e in d.events:
-        fatal = e.kind == "gpu_lost" or catalog.lookup(e.xid).severity == "fatal"
+        if e.kind == "xid":
+            fatal = catalog.lookup(e.xid).severity == "fatal"
+        else:  # a lost GPU, or a host error at a severity that drains
+            fatal = e.kind == "gpu_lost" or is_urgent_host_event(e.kind, e.details)
         if fatal and e.node_id is not None:
             evidence[e.node_id].append(e.ts)
     for times in evidence.values():
@@ -171,6 +176,7 @@ def _interruptions(d: WeekData, catalog: XidCatalog) -> dict[str, Any]:
         e.reason_kind for e in d.evictions if not e.dry_run and within(e.created_at, d.start, d.end)
     )
     return {
+        "by_component": interruptions_by_component(d.events, catalog, d.start, d.end),
         "xid_category": dict(xid_category.most_common()),
         "failure_component": dict(component.most_common()),
         "eviction_reason_kind": dict(reasons.most_common()),

@@ -54,6 +54,7 @@ __all__ = [
     "HostVerdict",
     "is_urgent_host_event",
     "judge_host_errors",
+    "mce_component",
 ]
 
 HOST_KINDS = frozenset({"sxid", "pcie_aer", "mce", "edac"})
@@ -278,13 +279,13 @@ def _aer(
 def _mce(evs: Sequence[_Ev]) -> list[HostVerdict]:
     out: list[HostVerdict] = []
     bad = [e for e in evs if e.severity in ("fatal", "uncorrected")]
-    for component, items in _group(bad, _mce_component).items():
+    for items in _group(bad, _mce_component).values():
         fatal = any(e.severity == "fatal" for e in items)
         out.append(
             _verdict(
                 "mce_uncorrected",
                 items,
-                component=component,  # type: ignore[arg-type]
+                component=_mce_component(items[0]),
                 action="drain_inspect",
                 severity="fatal" if fatal else "critical",
                 source=_MCE_SRC,
@@ -298,7 +299,7 @@ def _mce(evs: Sequence[_Ev]) -> list[HostVerdict]:
             _verdict(
                 "mce_deferred",
                 deferred,
-                component=_mce_component(deferred[0]),  # type: ignore[arg-type]
+                component=_mce_component(deferred[0]),
                 action="investigate",
                 severity="warning",
                 source="AMD deferred errors: uncorrectable, not yet consumed by a process",
@@ -411,12 +412,17 @@ def _switch_of(e: _Ev) -> str:
     return e.pci or str(e.details.get("switch") or "unknown")
 
 
-def _mce_component(e: _Ev) -> str:
-    """Memory when the record says it decoded a memory error, else the host (CPU, bus)."""
-    d = e.details
-    text = " ".join(str(d.get(k, "")) for k in ("section_type", "error", "source")).lower()
-    memory = "memory" in text or "dram" in text or d.get("memory_controller") is not None
-    return "memory" if memory or str(d.get("source", "")).startswith("edac") else "host"
+def mce_component(details: Mapping[str, Any]) -> Component:
+    """Memory when a machine-check record says it decoded a memory error, else the host (CPU,
+    caches, bus)."""
+    text = " ".join(str(details.get(k, "")) for k in ("section_type", "error", "source")).lower()
+    memory = "memory" in text or "dram" in text or details.get("memory_controller") is not None
+    decoded_by_edac = str(details.get("source", "")).startswith("edac")
+    return "memory" if memory or decoded_by_edac else "host"
+
+
+def _mce_component(e: _Ev) -> Component:
+    return mce_component(e.details)
 
 
 def _dimm_of(e: _Ev) -> str:

@@ -10,12 +10,13 @@ from collections import Counter
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, func, or_, select
+from sqlalchemy import Connection, and_, func, or_, select
 
 from fleetwatch.config import ServerSettings
 from fleetwatch.reports.rows import CONFIRM_WINDOW, WeekData
 from fleetwatch.reports.weekly import WeeklyReport, build_weekly
 from fleetwatch.reports.weeks import IsoWeek
+from fleetwatch.rules.host_errors import HOST_KINDS
 from fleetwatch.rules.xid_catalog import XidCatalog
 from fleetwatch.server.db.sample_joins import SAMPLE_GPU_UUID, SAMPLES_WITH_GPU
 from fleetwatch.server.db.tables import (
@@ -34,6 +35,8 @@ __all__ = ["compute_weekly", "load_week"]
 
 # Evictions this old at the week's start are read only while their node is still out.
 _EVICTION_LOOKBACK = timedelta(days=60)
+# Every host-error severity that may drain (rules.host_errors decides which do, per kind).
+_INTERRUPTING = ("fatal", "non_fatal", "uncorrected")
 
 
 def compute_weekly(
@@ -120,9 +123,13 @@ def _evictions(conn: Connection, start: datetime, end: datetime) -> list[Any]:
 
 
 def _events(conn: Connection, lo: datetime, hi: datetime) -> list[Any]:
+    """Xid and lost-GPU events, and host errors at the severities that may interrupt (corrected
+    floods stay in the database: the report does not count them)."""
     e = events.c
-    query = select(e.node_id, e.gpu_uuid, e.kind, e.xid, e.ts).where(
-        e.kind.in_(("xid", "gpu_lost")), e.ts >= lo, e.ts < hi
+    severity = e.details["severity"].as_string()
+    host = and_(e.kind.in_(sorted(HOST_KINDS)), severity.in_(_INTERRUPTING))
+    query = select(e.node_id, e.gpu_uuid, e.kind, e.xid, e.ts, e.details).where(
+        or_(e.kind.in_(("xid", "gpu_lost")), host), e.ts >= lo, e.ts < hi
     )
     return list(conn.execute(query).all())
 
