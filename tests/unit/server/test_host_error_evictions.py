@@ -28,6 +28,7 @@ FM_LOG = (
     SHARED / "nvswitch_fabric" / "gpud__fabricmanager-log_ERROR-lines_SXid20034-12028-multicast.log"
 )
 AER_LOG = CAPTURES / "lkml-2024-01-11_aer-corrected-nonfatalerr_fatal-tlp-malftlp.log"
+MCE_LOG = CAPTURES / "lkml-2025-11-07_mce-exception-pcc-panic_indented.log"
 AER_GPU = "0000:b7:02.0"  # the record's device; the test node's GPU 1 sits there
 
 
@@ -145,3 +146,22 @@ def test_draining_host_errors_wake_the_planner_at_ingest(
     monkeypatch.setattr(ingest_route, "notify_wake", woken.append)
     assert push(_batch("node-w", _wire(_parsed(path, kind, severity)))).status_code == 200
     assert len(woken) == (1 if urgent else 0)
+
+
+def test_a_fatal_machine_check_is_one_node_alert_and_an_eviction(
+    client: TestClient, push: Push, tokens: dict[str, str]
+) -> None:
+    panic = _wire(_parsed(MCE_LOG, "mce", "fatal"))
+    assert push(_batch("node-m", panic)).status_code == 200
+    state = client.app.state  # type: ignore[attr-defined]
+    state.assessor.run_once()
+    # Given to both GPUs of the node, it is one fault: one alert, under the node's key.
+    assert state.alerter.run_once().fired == 1
+    firing = client.get("/v1/alerts?state=firing", headers=bearer(tokens["read"])).json()
+    [alert] = firing["data"]
+    assert alert["node"] == "node-m" and alert["severity"] == "fatal"
+    assert alert["evidence"]["rule"] == "mce_uncorrected"
+    assert alert["evidence"]["panic"] == ["Processor context corrupt"]
+    state.planner.run_once()
+    [eviction] = _evictions(client, tokens)
+    assert eviction["node"] == "node-m" and eviction["reason"].startswith("mce_uncorrected")
