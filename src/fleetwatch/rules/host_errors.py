@@ -44,6 +44,17 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Literal, Protocol
 
+from fleetwatch.rules.host_evidence import (
+    HostRecord,
+    aer_evidence,
+    densest,
+    edac_evidence,
+    error_count,
+    errors,
+    group,
+    mce_evidence,
+    sxid_evidence,
+)
 from fleetwatch.rules.thresholds import HealthThresholds, source_of
 from fleetwatch.rules.xid_catalog import Action, Severity
 
@@ -107,20 +118,6 @@ class HostVerdict:
     note: str = ""
 
 
-@dataclass
-class _Ev:
-    kind: str
-    ts: datetime
-    pci: str | None
-    uuid: str | None
-    details: Mapping[str, Any]
-
-    @property
-    def severity(self) -> str | None:
-        value = self.details.get("severity")
-        return value if isinstance(value, str) else None
-
-
 def is_urgent_host_event(kind: str, details: Mapping[str, Any] | None) -> bool:
     """Whether an event of these kind and details may take a GPU or node out of service now."""
     severity = (details or {}).get("severity")
@@ -144,7 +141,7 @@ def judge_host_errors(
     t = thresholds or HealthThresholds()
     since = now - lookback
     by_uuid = {uuid: pci for pci, uuid in gpus.items()}
-    evs: dict[str, list[_Ev]] = defaultdict(list)
+    evs: dict[str, list[HostRecord]] = defaultdict(list)
     for e in events:
         if e.kind not in HOST_KINDS:
             continue
@@ -152,7 +149,7 @@ def judge_host_errors(
         if ts < since:
             continue
         uuid = getattr(e, "uuid", None)
-        evs[e.kind].append(_Ev(e.kind, ts, e.pci_bus_id, uuid, e.details or {}))
+        evs[e.kind].append(HostRecord(e.kind, ts, e.pci_bus_id, uuid, e.details or {}))
     for items in evs.values():
         items.sort(key=lambda e: e.ts)
     verdicts = [
@@ -165,9 +162,9 @@ def judge_host_errors(
     return verdicts
 
 
-def _sxid(evs: Sequence[_Ev], t: HealthThresholds) -> list[HostVerdict]:
+def _sxid(evs: Sequence[HostRecord], t: HealthThresholds) -> list[HostVerdict]:
     out: list[HostVerdict] = []
-    for switch, items in _group(evs, _switch_of).items():
+    for switch, items in group(evs, _switch_of).items():
         fatal = [e for e in items if e.severity == "fatal"]
         if fatal:
             out.append(
@@ -178,14 +175,14 @@ def _sxid(evs: Sequence[_Ev], t: HealthThresholds) -> list[HostVerdict]:
                     action="reboot_node",
                     severity="fatal",
                     source=_FM_GUIDE,
-                    evidence={"switch": switch, **_sxid_evidence(fatal)},
+                    evidence={"switch": switch, **sxid_evidence(fatal)},
                     note="drain the node and reset its NVSwitch fabric with the GPUs (reboot); "
                     "inspect the link's trays and cables if it returns",
                 )
             )
         non_fatal = [e for e in items if e.severity == "non_fatal"]
         window = timedelta(seconds=t.sxid_window_s)
-        burst = _densest(non_fatal, window)
+        burst = densest(non_fatal, window)
         if len(burst) >= t.sxid_non_fatal_limit:
             out.append(
                 _verdict(
@@ -199,7 +196,7 @@ def _sxid(evs: Sequence[_Ev], t: HealthThresholds) -> list[HostVerdict]:
                         "switch": switch,
                         "limit": t.sxid_non_fatal_limit,
                         "window_s": t.sxid_window_s,
-                        **_sxid_evidence(burst),
+                        **sxid_evidence(burst),
                     },
                     note="non-fatal SXids keep coming on this switch: check its links",
                 )
@@ -208,16 +205,19 @@ def _sxid(evs: Sequence[_Ev], t: HealthThresholds) -> list[HostVerdict]:
 
 
 def _aer(
-    evs: Sequence[_Ev], gpus: Mapping[str, str], by_uuid: Mapping[str, str], t: HealthThresholds
+    evs: Sequence[HostRecord],
+    gpus: Mapping[str, str],
+    by_uuid: Mapping[str, str],
+    t: HealthThresholds,
 ) -> list[HostVerdict]:
-    def device(e: _Ev) -> str:
+    def device(e: HostRecord) -> str:
         if e.uuid and e.uuid in by_uuid:
             return by_uuid[e.uuid]
         return e.pci or str(e.details.get("source") or e.details.get("reported_by") or "unknown")
 
     out: list[HostVerdict] = []
     window = timedelta(seconds=t.aer_corrected_window_s)
-    for dev, items in _group(evs, device).items():
+    for dev, items in group(evs, device).items():
         on_gpu = dev in gpus
         where: dict[str, Any] = {"gpu": dev, "uuid": gpus[dev]} if on_gpu else {}
         uncorrected = [e for e in items if e.severity in ("fatal", "non_fatal")]
@@ -232,7 +232,7 @@ def _aer(
                     severity="fatal" if fatal else "critical",
                     counts_against_gpu=True,
                     source=_AER_SPEC,
-                    evidence={"device": dev, **_aer_evidence(uncorrected)},
+                    evidence={"device": dev, **aer_evidence(uncorrected)},
                     note="uncorrected PCIe error on the GPU: drain, then reset the GPU; "
                     "reseat or inspect the slot if it returns",
                     **where,
@@ -247,13 +247,13 @@ def _aer(
                     action="investigate",
                     severity="warning",
                     source=_AER_SPEC,
-                    evidence={"device": dev, **_aer_evidence(uncorrected)},
+                    evidence={"device": dev, **aer_evidence(uncorrected)},
                     note="uncorrected PCIe error on a device that is not a GPU of this node "
                     "(a root port or switch above a GPU would drop it: check lspci -t)",
                 )
             )
         corrected = [e for e in items if e.severity == "corrected"]
-        burst = _densest(corrected, window)
+        burst = densest(corrected, window)
         if len(burst) >= t.aer_corrected_limit:
             out.append(
                 _verdict(
@@ -267,7 +267,7 @@ def _aer(
                         "device": dev,
                         "limit": t.aer_corrected_limit,
                         "window_s": t.aer_corrected_window_s,
-                        **_aer_evidence(burst),
+                        **aer_evidence(burst),
                     },
                     note="corrected PCIe errors above the replay rate: a marginal link",
                     **where,
@@ -276,10 +276,10 @@ def _aer(
     return out
 
 
-def _mce(evs: Sequence[_Ev]) -> list[HostVerdict]:
+def _mce(evs: Sequence[HostRecord]) -> list[HostVerdict]:
     out: list[HostVerdict] = []
     bad = [e for e in evs if e.severity in ("fatal", "uncorrected")]
-    for items in _group(bad, _mce_component).values():
+    for items in group(bad, _mce_component).values():
         fatal = any(e.severity == "fatal" for e in items)
         out.append(
             _verdict(
@@ -289,7 +289,7 @@ def _mce(evs: Sequence[_Ev]) -> list[HostVerdict]:
                 action="drain_inspect",
                 severity="fatal" if fatal else "critical",
                 source=_MCE_SRC,
-                evidence=_mce_evidence(items),
+                evidence=mce_evidence(items),
                 note="the host lost data (CPU or memory): drain and inspect before it returns",
             )
         )
@@ -303,13 +303,13 @@ def _mce(evs: Sequence[_Ev]) -> list[HostVerdict]:
                 action="investigate",
                 severity="warning",
                 source="AMD deferred errors: uncorrectable, not yet consumed by a process",
-                evidence=_mce_evidence(deferred),
+                evidence=mce_evidence(deferred),
             )
         )
     return out
 
 
-def _edac(evs: Sequence[_Ev], t: HealthThresholds) -> list[HostVerdict]:
+def _edac(evs: Sequence[HostRecord], t: HealthThresholds) -> list[HostVerdict]:
     out: list[HostVerdict] = []
     ue = [e for e in evs if e.severity == "uncorrected"]
     if ue:
@@ -321,16 +321,16 @@ def _edac(evs: Sequence[_Ev], t: HealthThresholds) -> list[HostVerdict]:
                 action="drain_inspect",
                 severity="critical",
                 source=_EDAC_SRC,
-                evidence=_edac_evidence(ue),
+                evidence=edac_evidence(ue),
                 note="uncorrected host memory error: drain, replace the DIMM",
-                count=_errors(ue),
+                count=errors(ue),
             )
         )
     window = timedelta(seconds=t.edac_corrected_window_s)
     ce = [e for e in evs if e.severity == "corrected"]
-    for dimm, items in _group(ce, _dimm_of).items():
-        burst = _densest(items, window, weight=_count)
-        if _errors(burst) >= t.edac_corrected_limit:
+    for dimm, items in group(ce, _dimm_of).items():
+        burst = densest(items, window, weight=error_count)
+        if errors(burst) >= t.edac_corrected_limit:
             out.append(
                 _verdict(
                     "edac_ce_repeat",
@@ -343,10 +343,10 @@ def _edac(evs: Sequence[_Ev], t: HealthThresholds) -> list[HostVerdict]:
                         "dimm": dimm,
                         "limit": t.edac_corrected_limit,
                         "window_s": t.edac_corrected_window_s,
-                        **_edac_evidence(burst),
+                        **edac_evidence(burst),
                     },
                     note="corrected errors keep coming on this DIMM: schedule its replacement",
-                    count=_errors(burst),
+                    count=errors(burst),
                 )
             )
     return out
@@ -354,7 +354,7 @@ def _edac(evs: Sequence[_Ev], t: HealthThresholds) -> list[HostVerdict]:
 
 def _verdict(
     rule: str,
-    evs: Sequence[_Ev],
+    evs: Sequence[HostRecord],
     *,
     component: Component,
     action: Action,
@@ -386,29 +386,7 @@ def _verdict(
     )
 
 
-def _group(evs: Iterable[_Ev], key: Any) -> dict[str, list[_Ev]]:
-    out: dict[str, list[_Ev]] = defaultdict(list)
-    for e in evs:
-        out[key(e)].append(e)
-    return dict(out)
-
-
-def _densest(evs: Sequence[_Ev], window: timedelta, weight: Any = None) -> list[_Ev]:
-    """The events (sorted by time) of the heaviest span no longer than ``window``; linear, as
-    a flood of corrected errors can print thousands of records."""
-    weigh = weight or (lambda _e: 1)
-    best, best_weight, total, lo = (0, 0), 0, 0, 0
-    for hi, e in enumerate(evs):
-        total += weigh(e)
-        while e.ts - evs[lo].ts > window:
-            total -= weigh(evs[lo])
-            lo += 1
-        if total > best_weight:
-            best, best_weight = (lo, hi + 1), total
-    return list(evs[best[0] : best[1]])
-
-
-def _switch_of(e: _Ev) -> str:
+def _switch_of(e: HostRecord) -> str:
     return e.pci or str(e.details.get("switch") or "unknown")
 
 
@@ -421,69 +399,12 @@ def mce_component(details: Mapping[str, Any]) -> Component:
     return "memory" if memory or decoded_by_edac else "host"
 
 
-def _mce_component(e: _Ev) -> Component:
+def _mce_component(e: HostRecord) -> Component:
     return mce_component(e.details)
 
 
-def _dimm_of(e: _Ev) -> str:
+def _dimm_of(e: HostRecord) -> str:
     label = e.details.get("label")
     if label:
         return str(label)
     return f"mc{e.details.get('memory_controller', '?')}"
-
-
-def _count(e: _Ev) -> int:
-    value = e.details.get("count")
-    return value if isinstance(value, int) and value > 0 else 1
-
-
-def _errors(evs: Iterable[_Ev]) -> int:
-    return sum(_count(e) for e in evs)
-
-
-def _distinct(evs: Iterable[_Ev], key: str) -> list[Any]:
-    return list(dict.fromkeys(e.details[key] for e in evs if e.details.get(key) is not None))
-
-
-def _sxid_evidence(evs: Sequence[_Ev]) -> dict[str, Any]:
-    names: dict[str, str] = {}
-    for e in evs:
-        code, name = e.details.get("sxid"), e.details.get("catalog_name") or e.details.get("error")
-        if code is not None and name:
-            names.setdefault(str(code), str(name))
-    return {
-        "sxids": _distinct(evs, "sxid"),
-        "sxid_names": names,
-        "links": _distinct(evs, "link"),
-        "switches": _distinct(evs, "switch"),
-    }
-
-
-def _aer_evidence(evs: Sequence[_Ev]) -> dict[str, Any]:
-    errors = list(dict.fromkeys(x for e in evs for x in e.details.get("errors") or []))
-    return {
-        "severities": _distinct(evs, "severity"),
-        "errors": errors,
-        "reported_by": _distinct(evs, "reported_by"),
-        "layers": _distinct(evs, "layer"),
-    }
-
-
-def _mce_evidence(evs: Sequence[_Ev]) -> dict[str, Any]:
-    return {
-        "severities": _distinct(evs, "severity"),
-        "sources": _distinct(evs, "source"),
-        "banks": _distinct(evs, "bank"),
-        "cpus": _distinct(evs, "cpu"),
-        "errors": _distinct(evs, "error"),
-        "panic": _distinct(evs, "panic"),
-    }
-
-
-def _edac_evidence(evs: Sequence[_Ev]) -> dict[str, Any]:
-    return {
-        "errors": _errors(evs),
-        "records": len(evs),
-        "labels": _distinct(evs, "label"),
-        "memory_controllers": _distinct(evs, "memory_controller"),
-    }
