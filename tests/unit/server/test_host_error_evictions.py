@@ -165,3 +165,26 @@ def test_a_fatal_machine_check_is_one_node_alert_and_an_eviction(
     state.planner.run_once()
     [eviction] = _evictions(client, tokens)
     assert eviction["node"] == "node-m" and eviction["reason"].startswith("mce_uncorrected")
+
+
+def _verdict_rules(client: TestClient, tokens: dict[str, str], uuid: str) -> list[str]:
+    response = client.get(f"/v1/gpus/{uuid}/risk", headers=bearer(tokens["read"]))
+    assert response.status_code == 200, response.text
+    return [v["rule"] for v in response.json()["verdicts"]]
+
+
+def test_a_reboot_clears_the_fabric_verdict_but_not_the_machine_check(
+    client: TestClient, push: Push, tokens: dict[str, str]
+) -> None:
+    evs = _wire(_parsed(SXID_LOG, "sxid", "fatal")) + _wire(_parsed(MCE_LOG, "mce", "fatal"))
+    assert push(_batch("node-x", evs)).status_code == 200
+    assessor = client.app.state.assessor  # type: ignore[attr-defined]
+    assessor.run_once()
+    uuid = gpu_uuid("node-x", 0)
+    assert set(_verdict_rules(client, tokens, uuid)) == {"sxid_fatal", "mce_uncorrected"}
+    # The node boots again: the reset the SXid asked for happened; the CPU still needs a look.
+    rebooted = make_batch("node-x", gpus=2, ticks=3, boot_id="boot-2")
+    rebooted["gpus"][1]["pci_bus_id"] = AER_GPU
+    assert push(rebooted).status_code == 200
+    assessor.run_once()
+    assert _verdict_rules(client, tokens, uuid) == ["mce_uncorrected"]
