@@ -54,6 +54,7 @@ def build_batch(node: NodeInfo, collection: Collection, batch_id: str | None = N
             gpus=collection.gpus,
             samples=collection.samples,
             events=collection.events,
+            ports=collection.ports,
         )
     )
 
@@ -146,10 +147,11 @@ class Agent:
             batch = self.spool_collection(collection)
             if batch is not None:
                 logger.info(
-                    "spooled %d samples, %d events for %d GPUs",
+                    "spooled %d samples, %d events for %d GPUs, %d ports",
                     len(batch.samples),
                     len(batch.events),
                     len(batch.gpus),
+                    len(batch.ports),
                 )
             return
         self.stage_collection(collection)
@@ -196,7 +198,7 @@ class Agent:
         if report:
             collection.events.append(_drop_event(report, self._clock()))
         collection.events.extend(_set_aside_event(item) for item in set_aside)
-        if not (collection.samples or collection.events):
+        if not collection.has_readings:
             return None
         try:
             batch = build_batch(self.node_info(), collection, batch_id)
@@ -230,13 +232,12 @@ class Agent:
         critical, routine = split_critical(collection.events)
         if critical:
             self.emit_critical(critical)
-        if not (collection.samples or routine):
-            return False
-        tick = build_batch(
-            self.node_info(),
-            Collection(gpus=collection.gpus, samples=collection.samples, events=routine),
-            "staged",
+        waiting = Collection(
+            gpus=collection.gpus, samples=collection.samples, events=routine, ports=collection.ports
         )
+        if not waiting.has_readings:
+            return False
+        tick = build_batch(self.node_info(), waiting, "staged")
         stored = self._spool.stage(
             tick_body(tick),
             collected=self._clock().timestamp(),
