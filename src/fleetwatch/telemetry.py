@@ -695,8 +695,10 @@ class Batch(_WireModel):
     gpus: list[GpuIdentity] = Field(default_factory=list)
     samples: list[GpuSample] = Field(default_factory=list)
     events: list[Event] = Field(default_factory=list)
-    ports: list[PortSample] = Field(
-        default_factory=list,
+    # None rather than an empty list: a batch without ports must serialise without the key, or
+    # every push to a server older than the field would be refused first.
+    ports: list[PortSample] | None = Field(
+        default=None,
         description="Network adapter ports (InfiniBand, RoCE), one reading per port and instant. "
         "Added in wire v1 as an optional field: agents send it only when a port was read, and "
         "when a server older than it refuses it (422 on ports) the agent resends the batch "
@@ -712,7 +714,7 @@ class Batch(_WireModel):
             ("gpus", self.gpus, limits.max_gpus),
             ("samples", self.samples, limits.max_samples),
             ("events", self.events, limits.max_events),
-            ("ports", self.ports, limits.max_ports),
+            ("ports", self.ports or [], limits.max_ports),
         ):
             if len(items) > most:
                 raise ValueError(

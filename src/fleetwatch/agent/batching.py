@@ -114,18 +114,18 @@ class _Group:
             tick.node == self.node
             and self.size + size <= MAX_BATCH_BYTES
             and len(self.samples) + len(tick.samples) <= MAX_BATCH_SAMPLES
-            and len(self.ports) + len(tick.ports) <= MAX_BATCH_PORTS
+            and len(self.ports) + len(tick.ports or ()) <= MAX_BATCH_PORTS
             and not any((s.uuid, s.ts) in self.instants for s in tick.samples)
-            and not any(_port_instant(p) in self.instants for p in tick.ports)
+            and not any(_port_instant(p) in self.instants for p in tick.ports or ())
         )
 
     def add(self, tick: Batch, size: int) -> None:
         self.gpus.update((gpu.uuid, gpu) for gpu in tick.gpus)  # the newest identity wins
         self.samples.extend(tick.samples)
         self.events.extend(tick.events)
-        self.ports.extend(tick.ports)
+        self.ports.extend(tick.ports or ())
         self.instants.update((s.uuid, s.ts) for s in tick.samples)
-        self.instants.update(map(_port_instant, tick.ports))
+        self.instants.update(map(_port_instant, tick.ports or ()))
         self.size += size
 
     def batch(self, batch_id: str) -> Batch:
@@ -135,7 +135,7 @@ class _Group:
             gpus=list(self.gpus.values()),
             samples=self.samples,
             events=self.events,
-            ports=self.ports,
+            ports=self.ports or None,
         )
 
 

@@ -54,7 +54,7 @@ def build_batch(node: NodeInfo, collection: Collection, batch_id: str | None = N
             gpus=collection.gpus,
             samples=collection.samples,
             events=collection.events,
-            ports=collection.ports,
+            ports=collection.ports or None,
         )
     )
 
@@ -62,6 +62,12 @@ def build_batch(node: NodeInfo, collection: Collection, batch_id: str | None = N
 def encode(batch: Batch) -> bytes:
     """The exact bytes pushed (and replayed): absent fields are left out, never sent as null."""
     return gzip.compress(batch.model_dump_json(exclude_none=True).encode(), compresslevel=6)
+
+
+def _readings(batch: Batch) -> int:
+    """What the spool counts as a batch's samples: GPU samples and port readings alike, so that
+    a tick holding only ports is a collection and its loss is reported."""
+    return len(batch.samples) + len(batch.ports or ())
 
 
 def _drop_event(report: DropReport, now: datetime) -> Event:
@@ -151,7 +157,7 @@ class Agent:
                     len(batch.samples),
                     len(batch.events),
                     len(batch.gpus),
-                    len(batch.ports),
+                    len(batch.ports or ()),
                 )
             return
         self.stage_collection(collection)
@@ -205,7 +211,7 @@ class Agent:
             stored = self._spool.put(
                 batch.batch_id,
                 encode(batch),
-                samples=len(batch.samples),
+                samples=_readings(batch),
                 events=len(batch.events),
                 critical=critical,
                 carries=report or None,
@@ -241,7 +247,7 @@ class Agent:
         stored = self._spool.stage(
             tick_body(tick),
             collected=self._clock().timestamp(),
-            samples=len(tick.samples),
+            samples=_readings(tick),
             events=len(tick.events),
         )
         self._count_drops()
@@ -284,7 +290,7 @@ class Agent:
             batches = combine_ticks(
                 ticks, node=self.node_info(), carrier=carrier, extra_events=extra
             )
-            return [NewBatch(b.batch_id, encode(b), len(b.samples), len(b.events)) for b in batches]
+            return [NewBatch(b.batch_id, encode(b), _readings(b), len(b.events)) for b in batches]
 
         made = self._spool.combine_staged(make, carrier=carrier)
         self._count_drops()

@@ -222,5 +222,7 @@ def structs_of(batch: Batch) -> BatchStruct:
         ],
         samples=[SampleStruct(**sample.model_dump()) for sample in batch.samples],
         events=[EventStruct(**event.model_dump()) for event in batch.events],
-        ports=[port.model_dump(exclude_none=True) for port in batch.ports],
+        ports=None
+        if batch.ports is None
+        else [port.model_dump(exclude_none=True) for port in batch.ports],
     )
