@@ -11,6 +11,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from tests.unit.agent.sysfs_trees import h100_tree, procfs_tree
@@ -24,6 +25,7 @@ from fleetwatch.agent.push import Pusher
 from fleetwatch.agent.selfmetrics import AgentMetrics
 from fleetwatch.agent.spool import Spool
 from fleetwatch.agent.spool_staging import StagedTick
+from fleetwatch.cli import main
 from fleetwatch.config import AgentSettings, ServerSettings
 from fleetwatch.server.app import create_app
 from fleetwatch.server.auth import create_token
@@ -151,3 +153,15 @@ def test_an_agent_with_only_ports_stages_pushes_and_the_server_takes_them(
     agent.drain_once()
     assert agent.spool_depth() == (0, 0)
     assert agent._pusher.pushed_batches == 1
+
+
+def test_the_agent_command_reads_ports_from_the_given_root(h100: Path, tmp_path: Path) -> None:
+    result = CliRunner().invoke(
+        main,
+        ["agent", "--once", "--dry-run", "--collectors", "infiniband", "--infiniband-root",
+         str(h100), "--node-name", "ib-node", "--spool-dir", str(tmp_path / "s")],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    ports = json.loads(result.stdout)["ports"]
+    assert [p["device"] for p in ports][:2] == ["mlx5_0", "mlx5_1"] and len(ports) == 9
+    assert all(v is not None for p in ports for v in p.values())  # absent, never null
