@@ -17,10 +17,11 @@ from fastapi.testclient import TestClient
 from tests.unit.agent.sysfs_trees import h100_tree, procfs_tree
 
 from fleetwatch.agent.batching import combine_ticks, tick_body
+from fleetwatch.agent.collectors import infiniband
 from fleetwatch.agent.collectors.infiniband import InfinibandCollector
 from fleetwatch.agent.factory import build_collectors
 from fleetwatch.agent.loop import Agent, build_batch, encode
-from fleetwatch.agent.parsers.infiniband_sysfs import read_infiniband_tree
+from fleetwatch.agent.parsers.infiniband_sysfs import InfinibandTree, read_infiniband_tree
 from fleetwatch.agent.push import Pusher
 from fleetwatch.agent.selfmetrics import AgentMetrics
 from fleetwatch.agent.spool import Spool
@@ -79,6 +80,21 @@ def test_a_file_that_does_not_parse_is_counted_and_told_once(
     port = next(p for p in first.ports if p.device == "mlx5_4")
     assert port.rate_gbps is None and port.state == "ACTIVE"
     assert len(first.ports) == 9
+
+
+def test_a_port_the_wire_would_refuse_is_left_out_not_the_cycle(
+    h100: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def odd_tree(root: Path) -> InfinibandTree:
+        tree = read_infiniband_tree(root)
+        tree.ports[0].values["rate_gbps"] = -1.0  # beyond what the parser can produce today
+        return tree
+
+    monkeypatch.setattr(infiniband, "read_infiniband_tree", odd_tree)
+    collector = InfinibandCollector(h100)
+    ports = collector.collect(T0).ports
+    assert [p.device for p in ports][:1] == ["mlx5_1"] and len(ports) == 8
+    assert collector.errors[("infiniband", "parse_error")] == 1
 
 
 def test_the_collector_is_built_from_settings(h100: Path, tmp_path: Path) -> None:

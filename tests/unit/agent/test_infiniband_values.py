@@ -27,7 +27,11 @@ def test_rates(text: str, expected: tuple[float, int | None, str | None]) -> Non
     assert parse_rate(text) == expected
 
 
-@pytest.mark.parametrize("text", ["", "400", "400 Gb/s (4X NDR)", "-1 Gb/sec", "10 Gb/sec (0X)"])
+@pytest.mark.parametrize(
+    "text",
+    ["", "400", "400 Gb/s (4X NDR)", "-1 Gb/sec", "10 Gb/sec (0X)", "10 Gb/sec (65X)",
+     "100000 Gb/sec (4X)", "10 Gb/sec (-1X)"],
+)  # fmt: skip
 def test_rates_refused(text: str) -> None:
     with pytest.raises(ParseError):
         parse_rate(text)

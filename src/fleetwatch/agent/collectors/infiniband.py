@@ -14,6 +14,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import ClassVar
 
+from pydantic import ValidationError
+
 from fleetwatch.agent.collectors.base import Collection
 from fleetwatch.agent.parsers.infiniband_sysfs import SYSFS_INFINIBAND, read_infiniband_tree
 from fleetwatch.telemetry import PortSample
@@ -34,24 +36,30 @@ class InfinibandCollector:
     def collect(self, now: datetime) -> Collection:
         tree = read_infiniband_tree(self._root)
         problems = [str(problem) for problem in tree.problems]
+        ports = []
+        for port in tree.ports:
+            try:
+                ports.append(
+                    PortSample(
+                        device=port.device,
+                        port=port.port,
+                        ts=now,
+                        counters=port.counters,
+                        hw_counters=port.hw_counters,
+                        **port.values,
+                    )
+                )
+            except ValidationError as exc:
+                # The parser keeps to the wire's bounds; should one differ, lose the port, not
+                # the GPUs' readings of this cycle.
+                problems.append(f"{port.device} port {port.port}: not sendable: {exc}")
         if problems:
             self.errors[(self.name, "parse_error")] += len(problems)
         if problems != self._last_problems:
             # Once per change, not every interval: a file that never parses is one warning.
             for problem in problems:
-                logger.warning("infiniband: %s (value left out)", problem)
+                logger.warning("infiniband: %s; left out", problem)
             self._last_problems = problems
-        ports = [
-            PortSample(
-                device=port.device,
-                port=port.port,
-                ts=now,
-                counters=port.counters,
-                hw_counters=port.hw_counters,
-                **port.values,
-            )
-            for port in tree.ports
-        ]
         return Collection(ports=ports)
 
     def close(self) -> None:

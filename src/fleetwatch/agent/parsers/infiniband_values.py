@@ -18,7 +18,7 @@ __all__ = ["parse_counter", "parse_node_guid", "parse_port_state", "parse_rate"]
 
 _STATE = re.compile(r"^(?P<code>\d{1,3}):\s*(?P<name>[A-Za-z][A-Za-z0-9_ ]{0,31})$")
 _RATE = re.compile(
-    r"^(?P<gbps>\d{1,6}(?:\.\d{1,6})?) Gb/sec"
+    r"^(?P<gbps>\d{1,5}(?:\.\d{1,6})?) Gb/sec"
     r"(?: \((?P<width>\d{1,2})X(?: (?P<speed>[A-Za-z0-9]{1,16}))?\))?$"
 )
 _GUID = re.compile(r"^[0-9a-fA-F]{4}(?::[0-9a-fA-F]{4}){3}$")
@@ -38,8 +38,8 @@ def parse_rate(text: str) -> tuple[float, int | None, str | None]:
     if match is None:
         raise ParseError(f"expected a rate like '400 Gb/sec (4X NDR)', got {shown(text)}")
     width = int(match["width"]) if match["width"] else None
-    if width == 0:
-        raise ParseError(f"a link of 0 lanes: {shown(text)}")
+    if width is not None and not 1 <= width <= 64:
+        raise ParseError(f"a link of {width} lanes: {shown(text)}")
     return float(match["gbps"]), width, match["speed"]
 
 
