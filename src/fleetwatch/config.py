@@ -368,7 +368,7 @@ def load_server_settings(**overrides: Any) -> ServerSettings:
         raise ConfigError(f"invalid server settings: {_problems(exc)}") from exc
 
 
-KNOWN_COLLECTORS = ("nvml", "dcgm-exporter", "nvidia-smi", "kernel-log", "sim")
+KNOWN_COLLECTORS = ("nvml", "dcgm-exporter", "nvidia-smi", "kernel-log", "infiniband", "sim")
 
 
 def _split_list(value: Any) -> Any:
@@ -430,6 +430,10 @@ class AgentSettings(BaseSettings):
     kernel_log: str = Field(
         default="auto",
         description="auto (/dev/kmsg, else journalctl -k -f), kmsg, journal, or a file to follow",
+    )
+    infiniband_root: Path = Field(
+        default=Path("/sys/class/infiniband"),
+        description="Where the infiniband collector reads adapter ports (a captured tree in tests)",
     )
     metrics_port: int | None = Field(
         default=None, ge=1, le=65535, description="Serve agent self-metrics on this port"

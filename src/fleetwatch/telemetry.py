@@ -46,6 +46,7 @@ __all__ = [
     "MigIdentity",
     "MigInstance",
     "NodeInfo",
+    "PortSample",
     "normalize_pci_bus_id",
 ]
 
@@ -288,6 +289,7 @@ class IngestLimits:
     max_gpus: int = 1024
     max_samples: int = 50_000
     max_events: int = 10_000
+    max_ports: int = 1024
 
 
 def _age(age: timedelta) -> str:
@@ -485,6 +487,98 @@ class GpuSample(_WireModel):
         return {name: v for name in SAMPLE_FIELD_NAMES if (v := getattr(self, name)) is not None}
 
 
+_PORT_DEVICE_RE = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+# The kernel prints a node GUID as four groups of four hex digits, e.g. 0a7f:bc12:45ef:d23b.
+_NODE_GUID_RE = r"^[0-9a-f]{4}(:[0-9a-f]{4}){3}$"
+# A Linux interface name: at most 15 bytes, no slash, no white space (kept to printable ASCII).
+_NETDEV_RE = r"^[!-.0-~]{1,15}$"
+_PORT_STATE_NAME_RE = r"^[A-Za-z][A-Za-z0-9_ ]{0,31}$"
+_PORT_COUNTER_NAME_RE = re.compile(r"^[A-Za-z0-9_]{1,64}$")
+_MOST_PORT_COUNTERS = 128
+
+PortCounters = dict[str, Annotated[int, Field(ge=0, le=INT64_MAX)]]
+
+
+class PortSample(_WireModel):
+    """One network adapter port (InfiniBand or RoCE, from ``/sys/class/infiniband``) at one
+    instant: its identity, its link as the kernel reports it, and its counters as read.
+
+    Added in wire v1 as an optional list (``Batch.ports``). What sysfs does not show (a counter this
+    adapter lacks, a port without a netdev) is absent, never 0. Counters are cumulative and keep
+    sysfs's names and units: ``port_rcv_data`` and ``port_xmit_data`` count 4-byte words.
+    """
+
+    device: str = Field(
+        pattern=_PORT_DEVICE_RE, description="Adapter name in /sys/class/infiniband, e.g. mlx5_0"
+    )
+    port: int = Field(ge=0, le=255, description="Port number on the adapter (1-based on an HCA)")
+    ts: datetime
+    link_layer: str | None = Field(
+        default=None,
+        pattern=r"^[A-Za-z][A-Za-z0-9 _-]{0,31}$",
+        description="InfiniBand, or Ethernet for RoCE (as sysfs prints it)",
+    )
+    node_guid: str | None = Field(
+        default=None,
+        pattern=_NODE_GUID_RE,
+        description="Adapter node GUID, e.g. 0a7f:bc12:45ef:d23b",
+    )
+    netdev: str | None = Field(
+        default=None, pattern=_NETDEV_RE, description="Network interface of the adapter (ib0, eth2)"
+    )
+    state: str | None = Field(
+        default=None,
+        pattern=_PORT_STATE_NAME_RE,
+        description="Logical port state by name: DOWN, INIT, ARMED, ACTIVE, ACTIVE_DEFER",
+    )
+    state_code: int | None = Field(
+        default=None, ge=0, le=255, description="Logical port state code (4: ACTIVE)"
+    )
+    phys_state: str | None = Field(
+        default=None,
+        pattern=_PORT_STATE_NAME_RE,
+        description="Physical port state by name: Sleep, Polling, Disabled, LinkUp, ...",
+    )
+    phys_state_code: int | None = Field(
+        default=None, ge=0, le=255, description="Physical port state code (5: LinkUp, 2: Polling)"
+    )
+    rate_gbps: float | None = Field(
+        default=None, ge=0, le=100_000, description="Link rate in Gb/s (400 for 4X NDR)"
+    )
+    link_width: int | None = Field(
+        default=None, ge=1, le=64, description="Lanes in use (4 for 4X), when sysfs prints them"
+    )
+    link_speed: str | None = Field(
+        default=None,
+        pattern=r"^[A-Za-z0-9]{1,16}$",
+        description="Per-lane speed name (SDR ... NDR, XDR), when sysfs prints it",
+    )
+    counters: PortCounters | None = Field(
+        default=None,
+        description="The port's counters/ files by name (symbol_error, link_downed, "
+        "port_rcv_errors, port_xmit_wait, ...), cumulative, as read; at most 128",
+    )
+    hw_counters: PortCounters | None = Field(
+        default=None,
+        description="The port's hw_counters/ files by name where the driver has them (RoCE: "
+        "roce_adp_retrans, out_of_sequence, local_ack_timeout_err, ...), as read; at most 128",
+    )
+
+    _ts = field_validator("ts")(_check_ts)
+
+    @field_validator("counters", "hw_counters")
+    @classmethod
+    def _counter_names(cls, value: dict[str, int] | None) -> dict[str, int] | None:
+        if value is None:
+            return None
+        if len(value) > _MOST_PORT_COUNTERS:
+            raise ValueError(f"at most {_MOST_PORT_COUNTERS} counters")
+        for name in value:
+            if not _PORT_COUNTER_NAME_RE.fullmatch(name):
+                raise ValueError(f"counter name {shown(name)} must match [A-Za-z0-9_]{{1,64}}")
+        return value
+
+
 class Event(_WireModel):
     """Something that happened once: an Xid, a GPU lost from the bus, an agent start."""
 
@@ -601,6 +695,15 @@ class Batch(_WireModel):
     gpus: list[GpuIdentity] = Field(default_factory=list)
     samples: list[GpuSample] = Field(default_factory=list)
     events: list[Event] = Field(default_factory=list)
+    # None rather than an empty list: a batch without ports must serialise without the key, or
+    # every push to a server older than the field would be refused first.
+    ports: list[PortSample] | None = Field(
+        default=None,
+        description="Network adapter ports (InfiniBand, RoCE), one reading per port and instant. "
+        "Added in wire v1 as an optional field: agents send it only when a port was read, and "
+        "when a server older than it refuses it (422 on ports) the agent resends the batch "
+        "without it",
+    )
 
     @model_validator(mode="after")
     def _within_limits(self, info: ValidationInfo) -> Batch:
@@ -611,6 +714,7 @@ class Batch(_WireModel):
             ("gpus", self.gpus, limits.max_gpus),
             ("samples", self.samples, limits.max_samples),
             ("events", self.events, limits.max_events),
+            ("ports", self.ports or [], limits.max_ports),
         ):
             if len(items) > most:
                 raise ValueError(

@@ -24,9 +24,10 @@ How nothing is lost or stored twice:
   tick's samples stay staged; other events ride with the tick.
 - **Batches the server takes.** A batch holds ticks of one node description (a tick staged before
   a reboot keeps its ``boot_id``, from which the server reads counter resets), one reading per GPU
-  and instant (a clock stepped back starts a new batch instead of one the server refuses with
-  422), and at most :data:`MAX_BATCH_BYTES` of JSON (half the server's default body limit). GPUs
-  are declared once per batch, as the newest tick saw them.
+  (and per adapter port) and instant (a clock stepped back starts a new batch instead of one the
+  server refuses with 422), and at most :data:`MAX_BATCH_BYTES` of JSON (half the server's default
+  body limit) and :data:`MAX_BATCH_PORTS` port readings. GPUs are declared once per batch, as the
+  newest tick saw them.
 - **Liveness.** The node tells the server its push interval (``NodeInfo.push_interval_s``), and
   the server judges silence by it rather than by the collection interval.
 """
@@ -42,12 +43,13 @@ from datetime import datetime
 from pydantic import ValidationError
 
 from fleetwatch.agent.spool_staging import StagedTick
-from fleetwatch.telemetry import Batch, Event, GpuIdentity, GpuSample, NodeInfo
+from fleetwatch.telemetry import Batch, Event, GpuIdentity, GpuSample, NodeInfo, PortSample
 
 __all__ = [
     "CRITICAL_KINDS",
     "FATAL_SEVERITY_KINDS",
     "MAX_BATCH_BYTES",
+    "MAX_BATCH_PORTS",
     "combine_ticks",
     "is_critical",
     "split_critical",
@@ -64,6 +66,7 @@ CRITICAL_KINDS = frozenset({"xid", "gpu_lost"})
 FATAL_SEVERITY_KINDS = frozenset({"sxid", "pcie_aer"})
 MAX_BATCH_BYTES = 4 * 1024 * 1024
 MAX_BATCH_SAMPLES = 20_000  # well under the server's default max_samples_per_batch (50,000)
+MAX_BATCH_PORTS = 512  # half the server's limit (IngestLimits.max_ports)
 
 
 def ticks_per_push(interval_s: float, push_interval_s: float) -> int:
@@ -100,24 +103,29 @@ class _Group:
     gpus: dict[str, GpuIdentity] = field(default_factory=dict)
     samples: list[GpuSample] = field(default_factory=list)
     events: list[Event] = field(default_factory=list)
+    ports: list[PortSample] = field(default_factory=list)
     instants: set[tuple[str, datetime]] = field(default_factory=set)
     size: int = 0
 
     def takes(self, tick: Batch, size: int) -> bool:
-        if not (self.samples or self.events):
+        if not (self.samples or self.events or self.ports):
             return True
         return (
             tick.node == self.node
             and self.size + size <= MAX_BATCH_BYTES
             and len(self.samples) + len(tick.samples) <= MAX_BATCH_SAMPLES
+            and len(self.ports) + len(tick.ports or ()) <= MAX_BATCH_PORTS
             and not any((s.uuid, s.ts) in self.instants for s in tick.samples)
+            and not any(_port_instant(p) in self.instants for p in tick.ports or ())
         )
 
     def add(self, tick: Batch, size: int) -> None:
         self.gpus.update((gpu.uuid, gpu) for gpu in tick.gpus)  # the newest identity wins
         self.samples.extend(tick.samples)
         self.events.extend(tick.events)
+        self.ports.extend(tick.ports or ())
         self.instants.update((s.uuid, s.ts) for s in tick.samples)
+        self.instants.update(map(_port_instant, tick.ports or ()))
         self.size += size
 
     def batch(self, batch_id: str) -> Batch:
@@ -127,7 +135,13 @@ class _Group:
             gpus=list(self.gpus.values()),
             samples=self.samples,
             events=self.events,
+            ports=self.ports or None,
         )
+
+
+def _port_instant(port: PortSample) -> tuple[str, datetime]:
+    # "/" cannot occur in a GPU uuid, so a port never shares a key with a GPU.
+    return (f"{port.device}/{port.port}", port.ts)
 
 
 def combine_ticks(

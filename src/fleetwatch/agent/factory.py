@@ -72,6 +72,10 @@ def build_collectors(
                 state_dir.mkdir(parents=True, exist_ok=True)
             source = open_kernel_log(settings.kernel_log, state_dir)
             collectors.append(KernelLogCollector(source, clock=clock))
+        elif name == "infiniband":
+            from fleetwatch.agent.collectors.infiniband import InfinibandCollector
+
+            collectors.append(InfinibandCollector(settings.infiniband_root))
         elif name == "sim":
             from fleetwatch.agent.collectors.sim import SimCollector
 

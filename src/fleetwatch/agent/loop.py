@@ -54,6 +54,7 @@ def build_batch(node: NodeInfo, collection: Collection, batch_id: str | None = N
             gpus=collection.gpus,
             samples=collection.samples,
             events=collection.events,
+            ports=collection.ports or None,
         )
     )
 
@@ -61,6 +62,12 @@ def build_batch(node: NodeInfo, collection: Collection, batch_id: str | None = N
 def encode(batch: Batch) -> bytes:
     """The exact bytes pushed (and replayed): absent fields are left out, never sent as null."""
     return gzip.compress(batch.model_dump_json(exclude_none=True).encode(), compresslevel=6)
+
+
+def _readings(batch: Batch) -> int:
+    """What the spool counts as a batch's samples: GPU samples and port readings alike, so that
+    a tick holding only ports is a collection and its loss is reported."""
+    return len(batch.samples) + len(batch.ports or ())
 
 
 def _drop_event(report: DropReport, now: datetime) -> Event:
@@ -146,10 +153,11 @@ class Agent:
             batch = self.spool_collection(collection)
             if batch is not None:
                 logger.info(
-                    "spooled %d samples, %d events for %d GPUs",
+                    "spooled %d samples, %d events for %d GPUs, %d ports",
                     len(batch.samples),
                     len(batch.events),
                     len(batch.gpus),
+                    len(batch.ports or ()),
                 )
             return
         self.stage_collection(collection)
@@ -196,14 +204,14 @@ class Agent:
         if report:
             collection.events.append(_drop_event(report, self._clock()))
         collection.events.extend(_set_aside_event(item) for item in set_aside)
-        if not (collection.samples or collection.events):
+        if not collection.has_readings:
             return None
         try:
             batch = build_batch(self.node_info(), collection, batch_id)
             stored = self._spool.put(
                 batch.batch_id,
                 encode(batch),
-                samples=len(batch.samples),
+                samples=_readings(batch),
                 events=len(batch.events),
                 critical=critical,
                 carries=report or None,
@@ -230,17 +238,16 @@ class Agent:
         critical, routine = split_critical(collection.events)
         if critical:
             self.emit_critical(critical)
-        if not (collection.samples or routine):
-            return False
-        tick = build_batch(
-            self.node_info(),
-            Collection(gpus=collection.gpus, samples=collection.samples, events=routine),
-            "staged",
+        waiting = Collection(
+            gpus=collection.gpus, samples=collection.samples, events=routine, ports=collection.ports
         )
+        if not waiting.has_readings:
+            return False
+        tick = build_batch(self.node_info(), waiting, "staged")
         stored = self._spool.stage(
             tick_body(tick),
             collected=self._clock().timestamp(),
-            samples=len(tick.samples),
+            samples=_readings(tick),
             events=len(tick.events),
         )
         self._count_drops()
@@ -283,7 +290,7 @@ class Agent:
             batches = combine_ticks(
                 ticks, node=self.node_info(), carrier=carrier, extra_events=extra
             )
-            return [NewBatch(b.batch_id, encode(b), len(b.samples), len(b.events)) for b in batches]
+            return [NewBatch(b.batch_id, encode(b), _readings(b), len(b.events)) for b in batches]
 
         made = self._spool.combine_staged(make, carrier=carrier)
         self._count_drops()

@@ -188,8 +188,8 @@ class Pusher:
         if not self._older_server_logged:
             logger.warning(
                 "the server is older than this agent (it answered: %s); sending batches without "
-                "the fields it does not know (the GPUs' MIG layout), readings kept; upgrade the "
-                "server to keep them",
+                "the fields it does not know (the GPUs' MIG layout, adapter ports), GPU readings "
+                "kept; upgrade the server to keep them",
                 _error_text(response),
             )
             self._older_server_logged = True

@@ -7,9 +7,11 @@ exactly that field::
     {"error": "invalid batch: body.gpus.1.mig: Extra inputs are not permitted; nothing was stored",
      "detail": [{"loc": ["body", "gpus", 1, "mig"], "msg": "Extra inputs are not permitted", ...}]}
 
-(recorded from the server at commit 78ba9bd). When *every* problem the server names is such a
-field, :func:`without_newer_fields` gives the same batch without them, which that server takes:
-the readings arrive, only the newer detail (the MIG layout) is lost there. The spooled bytes stay
+(recorded from the server at commit 78ba9bd). A server from before ``Batch.ports`` (adapter
+ports) answers the same way for the batch's top-level field: ``loc ["body", "ports"]``. When
+*every* problem the server names is such a field, :func:`without_newer_fields` gives the same
+batch without them, which that server takes: the GPU readings arrive, only the newer detail (the
+MIG layout, the ports) is lost there. The spooled bytes stay
 as they were; the reduced body is derived from them the same way every time (same JSON text,
 gzip with a fixed mtime), so a replay of it is byte-identical and the server's duplicate check
 (on the decompressed body) still holds.
@@ -24,15 +26,23 @@ from typing import Any
 
 import httpx
 
-__all__ = ["NEWER_GPU_FIELDS", "refuses_only_newer_fields", "without_newer_fields"]
+__all__ = [
+    "NEWER_BATCH_FIELDS",
+    "NEWER_GPU_FIELDS",
+    "refuses_only_newer_fields",
+    "without_newer_fields",
+]
 
-# Optional GpuIdentity fields added to wire v1 after servers that forbid unknown fields shipped.
+# Optional fields added to wire v1 after servers that forbid unknown fields shipped: of
+# GpuIdentity, and of the Batch itself.
 NEWER_GPU_FIELDS = frozenset({"mig"})
+NEWER_BATCH_FIELDS = frozenset({"ports"})
 _EXTRA_FIELD = "extra inputs are not permitted"
 
 
 def refuses_only_newer_fields(response: httpx.Response) -> bool:
-    """A 422 whose every problem is one of :data:`NEWER_GPU_FIELDS` unknown to the server."""
+    """A 422 whose every problem is one of :data:`NEWER_GPU_FIELDS` or
+    :data:`NEWER_BATCH_FIELDS` unknown to the server."""
     if response.status_code != 422:
         return False
     try:
@@ -46,27 +56,37 @@ def _is_newer_field(problem: Any) -> bool:
     if not isinstance(problem, dict):
         return False
     loc, msg = problem.get("loc"), str(problem.get("msg", "")).lower()
+    if not isinstance(loc, list) or not (
+        problem.get("type") == "extra_forbidden" or _EXTRA_FIELD in msg
+    ):
+        return False
+    if len(loc) == 2:
+        return loc[0] == "body" and loc[1] in NEWER_BATCH_FIELDS
     return (
-        isinstance(loc, list)
-        and len(loc) == 4
+        len(loc) == 4
         and loc[:2] == ["body", "gpus"]
         and isinstance(loc[2], int)
         and loc[3] in NEWER_GPU_FIELDS
-        and (problem.get("type") == "extra_forbidden" or _EXTRA_FIELD in msg)
     )
 
 
 def without_newer_fields(body: bytes) -> bytes | None:
-    """The gzip batch ``body`` without any of :data:`NEWER_GPU_FIELDS` (gzip again), or ``None``
-    when it has none of them or is not a gzip JSON batch."""
+    """The gzip batch ``body`` without any of :data:`NEWER_GPU_FIELDS` and
+    :data:`NEWER_BATCH_FIELDS` (gzip again), or ``None`` when it has none of them or is not a
+    gzip JSON batch."""
     try:
         batch = json.loads(gzip.decompress(body))
     except (OSError, EOFError, zlib.error, ValueError):
         return None
-    gpus = batch.get("gpus") if isinstance(batch, dict) else None
-    if not isinstance(gpus, list):
+    if not isinstance(batch, dict):
         return None
     dropped = False
+    for name in NEWER_BATCH_FIELDS & batch.keys():
+        del batch[name]
+        dropped = True
+    gpus = batch.get("gpus", [])
+    if not isinstance(gpus, list):
+        return None
     for gpu in gpus:
         if isinstance(gpu, dict):
             for name in NEWER_GPU_FIELDS & gpu.keys():

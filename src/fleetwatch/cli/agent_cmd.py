@@ -39,7 +39,7 @@ logger = logging.getLogger(__name__)
     help="Seconds between pushes; collections in between wait in the spool, Xids go at once "
     "(0: push every collection) [60]",
 )
-@click.option("--collectors", help="nvml,dcgm-exporter,nvidia-smi,kernel-log,sim")
+@click.option("--collectors", help="nvml,dcgm-exporter,nvidia-smi,kernel-log,infiniband,sim")
 @click.option("--spool-dir", type=click.Path(path_type=Path))
 @click.option("--spool-max-bytes", type=int)
 @click.option(
@@ -52,6 +52,11 @@ logger = logging.getLogger(__name__)
 @click.option("--dcgm-url", help="dcgm-exporter /metrics URL or file")
 @click.option("--nvidia-smi", "nvidia_smi", help="Command, or a file with its XML output")
 @click.option("--kernel-log", help="auto, kmsg, journal, or a file to follow")
+@click.option(
+    "--infiniband-root",
+    type=click.Path(path_type=Path),
+    help="Adapter ports' sysfs tree [/sys/class/infiniband]",
+)
 @click.option("--sim-spec", type=click.Path(exists=True, path_type=Path))
 @click.option("--metrics-port", type=int, help="Serve the agent's own /metrics here")
 @click.option("--once", is_flag=True, help="Collect once, push, exit")

@@ -79,6 +79,8 @@ def decode_fast(body: bytes, limits: IngestLimits) -> BatchStruct | None:
     """The batch when msgspec and the checks below vouch for it; None leaves it to pydantic."""
     try:
         batch = _DECODER.decode(body)
+        if batch.ports:
+            return None  # adapter ports are validated by the pydantic models only
         if (
             len(batch.gpus) > limits.max_gpus
             or len(batch.samples) > limits.max_samples
@@ -220,4 +222,7 @@ def structs_of(batch: Batch) -> BatchStruct:
         ],
         samples=[SampleStruct(**sample.model_dump()) for sample in batch.samples],
         events=[EventStruct(**event.model_dump()) for event in batch.events],
+        ports=None
+        if batch.ports is None
+        else [port.model_dump(exclude_none=True) for port in batch.ports],
     )

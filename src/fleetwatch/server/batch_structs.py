@@ -192,3 +192,7 @@ class BatchStruct(Struct, forbid_unknown_fields=True):
     gpus: list[GpuStruct] = []
     samples: list[SampleStruct] = []
     events: list[EventStruct] = []
+    # Adapter ports (telemetry.PortSample) are checked by pydantic only, as a MIG layout is: the
+    # fast path declines a batch carrying any, and structs_of carries the validated ports here as
+    # plain JSON (their ts as a UTC datetime).
+    ports: list[dict[str, Any]] | None = None

@@ -18,11 +18,13 @@ from typing import Any
 import httpx
 import pytest
 
+from fleetwatch.agent.collectors.base import Collection
+from fleetwatch.agent.loop import build_batch, encode
 from fleetwatch.agent.push import Pusher
 from fleetwatch.agent.selfmetrics import AgentMetrics
 from fleetwatch.agent.spool import Spool
 from fleetwatch.agent.wire_compat import refuses_only_newer_fields, without_newer_fields
-from fleetwatch.telemetry import Batch
+from fleetwatch.telemetry import Batch, NodeInfo
 
 EXTRA = "Extra inputs are not permitted"
 OLD_GPU_KEYS = {"uuid", "index", "serial", "pci_bus_id", "name", "driver_version", "vbios_version"}
@@ -148,3 +150,69 @@ def test_a_422_for_another_reason_still_moves_the_batch_aside(tmp_path: Path) ->
     assert spool.depth() == (0, 0)
     assert len(bodies) == 1
     assert (tmp_path / "rej" / "bad.json.gz").exists()
+
+
+# -- a server older than Batch.ports (adapter ports) ----------------------------------------
+
+OLD_BATCH_KEYS = {"batch_id", "node", "gpus", "samples", "events"}
+PORT = {"device": "mlx5_0", "port": 1, "state": "ACTIVE", "counters": {"symbol_error": 0}}
+
+
+def _pre_ports_answer(batch: dict[str, Any]) -> httpx.Response:
+    """A server from before ``Batch.ports`` refuses the top-level key as it refuses any extra
+    (the same loc shape the server gives today for an unknown top-level key, see
+    tests/unit/server/test_ingest_ports.py); it knows ``mig`` already."""
+    extra = sorted(batch.keys() - OLD_BATCH_KEYS)
+    if not extra:
+        return _old_server_answer({**batch, "gpus": [{k: v for k, v in g.items() if k != "mig"}
+                                                     for g in batch["gpus"]]})  # fmt: skip
+    detail = [{"loc": ["body", key], "msg": EXTRA, "type": "extra_forbidden"} for key in extra]
+    return httpx.Response(422, json={"error": "invalid batch", "detail": detail})
+
+
+def test_an_older_server_gets_the_batch_without_its_ports(tmp_path: Path) -> None:
+    bodies: list[bytes] = []
+
+    def old_server(request: httpx.Request) -> httpx.Response:
+        bodies.append(gzip.decompress(request.content))
+        return _pre_ports_answer(json.loads(bodies[-1]))
+
+    client = httpx.Client(transport=httpx.MockTransport(old_server), base_url="http://server")
+    spool = Spool(tmp_path / "spool")
+    pusher = Pusher(client, spool, AgentMetrics(), rejected_dir=tmp_path / "rej")
+    batch = _batch("p")
+    batch["gpus"][0].pop("mig")
+    batch["ports"] = [{**PORT, "ts": batch["samples"][0]["ts"]}]
+    spool.put("p", _gz(batch), samples=3, events=0)
+
+    pusher.drain()
+
+    assert spool.depth() == (0, 0) and not (tmp_path / "rej").exists()
+    assert len(bodies) == 2
+    first, second = json.loads(bodies[0]), json.loads(bodies[1])
+    assert first["ports"] == batch["ports"] and "ports" not in second
+    first.pop("ports")
+    assert second == first  # the GPU readings arrive as read
+
+
+@pytest.mark.parametrize(
+    ("detail", "expected"),
+    [
+        ([{"loc": ["body", "ports"], "msg": EXTRA}], True),
+        ([{"loc": ["body", "ports"], "msg": "x", "type": "extra_forbidden"},
+          {"loc": ["body", "gpus", 0, "mig"], "msg": EXTRA}], True),
+        # A port the server knows but finds wrong is no older server's answer.
+        ([{"loc": ["body", "ports", 0, "rate_gbps"], "msg": "too fast"}], False),
+        ([{"loc": ["body", "ports"], "msg": "Input should be a valid list"}], False),
+        ([{"loc": ["body", "racks"], "msg": EXTRA}], False),
+    ],
+)  # fmt: skip
+def test_a_refusal_of_ports_alone_counts(detail: list[Any], expected: bool) -> None:
+    response = httpx.Response(422, json={"error": "invalid batch", "detail": detail})
+    assert refuses_only_newer_fields(response) is expected
+
+
+def test_a_batch_without_ports_never_carries_the_key() -> None:
+    """Else every push to a server older than ports would be refused once first."""
+    batch = build_batch(NodeInfo(name="n"), Collection(), "b")
+    assert "ports" not in json.loads(gzip.decompress(encode(batch)))

@@ -45,6 +45,7 @@ ENDPOINTS: dict[tuple[str, str], tuple[str, str, int]] = {
     ("POST", "/v1/ingest"): ("ingest", "/v1/ingest", 200),
     ("GET", "/v1/nodes"): ("read", "/v1/nodes", 200),
     ("GET", "/v1/nodes/{name}"): ("read", "/v1/nodes/node-a", 200),
+    ("GET", "/v1/nodes/{name}/ports"): ("read", "/v1/nodes/node-a/ports", 200),
     ("GET", "/v1/gpus"): ("read", "/v1/gpus", 200),
     ("GET", "/v1/gpus/{uuid}"): ("read", f"/v1/gpus/{gpu_uuid('node-a', 0)}", 200),
     ("GET", "/v1/gpus/{uuid}/samples"): (

@@ -95,6 +95,10 @@ def test_structs_have_the_models_fields_defaults_kinds_and_bounds(
             assert isinstance(kind, mi.StructType), field.name
             continue
         assert isinstance(kind, _KINDS[arm["type"]]), field.name
+        if arm["type"] == "array" and field.name == "ports":
+            # Adapter ports are left to pydantic: the fast path declines a batch carrying any.
+            assert isinstance(kind.item_type, mi.DictType), field.name
+            continue
         if arm["type"] == "array":
             assert isinstance(kind.item_type, mi.StructType), field.name
         if arm["type"] == "object":

@@ -30,7 +30,14 @@ from fleetwatch.server.routers.lifetimes import LifetimeEnd
 from fleetwatch.server.routers.tokens import TokenCreate
 from fleetwatch.server.schemas.jobs import StepReport
 from fleetwatch.server.schemas.webhooks import Kind, WebhookCreate
-from fleetwatch.telemetry import Batch, Event, GpuIdentity, NodeInfo, normalize_pci_bus_id
+from fleetwatch.telemetry import (
+    Batch,
+    Event,
+    GpuIdentity,
+    NodeInfo,
+    PortSample,
+    normalize_pci_bus_id,
+)
 
 _CEILING = 100_000  # probing stops here: a field accepting this much has no meaningful bound
 
@@ -77,6 +84,10 @@ def _gpu(**extra: Any) -> dict[str, Any]:
     return {"uuid": "GPU-1", "index": 0, **extra}
 
 
+def _port(**extra: Any) -> dict[str, Any]:
+    return {"device": "mlx5_0", "port": 1, "ts": datetime(2026, 12, 1, tzinfo=UTC), **extra}
+
+
 def _step(node: str) -> dict[str, Any]:
     return {"rank": 0, "node": node, "step": 1, "duration_ms": 1.0, "ts": "2026-12-01T00:00:00Z"}
 
@@ -109,6 +120,14 @@ def wire_bounds() -> dict[str, int]:
         "process": longest(_accepts(Event, lambda n: event(process="p" * n))),
         "batch_id": batch_id,
         "job_id": longest(_adapter_accepts(TypeAdapter(JobId), lambda n: "j" * n)),
+        "port_device": longest(_accepts(PortSample, lambda n: _port(device="d" * n))),
+        "link_layer": longest(_accepts(PortSample, lambda n: _port(link_layer="L" * n))),
+        # The GUID's one form: 4 groups of 4 hex digits.
+        "node_guid": len("0a7f:bc12:45ef:d23b"),
+        "netdev": longest(_accepts(PortSample, lambda n: _port(netdev="i" * n))),
+        "port_state": longest(_accepts(PortSample, lambda n: _port(state="S" * n))),
+        "phys_state": longest(_accepts(PortSample, lambda n: _port(phys_state="S" * n))),
+        "link_speed": longest(_accepts(PortSample, lambda n: _port(link_speed="N" * n))),
         "token_name": longest(_accepts(TokenCreate, lambda n: {"name": "t" * n, "scope": "read"})),
         "webhook_name": longest(
             _accepts(
@@ -141,6 +160,14 @@ def column_bounds() -> dict[str, int]:
         "gpus.driver_version": w["driver_version"],
         "gpus.vbios_version": w["vbios_version"],
         "node_boots.boot_id": w["boot_id"],
+        "node_ports.device": w["port_device"],
+        "node_ports.boot_id": w["boot_id"],
+        "node_ports.link_layer": w["link_layer"],
+        "node_ports.node_guid": w["node_guid"],
+        "node_ports.netdev": w["netdev"],
+        "node_ports.state": w["port_state"],
+        "node_ports.phys_state": w["phys_state"],
+        "node_ports.link_speed": w["link_speed"],
         "gpu_hourly.gpu_uuid": w["uuid"],
         "events.gpu_uuid": w["uuid"],
         "events.pci_bus_id": w["pci_bus_id"],

@@ -15,7 +15,7 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from fleetwatch.agent.parsers import GpuReading
 from fleetwatch.agent.textclean import clean_fields
-from fleetwatch.telemetry import SAMPLE_FIELD_NAMES, Event, GpuIdentity, GpuSample
+from fleetwatch.telemetry import SAMPLE_FIELD_NAMES, Event, GpuIdentity, GpuSample, PortSample
 
 __all__ = ["Collection", "Collector", "EmitEvents", "Watcher", "merge_readings"]
 
@@ -29,11 +29,18 @@ class Collection:
     gpus: list[GpuIdentity] = field(default_factory=list)
     samples: list[GpuSample] = field(default_factory=list)
     events: list[Event] = field(default_factory=list)
+    ports: list[PortSample] = field(default_factory=list)  # network adapter ports
 
     def extend(self, other: Collection) -> None:
         self.gpus.extend(other.gpus)
         self.samples.extend(other.samples)
         self.events.extend(other.events)
+        self.ports.extend(other.ports)
+
+    @property
+    def has_readings(self) -> bool:
+        """Whether there is anything to send (GPU identities alone are not)."""
+        return bool(self.samples or self.events or self.ports)
 
 
 class Collector(Protocol):
@@ -79,10 +86,12 @@ def readings_to_collection(readings: Iterable[GpuReading], now: datetime) -> Col
 
 def merge_readings(collections: Iterable[Collection]) -> Collection:
     """One identity and one sample per GPU; earlier collectors win a field both report, later
-    ones fill in what earlier ones lack (e.g. NVML first, dcgm-exporter for the rest)."""
+    ones fill in what earlier ones lack (e.g. NVML first, dcgm-exporter for the rest). Ports
+    have one source (sysfs) and pass through."""
     identities: dict[str, dict[str, Any]] = {}
     samples: dict[str, dict[str, Any]] = {}
     events: list[Event] = []
+    ports: list[PortSample] = []
     for collection in collections:
         for gpu in collection.gpus:
             known = identities.setdefault(gpu.uuid, {})
@@ -93,8 +102,10 @@ def merge_readings(collections: Iterable[Collection]) -> Collection:
             for key, value in sample.values().items():
                 known.setdefault(key, value)
         events.extend(collection.events)
+        ports.extend(collection.ports)
     return Collection(
         gpus=[GpuIdentity(**fields) for fields in identities.values()],
         samples=[GpuSample(**fields) for fields in samples.values()],
         events=events,
+        ports=ports,
     )

@@ -27,6 +27,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    SmallInteger,
     String,
     Table,
     Text,
@@ -45,6 +46,7 @@ __all__ = [
     "gpus",
     "ingest_batches",
     "node_boots",
+    "node_ports",
     "nodes",
 ]
 
@@ -92,6 +94,36 @@ node_boots = Table(
     Column("boot_id", String(64), nullable=False),
     Column("first_seen", UtcDateTime, nullable=False),
     UniqueConstraint("node_id", "boot_id"),
+)
+
+
+# Each network adapter port of a node as last read (wire ``PortSample``), with the per-second
+# rates of its counters since the reading before. One row per (node, device, port), updated in
+# place: port history is not kept (a node reads its ports as often as its GPUs; at ~45 counters
+# a port, a history would outweigh gpu_samples).
+node_ports = Table(
+    "node_ports",
+    metadata,
+    Column("node_id", Integer, ForeignKey("nodes.id"), primary_key=True),
+    Column("device", String(64), primary_key=True),
+    Column("port", SmallInteger, primary_key=True),
+    Column("ts", UtcDateTime, nullable=False),
+    Column("boot_id", String(64)),
+    Column("link_layer", String(32)),
+    Column("node_guid", String(19)),
+    Column("netdev", String(15)),
+    Column("state", String(32)),
+    Column("state_code", SmallInteger),
+    Column("phys_state", String(32)),
+    Column("phys_state_code", SmallInteger),
+    Column("rate_gbps", Float),
+    Column("link_width", SmallInteger),
+    Column("link_speed", String(16)),
+    Column("counters", Json),
+    Column("hw_counters", Json),
+    # {"counters": {name: {per_s, increase, reset}}, "hw_counters": {...}} since rates_since.
+    Column("rates", Json),
+    Column("rates_since", UtcDateTime),
 )
 
 

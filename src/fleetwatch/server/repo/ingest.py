@@ -2,8 +2,8 @@
 
 Order inside the transaction: node, then the batch id (so a replay stops before writing anything),
 then GPU identities, samples (bulk, :mod:`~fleetwatch.server.repo.sample_writer`), latest state,
-events. A duplicate batch rolls back whatever it touched, so a replay changes nothing, not even
-the node's last_seen.
+events, network adapter ports (:mod:`~fleetwatch.server.repo.ports`). A duplicate batch rolls
+back whatever it touched, so a replay changes nothing, not even the node's last_seen.
 
 A GPU belongs to one node. When a batch declares a GPU stored under another node, that node's
 last report of it decides: within ``live_intervals`` of that node's intervals (the window after
@@ -31,6 +31,7 @@ from fleetwatch.server.batch_view import BatchView, GpuView, SampleView
 from fleetwatch.server.db.session import Database
 from fleetwatch.server.db.tables import events, gpus, ingest_batches, nodes
 from fleetwatch.server.repo.gpus import LATEST_MIG_KEY
+from fleetwatch.server.repo.ports import port_readings, store_ports
 from fleetwatch.server.repo.sample_writer import write_samples
 
 __all__ = ["IngestResult", "store_batch"]
@@ -115,6 +116,9 @@ def store_batch(
             learned = write_samples(conn, db, batch.samples, node_id, batch.node.boot_id, now=now)
             _update_latest(conn, batch.samples, now, _mig_layouts(batch))
             _insert_events(conn, batch, node_id, node_gpus, now)
+            # Older batch views (and the BatchView protocol) have no ports: absent is none.
+            ports = port_readings(getattr(batch, "ports", None))
+            store_ports(conn, ports, node_id=node_id, boot_id=batch.node.boot_id)
         learned.remember()  # committed: the GPU and boot keys may be reused by later batches
     except _Duplicate:
         return IngestResult(samples=0, events=0, duplicate=True)

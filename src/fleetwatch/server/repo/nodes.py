@@ -13,7 +13,7 @@ from fleetwatch.server.judge.liveness import Liveness
 from fleetwatch.server.repo.gpus import gpu_summary_query, summary_from_row
 from fleetwatch.server.schemas.fleet import NodeDetail, NodePublic
 
-__all__ = ["get_node", "list_nodes"]
+__all__ = ["get_node", "list_nodes", "node_id_of"]
 
 
 def _gpu_counts() -> Any:
@@ -78,3 +78,11 @@ def get_node(conn: Connection, *, name: str, now: datetime, liveness: Liveness) 
         boot_id=row.boot_id,
         gpus=[summary_from_row(g) for g in gpu_rows],
     )
+
+
+def node_id_of(conn: Connection, *, name: str) -> int:
+    """The stored id of the node called ``name``; :class:`NotFound` when none is."""
+    found = conn.execute(select(nodes.c.id).where(nodes.c.name == name)).scalar()
+    if found is None:
+        raise NotFound("node", name)
+    return int(found)

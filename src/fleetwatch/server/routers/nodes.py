@@ -8,10 +8,12 @@ from fastapi import APIRouter, Query
 
 from fleetwatch.errors import InvalidInput
 from fleetwatch.server.deps import DatabaseDep, LivenessDep, ReadAuth
-from fleetwatch.server.repo.nodes import get_node, list_nodes
+from fleetwatch.server.repo.nodes import get_node, list_nodes, node_id_of
+from fleetwatch.server.repo.ports import list_ports
 from fleetwatch.server.schemas.common import error_responses
 from fleetwatch.server.schemas.fields import INT32_MAX, Text
 from fleetwatch.server.schemas.fleet import NodeDetail, NodesPublic, NodeState
+from fleetwatch.server.schemas.ports import NodePortsPublic
 
 __all__ = ["router"]
 
@@ -66,3 +68,18 @@ def read_node(name: Text, db: DatabaseDep, liveness: LivenessDep, _token: ReadAu
     """The node's state, labels and boot id, with each GPU's identity and latest sample."""
     with db.read() as conn:
         return get_node(conn, name=name, now=liveness.clock(), liveness=liveness)
+
+
+@router.get(
+    "/{name}/ports",
+    response_model=NodePortsPublic,
+    responses=error_responses(404),
+    summary="One node's network adapter ports",
+)
+def read_node_ports(name: Text, db: DatabaseDep, _token: ReadAuth) -> NodePortsPublic:
+    """Each InfiniBand or RoCE port of the node as last read (the agent's ``infiniband``
+    collector), with the per-second rates of its counters since the reading before; empty for
+    a node that sends no ports."""
+    with db.read() as conn:
+        ports = list_ports(conn, node_id=node_id_of(conn, name=name))
+    return NodePortsPublic(node=name, data=ports, count=len(ports))

@@ -1,0 +1,121 @@
+"""Network adapter ports: the newest reading of each, and its counters' rates since the one before.
+
+A batch may carry several readings of one port (one per collection since the last push). They are
+taken in time order after the stored one; each reading's rates are counted from the reading
+before it, with counter resets handled as for GPU counters (:mod:`fleetwatch.rules.rates`: a
+counter that dropped, or a changed boot id, counts from zero). A reading no newer than the stored
+one (a replay, a clock stepped back) changes nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from sqlalchemy import Connection, and_, insert, select, update
+
+from fleetwatch.rules.rates import CounterReading, counter_rates
+from fleetwatch.server.db.tables import node_ports
+from fleetwatch.server.schemas.ports import PortPublic
+
+__all__ = ["COUNTER_KINDS", "list_ports", "port_readings", "store_ports"]
+
+COUNTER_KINDS = ("counters", "hw_counters")
+_STATE = (
+    "link_layer",
+    "node_guid",
+    "netdev",
+    "state",
+    "state_code",
+    "phys_state",
+    "phys_state_code",
+    "rate_gbps",
+    "link_width",
+    "link_speed",
+    *COUNTER_KINDS,
+)
+_Key = tuple[str, int]
+
+
+def port_readings(ports: Iterable[Any] | None) -> list[dict[str, Any]]:
+    """A batch's ports as plain dicts (absent fields left out): the server's structs already
+    hold dicts; tools and tests may pass the wire's ``PortSample`` models."""
+    return [p if isinstance(p, dict) else p.model_dump(exclude_none=True) for p in ports or ()]
+
+
+def store_ports(
+    conn: Connection, readings: Sequence[dict[str, Any]], *, node_id: int, boot_id: str | None
+) -> int:
+    """Keep the newest reading of each port of ``node_id``; the number of ports updated."""
+    if not readings:
+        return 0
+    stored = {
+        (row.device, row.port): row._asdict()
+        for row in conn.execute(select(node_ports).where(node_ports.c.node_id == node_id))
+    }
+    newest: dict[_Key, dict[str, Any]] = {}
+    for reading in sorted(readings, key=lambda r: r["ts"]):
+        key = (reading["device"], reading["port"])
+        before = newest.get(key) or stored.get(key)
+        if before is not None and reading["ts"] <= before["ts"]:
+            continue
+        newest[key] = _row(reading, before, node_id=node_id, boot_id=boot_id)
+    for key, row in newest.items():
+        if key in stored:
+            conn.execute(
+                update(node_ports)
+                .where(
+                    and_(
+                        node_ports.c.node_id == node_id,
+                        node_ports.c.device == key[0],
+                        node_ports.c.port == key[1],
+                    )
+                )
+                .values(row)
+            )
+        else:
+            conn.execute(insert(node_ports).values(row))
+    return len(newest)
+
+
+def _row(
+    reading: dict[str, Any], before: dict[str, Any] | None, *, node_id: int, boot_id: str | None
+) -> dict[str, Any]:
+    row = {name: reading.get(name) for name in _STATE}
+    row.update(node_id=node_id, device=reading["device"], port=reading["port"], ts=reading["ts"])
+    row["boot_id"] = boot_id
+    row["rates"], row["rates_since"] = None, None
+    if before is not None:
+        rates = {
+            kind: _rates(before, row, kind)
+            for kind in COUNTER_KINDS
+            if before.get(kind) and row.get(kind)
+        }
+        if any(rates.values()):
+            row["rates"], row["rates_since"] = rates, before["ts"]
+    return row
+
+
+def _rates(before: dict[str, Any], after: dict[str, Any], kind: str) -> dict[str, Any]:
+    """Per-second rate of each counter both readings have (a counter one lacks has none)."""
+    out = {}
+    for name, value in after[kind].items():
+        previous = before[kind].get(name)
+        if previous is None:
+            continue
+        pair = [
+            CounterReading(before["ts"], before["boot_id"], previous),
+            CounterReading(after["ts"], after["boot_id"], value),
+        ]
+        for point in counter_rates(pair):
+            out[name] = {k: point[k] for k in ("per_s", "increase", "reset")}
+    return out
+
+
+def list_ports(conn: Connection, *, node_id: int) -> list[PortPublic]:
+    rows = conn.execute(
+        select(node_ports)
+        .where(node_ports.c.node_id == node_id)
+        .order_by(node_ports.c.device, node_ports.c.port)
+    )
+    return [PortPublic.model_validate(row._asdict()) for row in rows]
