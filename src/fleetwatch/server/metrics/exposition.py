@@ -4,11 +4,16 @@ Two pages, disjoint, so that no sum in PromQL counts a series twice:
 
 - the default page, small at any fleet size: ``fleetwatch_node_up{node}`` and
   ``fleetwatch_nodes{state}``; the fleet's event counters ``fleetwatch_fleet_xid_events_total{xid}``
-  and ``fleetwatch_fleet_events_total{kind}``;
+  and ``fleetwatch_fleet_events_total{kind}``; host errors (kernel-log kinds sxid, pcie_aer, mce,
+  edac) by severity, ``fleetwatch_fleet_host_events_total{kind,severity}``, every severity the wire
+  names for each kind exported even at 0 (so ``increase()`` sees the first one);
 - a shard's page (:mod:`~fleetwatch.server.metrics.shards`), for the shard's nodes only:
   the per-GPU families of :mod:`~fleetwatch.server.metrics.gpu_exposition`,
   ``fleetwatch_node_info``, ``fleetwatch_node_last_seen_timestamp_seconds``,
-  ``fleetwatch_xid_events_total{node,gpu,uuid,xid}`` and ``fleetwatch_events_total{node,kind}``.
+  ``fleetwatch_xid_events_total{node,gpu,uuid,xid}``, ``fleetwatch_events_total{node,kind}`` and
+  ``fleetwatch_host_events_total{node,kind,severity}`` (nodes that had one).
+
+A host event that carried no severity is counted without the ``severity`` label.
 
 Node liveness follows this process's :class:`~fleetwatch.server.judge.liveness.Liveness`, as the
 alerter and the planner do. An *unheard* node (silent since before the server started, still in
@@ -30,7 +35,15 @@ from fleetwatch.server.metrics.fleet_cache import CachedNode, FleetCache
 from fleetwatch.server.metrics.gpu_exposition import load_gpu_rows, render_gpu_families
 from fleetwatch.server.metrics.text import escape_label, family_header
 
-__all__ = ["FleetExposition"]
+__all__ = ["HOST_SEVERITIES", "FleetExposition"]
+
+# The severities each kernel-log kind's events carry (``Event.details.severity``, telemetry.py).
+HOST_SEVERITIES: dict[str, tuple[str, ...]] = {
+    "edac": ("corrected", "uncorrected"),
+    "mce": ("corrected", "deferred", "fatal", "uncorrected"),
+    "pcie_aer": ("corrected", "fatal", "non_fatal"),
+    "sxid": ("correctable", "fatal", "non_fatal"),
+}
 
 
 class FleetExposition:
@@ -90,6 +103,11 @@ class FleetExposition:
         by_kind: Counter[str] = Counter()
         for (_node, kind), n in counts.kinds.items():
             by_kind[kind] += n
+        host: Counter[tuple[str, str | None]] = Counter(
+            {(k, s): 0 for k, severities in HOST_SEVERITIES.items() for s in severities}
+        )
+        for (_node, kind, severity), n in counts.host.items():
+            host[(kind, severity)] += n
         return "".join(
             [
                 family_header(
@@ -109,6 +127,16 @@ class FleetExposition:
                 *(
                     f'fleetwatch_fleet_events_total{{kind="{escape_label(k)}"}} {n}\n'
                     for k, n in sorted(by_kind.items())
+                ),
+                family_header(
+                    "fleetwatch_fleet_host_events_total",
+                    "counter",
+                    "Host errors from the kernel log (sxid, pcie_aer, mce, edac) reported by the "
+                    "whole fleet, by kind and severity.",
+                ),
+                *(
+                    f"fleetwatch_fleet_host_events_total{{{_host_labels(k, s)}}} {n}\n"
+                    for (k, s), n in sorted(host.items(), key=lambda kv: (kv[0][0], kv[0][1] or ""))
                 ),
             ]
         )
@@ -181,6 +209,16 @@ class FleetExposition:
             f"{n}\n"
             for node, kind, n in mine_kinds
         ]
+        mine_host = sorted(
+            ((names[node_id], kind, severity or ""), n)
+            for (node_id, kind, severity), n in counts.host.items()
+            if node_id in names
+        )
+        host = [
+            f'fleetwatch_host_events_total{{node="{escape_label(node)}",'
+            f"{_host_labels(kind, severity or None)}}} {n}\n"
+            for (node, kind, severity), n in mine_host
+        ]
         out = []
         if xids:
             out += [
@@ -194,4 +232,20 @@ class FleetExposition:
                 family_header("fleetwatch_events_total", "counter", "Events reported, by kind."),
                 *kinds,
             ]
+        if host:
+            out += [
+                family_header(
+                    "fleetwatch_host_events_total",
+                    "counter",
+                    "Host errors from the kernel log (sxid, pcie_aer, mce, edac), by kind and "
+                    "severity.",
+                ),
+                *host,
+            ]
         return "".join(out)
+
+
+def _host_labels(kind: str, severity: str | None) -> str:
+    if severity is None:
+        return f'kind="{escape_label(kind)}"'
+    return f'kind="{escape_label(kind)}",severity="{escape_label(severity)}"'

@@ -20,6 +20,7 @@ from typing import Any
 
 from sqlalchemy import func, select
 
+from fleetwatch.rules.host_errors import HOST_KINDS
 from fleetwatch.server.db.base import utcnow
 from fleetwatch.server.db.session import Database
 from fleetwatch.server.db.tables import events, nodes
@@ -28,6 +29,8 @@ from fleetwatch.server.metrics.shards import Shard, node_hash
 __all__ = ["IDS_PER_QUERY", "CachedNode", "EventCounts", "FleetCache"]
 
 _OVERLAP = timedelta(seconds=30)
+# A kernel-log event's severity (``details.severity``; fatal, corrected, ...), as text.
+_SEVERITY = events.c.details["severity"].as_string().label("severity")
 # Node ids per IN (...) list: well under SQLite's oldest limit of 999 bound parameters.
 IDS_PER_QUERY = 500
 
@@ -44,10 +47,12 @@ class CachedNode:
 @dataclass(frozen=True)
 class EventCounts:
     """Events counted since the database began: Xids by (node id, GPU uuid, code), every event
-    by (node id, kind). Copies, safe to read without the cache's lock."""
+    by (node id, kind), host errors (sxid, pcie_aer, mce, edac) by (node id, kind, severity;
+    ``None`` where the event carried none). Copies, safe to read without the cache's lock."""
 
     xids: dict[tuple[int, str, int], int]
     kinds: dict[tuple[int, str], int]
+    host: dict[tuple[int, str, str | None], int]
 
 
 class FleetCache:
@@ -67,6 +72,7 @@ class FleetCache:
         self._seen_events: dict[int, datetime] = {}
         self._xids: dict[tuple[int, str, int], int] = {}
         self._kinds: dict[tuple[int, str], int] = {}
+        self._host: dict[tuple[int, str, str | None], int] = {}
 
     def nodes(self, shard: Shard | None = None) -> list[CachedNode]:
         """Every node (of ``shard``), sorted by name."""
@@ -88,7 +94,7 @@ class FleetCache:
     def event_counts(self) -> EventCounts:
         self.refresh()
         with self._lock:
-            return EventCounts(dict(self._xids), dict(self._kinds))
+            return EventCounts(dict(self._xids), dict(self._kinds), dict(self._host))
 
     def refresh(self, *, force: bool = False) -> None:
         with self._lock:
@@ -127,6 +133,7 @@ class FleetCache:
                 events.c.gpu_uuid,
                 events.c.kind,
                 events.c.xid,
+                _SEVERITY,
                 events.c.received_at,
             ).where(events.c.received_at >= since)
         )
@@ -134,7 +141,7 @@ class FleetCache:
             if row.id in self._seen_events:
                 continue
             self._seen_events[row.id] = row.received_at
-            self._count(row.node_id, row.gpu_uuid, row.kind, row.xid, 1)
+            self._count(row.node_id, row.gpu_uuid, row.kind, row.xid, row.severity, 1)
             self._event_mark = max(self._event_mark, row.received_at)
         horizon = self._event_mark - 2 * _OVERLAP
         self._seen_events = {i: t for i, t in self._seen_events.items() if t >= horizon}
@@ -150,21 +157,31 @@ class FleetCache:
                 events.c.gpu_uuid,
                 events.c.kind,
                 events.c.xid,
+                _SEVERITY,
                 func.count().label("n"),
             )
             .where(events.c.received_at < since)
-            .group_by(events.c.node_id, events.c.gpu_uuid, events.c.kind, events.c.xid)
+            .group_by(events.c.node_id, events.c.gpu_uuid, events.c.kind, events.c.xid, _SEVERITY)
         )
         for row in grouped:
-            self._count(row.node_id, row.gpu_uuid, row.kind, row.xid, row.n)
+            self._count(row.node_id, row.gpu_uuid, row.kind, row.xid, row.severity, row.n)
 
     def _count(
-        self, node_id: int | None, uuid: str | None, kind: str, xid: int | None, n: int
+        self,
+        node_id: int | None,
+        uuid: str | None,
+        kind: str,
+        xid: int | None,
+        severity: str | None,
+        n: int,
     ) -> None:
         if node_id is None:
             return  # fleet-wide events (model wear-out) have no node label to count under
         key = (node_id, kind)
         self._kinds[key] = self._kinds.get(key, 0) + n
+        if kind in HOST_KINDS:
+            hkey = (node_id, kind, severity)
+            self._host[hkey] = self._host.get(hkey, 0) + n
         if kind == "xid" and xid is not None:
             xkey = (node_id, uuid or "", xid)
             self._xids[xkey] = self._xids.get(xkey, 0) + n

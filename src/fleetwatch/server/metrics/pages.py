@@ -3,11 +3,13 @@
 The **default page** carries what only FleetWatch knows and what alerts read, and stays small at
 any fleet size (one series per node for a handful of families, one per GPU only where the GPU
 has a verdict): the process's own counters (ingest, background jobs, leadership, storage), node
-state, the fleet's event counters, risk and verdicts, straggler ratios, evictions.
+state, the fleet's event counters (host errors by kind and severity among them), port counts by
+state and the nodes with a port down or degraded, risk and verdicts, straggler ratios, evictions.
 
 A **shard** (``?shard=i&shards=n``) carries the per-GPU series and the per-node detail of its
 nodes (see :mod:`~fleetwatch.server.metrics.shards`): the GPUs' newest telemetry, identity and
-failure probabilities, per-GPU Xid counts, node labels and last-seen times, slowness scores.
+failure probabilities, per-GPU Xid counts, node labels and last-seen times, slowness scores,
+and each network adapter port's state, rate and error counters (about one port per GPU).
 None of the process's own counters: ``n`` shards would count them ``n`` times.
 
 No family is on both (a sum over the default job and the shard job never counts twice), and the
@@ -23,6 +25,7 @@ from fleetwatch.server.db.session import Database
 from fleetwatch.server.judge.assessment import FleetAssessment
 from fleetwatch.server.metrics.eviction_exposition import render_evictions
 from fleetwatch.server.metrics.exposition import FleetExposition
+from fleetwatch.server.metrics.port_exposition import render_port_summary, render_ports
 from fleetwatch.server.metrics.risk_exposition import render_gpu_risk, render_risk
 from fleetwatch.server.metrics.shards import Shard
 from fleetwatch.server.metrics.straggler_exposition import render_slowness, render_straggler_ratios
@@ -42,6 +45,7 @@ def default_page(
         [
             generate_latest(registry).decode(),
             fleet.render(),
+            render_port_summary(db, {node.id: node.name for node in fleet.cache.nodes()}),
             render_risk(snapshot, settings.risk_horizons_h),
             render_straggler_ratios(db),
             render_evictions(db, settings.drain_budget_pct),
@@ -62,6 +66,7 @@ def shard_page(
     return "".join(
         [
             fleet.render_shard(members, whole_fleet=shard.count == 1),
+            render_ports(db, {node.id: node.name for node in members}),
             render_gpu_risk(snapshot, settings.risk_horizons_h, names),
             render_slowness(db, shard),
         ]
