@@ -10,6 +10,7 @@ from typing import Any
 from grafana_foundation_sdk.builders import dashboard as dash
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
 
+from fleetwatch.dashboards.fabric import fabric
 from fleetwatch.dashboards.fleet import fleet_health
 from fleetwatch.dashboards.gpu import gpu_detail
 from fleetwatch.dashboards.reliability import reliability
@@ -30,6 +31,7 @@ DASHBOARDS: dict[str, Callable[[], dash.Dashboard]] = {
     "gpu-detail": gpu_detail,
     "stragglers": stragglers,
     "reliability": reliability,
+    "fabric": fabric,
 }
 
 

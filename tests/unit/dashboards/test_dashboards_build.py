@@ -77,3 +77,20 @@ def test_fleet_health_has_the_panels_an_operator_looks_for() -> None:
         "Drain budget",
     ):
         assert wanted in titles
+
+
+def test_fabric_has_the_panels_an_operator_looks_for() -> None:
+    doc = build_all()["fabric"]
+    titles = {p["title"] for p in doc["panels"]}
+    for wanted in (
+        "Ports down",
+        "Degraded links",
+        "Nodes with a port down",
+        "Port errors per second",
+        "Link flaps per port (link_downed, last hour)",
+        "RoCE retransmissions per second",
+        "Host errors by kind and severity (per hour)",
+    ):
+        assert wanted in titles
+    used = {m for _, q in panel_queries(doc) for m in re.findall(r"\bfleetwatch_[a-z0-9_]+", q)}
+    assert {"fleetwatch_ports", "fleetwatch_fleet_host_events_total"} <= used

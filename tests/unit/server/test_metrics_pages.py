@@ -1,14 +1,17 @@
 """Every metric a Grafana panel or an alert rule reads is on a /metrics page that the shipped
-scrape config scrapes: the default page or a shard. Alerts read the default page only.
+scrape config scrapes: the default page or a shard. Alerts read the default page only, but for
+the fabric group's, which read each port's counters on the shards.
 
 A small fleet that makes every family appear: full GPU samples, an Xid 79 (a fatal verdict), a
-fitted risk model and an assessment, straggler ratios and slowness scores.
+fitted risk model and an assessment, straggler ratios and slowness scores, network ports (one
+down, one degraded, a RoCE port; two readings, so rates) and host errors.
 """
 
 from __future__ import annotations
 
 import re
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 import yaml
@@ -33,6 +36,22 @@ FLAGS = {
 }
 
 
+def _ports(at: datetime, tick: int) -> list[dict[str, Any]]:
+    def port(device: str, **fields: Any) -> dict[str, Any]:
+        return {"device": device, "port": 1, "ts": at.isoformat(), "link_layer": "InfiniBand",
+                "state": "ACTIVE", "state_code": 4, "phys_state": "LinkUp", "phys_state_code": 5,
+                "rate_gbps": 400.0, "link_width": 4} | fields  # fmt: skip
+
+    counters = {"symbol_error": tick, "link_downed": tick, "link_error_recovery": tick,
+                "port_rcv_errors": tick, "port_xmit_discards": tick}  # fmt: skip
+    return [
+        port("mlx5_0", netdev="ib0", counters=counters),
+        port("mlx5_1", state="DOWN", state_code=1, phys_state="Polling", phys_state_code=2),
+        port("mlx5_2", rate_gbps=200.0, link_width=2),
+        port("mlx5_bond_0", link_layer="Ethernet", hw_counters={"roce_adp_retrans": tick}),
+    ]
+
+
 def _names(expr: str) -> set[str]:
     return set(re.findall(r"\bfleetwatch_[a-z0-9_]+", expr))
 
@@ -51,13 +70,15 @@ def pages(client: TestClient, push: Push, db: Database, tokens: dict[str, str]) 
         for metric in GPU_METRICS:
             sample.setdefault(metric.field, False if metric.field in FLAGS else 1)
     bus = batch["gpus"][1]["pci_bus_id"]
+    now = datetime.now(UTC)
     batch["events"] = [
-        {"kind": "xid", "ts": datetime.now(UTC).isoformat(), "xid": 79, "pci_bus_id": bus}
+        {"kind": "xid", "ts": now.isoformat(), "xid": 79, "pci_bus_id": bus},
+        {"kind": "mce", "ts": now.isoformat(), "details": {"severity": "corrected"}},
     ]
+    batch["ports"] = _ports(now - timedelta(seconds=20), 0) + _ports(now - timedelta(seconds=10), 1)
     assert push(batch).status_code == 200
     assert push(make_batch("node-b", gpus=2)).status_code == 200
     client.app.state.assessor.run_once()  # type: ignore[attr-defined]
-    now = datetime.now(UTC)
     with db.write() as conn:
         ratios = {"node-a": 1.3, "node-b": 1.0}
         conn.execute(
@@ -97,9 +118,17 @@ def _dashboard_names() -> dict[str, set[str]]:
     return used
 
 
-def _alert_names() -> set[str]:
+def _alert_names(*, fabric: bool) -> set[str]:
+    """Metrics the alerts of the fabric group (``fabric``) or of every other group read."""
     groups = yaml.safe_load(RULES.read_text())["groups"]
-    return set().union(*(_names(r["expr"]) for g in groups for r in g["rules"]))
+    return set().union(
+        *(
+            _names(r["expr"])
+            for g in groups
+            if (g["name"] == "fleetwatch-fabric") == fabric
+            for r in g["rules"]
+        )
+    )
 
 
 def test_every_dashboard_metric_is_on_a_scraped_page(pages: dict[str, set]) -> None:
@@ -110,9 +139,15 @@ def test_every_dashboard_metric_is_on_a_scraped_page(pages: dict[str, set]) -> N
 
 
 def test_every_alert_reads_the_default_page(pages: dict[str, set]) -> None:
-    used = _alert_names()
+    used = _alert_names(fabric=False)
     assert len(used) >= 8
     assert used - pages["default"] == set()
+
+
+def test_fabric_alerts_read_a_scraped_page(pages: dict[str, set]) -> None:
+    used = _alert_names(fabric=True)
+    assert {"fleetwatch_node_ports_down", "fleetwatch_port_link_downed_total"} <= used
+    assert used - (pages["default"] | pages["shards"]) == set()
 
 
 def test_the_pages_share_no_series_name(pages: dict[str, set]) -> None:
@@ -121,3 +156,9 @@ def test_the_pages_share_no_series_name(pages: dict[str, set]) -> None:
         "shards"
     ]
     assert {"fleetwatch_gpu_verdict", "fleetwatch_node_up", "fleetwatch_gpus"} <= pages["default"]
+    # Ports: one series per port on the shards; the default page has fleet counts and the nodes
+    # with a problem.
+    assert {"fleetwatch_port_state", "fleetwatch_port_symbol_errors_total"} <= pages["shards"]
+    assert {"fleetwatch_ports", "fleetwatch_node_ports_down"} <= pages["default"]
+    assert {"fleetwatch_fleet_host_events_total"} <= pages["default"]
+    assert {"fleetwatch_host_events_total"} <= pages["shards"]
