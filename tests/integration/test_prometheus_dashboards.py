@@ -1,9 +1,12 @@
 """Real Prometheus scrapes a real FleetWatch server fed by a simulated fleet: every query of every
-generated Grafana dashboard returns data, and the fatal-verdict alert fires after an Xid 79.
+generated Grafana dashboard returns data, the fatal-verdict alert fires after an Xid 79 and the
+port-down alert for a port that is down.
 
 The fleet: three ``fleetwatch agent --collectors sim`` processes (a ``fleetwatch sim init`` fleet),
 plus one node whose batches this test pushes itself with every GPU field filled (so the GPU
-detail dashboard, templated on that node and GPU 1, has every series) and an Xid 79 on GPU 1;
+detail dashboard, templated on that node and GPU 1, has every series), an Xid 79 on GPU 1, a
+corrected machine check and four network ports (one down, one trained at half rate, a RoCE port;
+their counters grow with every batch, so the fabric dashboard's rates have data);
 step reports of a job with one slow node for the straggler panels; a stored risk model for the
 probabilities. Prometheus (``/usr/bin/prometheus``) scrapes with the shipped scrape config
 (dashboards/prometheus/prometheus.yml: the default page and 16 shards) every second with the read
@@ -63,15 +66,41 @@ def _full_sample(sample: dict[str, Any], tick: int) -> dict[str, Any]:
     return sample
 
 
+def _ports(tick: int) -> list[dict[str, Any]]:
+    """mlx5_0 healthy with every error counter, mlx5_1 down, mlx5_2 at half rate (degraded
+    beside mlx5_0), a RoCE port retransmitting."""
+    now = datetime.now(UTC).isoformat()
+
+    def port(device: str, **fields: Any) -> dict[str, Any]:
+        return {"device": device, "port": 1, "ts": now, "link_layer": "InfiniBand",
+                "state": "ACTIVE", "state_code": 4, "phys_state": "LinkUp", "phys_state_code": 5,
+                "rate_gbps": 400.0, "link_width": 4} | fields  # fmt: skip
+
+    counters = {"symbol_error": tick, "link_downed": 0, "link_error_recovery": tick,
+                "port_rcv_errors": tick, "port_xmit_discards": tick}  # fmt: skip
+    return [
+        port("mlx5_0", netdev="ib0", counters=counters),
+        port("mlx5_1", state="DOWN", state_code=1, phys_state="Polling", phys_state_code=2,
+             rate_gbps=10.0, counters={"link_downed": tick}),
+        port("mlx5_2", rate_gbps=200.0, link_width=2, counters=counters),
+        port("mlx5_bond_0", link_layer="Ethernet", netdev="bond0", rate_gbps=100.0,
+             hw_counters={"roce_adp_retrans": 3 * tick}),
+    ]  # fmt: skip
+
+
 def _node_batch(tick: int, *, xid: bool) -> dict[str, Any]:
     batch = make_batch(NODE, gpus=2, ticks=1, interval_s=2.0)
     batch["node"]["labels"] = {"cluster": "it", "row": "a", "rack": "r7"}
     batch["samples"] = [_full_sample(s, tick) for s in batch["samples"]]
+    batch["ports"] = _ports(tick)
     if xid:
         bus = batch["gpus"][1]["pci_bus_id"]
+        now = datetime.now(UTC).isoformat()
         batch["events"] = [
-            {"kind": "xid", "ts": datetime.now(UTC).isoformat(), "xid": 79, "pci_bus_id": bus,
-             "message": f"NVRM: Xid (PCI:{bus}): 79, pid=1234, GPU has fallen off the bus."}
+            {"kind": "xid", "ts": now, "xid": 79, "pci_bus_id": bus,
+             "message": f"NVRM: Xid (PCI:{bus}): 79, pid=1234, GPU has fallen off the bus."},
+            {"kind": "mce", "ts": now, "details": {"severity": "corrected", "bank": 5},
+             "message": "mce: [Hardware Error]: Machine check events logged"},
         ]  # fmt: skip
     return batch
 
@@ -218,12 +247,13 @@ def _dashboard_queries() -> list[tuple[str, str]]:
     ]
 
 
-def _fatal_alerts(prom: str) -> list[dict[str, Any]]:
+def _firing(prom: str, name: str) -> list[dict[str, Any]]:
     alerts = httpx.get(f"{prom}/api/v1/alerts", timeout=10).json()["data"]["alerts"]
-    return [
-        a for a in alerts
-        if a["labels"]["alertname"] == "FleetWatchGpuFatalVerdict" and a["state"] == "firing"
-    ]  # fmt: skip
+    return [a for a in alerts if a["labels"]["alertname"] == name and a["state"] == "firing"]
+
+
+def _fatal_alerts(prom: str) -> list[dict[str, Any]]:
+    return _firing(prom, "FleetWatchGpuFatalVerdict")
 
 
 def test_every_dashboard_query_returns_data_from_a_live_fleet(
@@ -263,11 +293,13 @@ def test_every_dashboard_query_returns_data_from_a_live_fleet(
                     agent.post("/v1/ingest", json=_node_batch(tick, xid=False))
                     tick += 1
                     empty = [(t, q) for t, q in queries if not _query(prom, q)]
-                    if not empty and _fatal_alerts(prom):
+                    if not empty and _fatal_alerts(prom) and _firing(prom, "FleetWatchPortDown"):
                         break
                     time.sleep(1.0)
             names = httpx.get(f"{prom}/api/v1/label/__name__/values", timeout=10).json()["data"]
             fatal = _fatal_alerts(prom)
+            port_down = _firing(prom, "FleetWatchPortDown")
+            ports = _query(prom, "count by (node, device) (fleetwatch_port_state)")
             shard_targets = _query(prom, 'up{job="fleetwatch-shards"}')
             gpus_per_node = _query(prom, "count by (node, gpu) (fleetwatch_gpu_info)")
         finally:
@@ -281,4 +313,12 @@ def test_every_dashboard_query_returns_data_from_a_live_fleet(
     assert used - set(names) == set(), "dashboards query metrics Prometheus never scraped"
     assert {(a["labels"]["node"], a["labels"]["gpu"]) for a in fatal} == {(NODE, GPU)}, fatal
     assert all(a["labels"]["severity"] == "critical" and "79" in a["labels"]["rule"] for a in fatal)
+    # The fabric: the down port pages for its node; each port is scraped from one shard only.
+    assert [(a["labels"]["node"], a["labels"]["severity"]) for a in port_down] == [
+        (NODE, "critical")
+    ], port_down
+    assert sorted(p["metric"]["device"] for p in ports if p["metric"]["node"] == NODE) == [
+        "mlx5_0", "mlx5_1", "mlx5_2", "mlx5_bond_0"
+    ], ports  # fmt: skip
+    assert all(p["value"][1] == "1" for p in ports), ports
     assert all("Traceback" not in log for log in logs.values()), logs
