@@ -5,9 +5,12 @@ bulk SQL with what a fleet of N nodes x 8 GPUs leaves behind: every node and GPU
 sample (all canonical fields), node labels (cluster, row, rack), an application Xid on every
 10th node and a double-bit-error Xid (48, a fatal verdict) on every ``--fatal-every``-th GPU,
 straggler ratios of the newest window for every node (jobs of 64 nodes) and a slowness score per
-node, and a fitted risk model. Then it starts the real ``fleetwatch server`` on it (background
-jobs off, so that nothing else competes for the 2 cores: the one assessment is requested through
-``GET /v1/risk``), and times scrapes over loopback HTTP, as Prometheus makes them:
+node, a fitted risk model, ``--ports-per-node`` network ports per node (InfiniBand, 400 Gb/s,
+with counters and rates; a port down on every 100th node, one at 200 Gb/s on every 50th), a
+corrected machine check on every 20th node and a fatal SXid on every 500th. Then it starts the
+real ``fleetwatch server`` on it (background jobs off, so that nothing else competes for the 2
+cores: the one assessment is requested through ``GET /v1/risk``), and times scrapes over loopback
+HTTP, as Prometheus makes them:
 
 - the default page (``/metrics``): cold, repeated, gzip; and after every GPU and node reported
   anew (a bulk UPDATE of ``gpus`` and ``nodes``; the cache TTL waited out);
@@ -50,7 +53,14 @@ from fleetwatch.models.registry import RiskBundle
 from fleetwatch.server.auth import create_token
 from fleetwatch.server.db.migrate import upgrade
 from fleetwatch.server.db.session import Database, make_engine
-from fleetwatch.server.db.tables import events, gpus, node_slowness, nodes, straggler_state
+from fleetwatch.server.db.tables import (
+    events,
+    gpus,
+    node_ports,
+    node_slowness,
+    nodes,
+    straggler_state,
+)
 from fleetwatch.server.repo.models import store_model
 
 GPUS_PER_NODE = 8
@@ -99,6 +109,42 @@ def _sample(tick: int) -> dict[str, Any]:
     }
 
 
+# What an HCA's counters/ folder holds besides the five error counters the metrics export.
+_OTHER_COUNTERS = (
+    "excessive_buffer_overrun_errors", "local_link_integrity_errors", "multicast_rcv_packets",
+    "multicast_xmit_packets", "port_rcv_constraint_errors", "port_rcv_data", "port_rcv_packets",
+    "port_rcv_remote_physical_errors", "port_rcv_switch_relay_errors",
+    "port_xmit_constraint_errors", "port_xmit_data", "port_xmit_packets", "port_xmit_wait",
+    "unicast_rcv_packets", "unicast_xmit_packets", "VL15_dropped",
+)  # fmt: skip
+_ERROR_COUNTERS = (
+    "symbol_error", "link_downed", "link_error_recovery", "port_rcv_errors", "port_xmit_discards",
+)  # fmt: skip
+
+
+def port_rows(n_nodes: int, per_node: int, now: datetime) -> list[dict[str, Any]]:
+    """Each node's ports as ``node_ports`` keeps them: newest reading, counters, their rates."""
+    counters = dict.fromkeys(_OTHER_COUNTERS, 1000) | dict.fromkeys(_ERROR_COUNTERS, 3)
+    rates = {"counters": {name: {"per_s": 0.0, "increase": 0, "reset": False}
+                          for name in counters}}  # fmt: skip
+    rows = []
+    for n in range(n_nodes):
+        for i in range(per_node):
+            down = n % 100 == 0 and i == per_node - 1
+            rows.append({
+                "node_id": n + 1, "device": f"mlx5_{i}", "port": 1, "ts": now,
+                "boot_id": "boot-1", "link_layer": "InfiniBand",
+                "node_guid": f"0a7f:bc12:{n % 65536:04x}:{i:04x}", "netdev": f"ib{i}",
+                "state": "DOWN" if down else "ACTIVE", "state_code": 1 if down else 4,
+                "phys_state": "Polling" if down else "LinkUp",
+                "phys_state_code": 2 if down else 5,
+                "rate_gbps": 200.0 if n % 50 == 0 and i == 3 else 400.0,
+                "link_width": 4, "link_speed": "NDR", "counters": counters,
+                "rates": rates, "rates_since": now - timedelta(seconds=10),
+            })  # fmt: skip
+    return rows
+
+
 def node_name(n: int) -> str:
     return f"gpu-node-{n:05d}"
 
@@ -112,8 +158,11 @@ def _chunks(rows: list[dict[str, Any]]) -> Iterator[list[dict[str, Any]]]:
         yield rows[start : start + CHUNK]
 
 
-def seed(db: Database, n_nodes: int, *, fatal_every: int, now: datetime) -> None:
-    """Nodes, GPUs with their newest sample, Xid events, straggler ratios and slowness scores."""
+def seed(
+    db: Database, n_nodes: int, *, fatal_every: int, ports_per_node: int, now: datetime
+) -> None:
+    """Nodes, GPUs with their newest sample, Xid events, straggler ratios, slowness scores,
+    network ports and host errors."""
     sample = _sample(1)
     with db.write() as conn:
         node_rows = [
@@ -173,8 +222,23 @@ def seed(db: Database, n_nodes: int, *, fatal_every: int, now: datetime) -> None
             }
             for g in range(0, n_nodes * GPUS_PER_NODE, fatal_every)
         ]
+        host = [(n, "mce", "corrected") for n in range(0, n_nodes, 20)]
+        host += [(n, "sxid", "fatal") for n in range(0, n_nodes, 500)]
+        host_rows = [
+            {
+                "node_id": n + 1,
+                "kind": kind,
+                "details": {"severity": severity},
+                "ts": now - timedelta(minutes=5),
+                "received_at": now - timedelta(minutes=5),
+            }
+            for n, kind, severity in host
+        ]
         for chunk in _chunks(event_rows):
             conn.execute(insert(events), chunk)
+        conn.execute(insert(events), host_rows)
+        for chunk in _chunks(port_rows(n_nodes, ports_per_node, now)):
+            conn.execute(insert(node_ports), chunk)
         rng = np.random.default_rng(5)
         ratios = rng.lognormal(0.0, 0.05, n_nodes)
         job_rows = [
@@ -330,6 +394,20 @@ def _print_page(title: str, body: bytes, gzipped: int, top: int = 12) -> None:
     rest = sum(sizes.values()) - sum(s for _, s in sizes.most_common(top))
     if rest:
         print(f"| ({len(sizes) - top} other families) | {rest / 1e6:.3f} |")
+    fabric = {k: v for k, v in sizes.items() if k.startswith(_FABRIC_PREFIXES)}
+    print(
+        f"fabric families (ports, host errors): {len(fabric)}, {sum(fabric.values())} bytes, "
+        f"{sum(1 for line in text.splitlines() if line.startswith(_FABRIC_PREFIXES))} series"
+    )
+
+
+_FABRIC_PREFIXES = (
+    "fleetwatch_port_",
+    "fleetwatch_ports",
+    "fleetwatch_node_ports_",
+    "fleetwatch_host_events",
+    "fleetwatch_fleet_host_events",
+)
 
 
 def main() -> None:
@@ -349,6 +427,7 @@ def main() -> None:
         "--shard-scrapes", type=int, default=None, help="default: --scrapes; 0 for an old server"
     )
     parser.add_argument("--fatal-every", type=int, default=1000)
+    parser.add_argument("--ports-per-node", type=int, default=GPUS_PER_NODE)
     parser.add_argument(
         "--no-risk-render",
         dest="risk_render",
@@ -375,7 +454,13 @@ def main() -> None:
         upgrade(db.engine)
         print(f"seeding {n_nodes} nodes x {GPUS_PER_NODE} GPUs ...", file=sys.stderr)
         started = time.perf_counter()
-        seed(db, n_nodes, fatal_every=args.fatal_every, now=datetime.now(UTC))
+        seed(
+            db,
+            n_nodes,
+            fatal_every=args.fatal_every,
+            ports_per_node=args.ports_per_node,
+            now=datetime.now(UTC),
+        )
         store_risk_model(db)
         with db.write() as conn:
             token, _ = create_token(conn, name="bench", scope="read")
