@@ -92,6 +92,14 @@ PORT_COUNTERS: tuple[PortCounter, ...] = (
     ),
 )
 
+_STATE_HELP = (
+    "Logical port state code as sysfs reads it (1 DOWN, 2 INIT, 3 ARMED, 4 ACTIVE, "
+    "5 ACTIVE_DEFER); the state label is its name."
+)
+_PHYS_STATE_HELP = (
+    "Physical port state code as sysfs reads it (2 Polling, 3 Disabled, 5 LinkUp, "
+    "6 LinkErrorRecovery, ...); the phys_state label is its name."
+)
 _PORT_COLUMNS = (
     node_ports.c.node_id,
     node_ports.c.device,
@@ -149,14 +157,11 @@ def render_ports(db: Database, node_names: Mapping[int, str]) -> str:
             if point is not None:
                 rates[i].append(f"{spec.rate}{{{labels}}} {point['per_s']!r}\n")
     families = [
-        ("fleetwatch_port_state", "Logical port state code as sysfs reads it (1 DOWN, 2 INIT, "
-         "3 ARMED, 4 ACTIVE, 5 ACTIVE_DEFER); the state label is its name.", state),
-        ("fleetwatch_port_phys_state", "Physical port state code as sysfs reads it (2 Polling, "
-         "3 Disabled, 5 LinkUp, 6 LinkErrorRecovery, ...); the phys_state label is its name.",
-         phys),
+        ("fleetwatch_port_state", _STATE_HELP, state),
+        ("fleetwatch_port_phys_state", _PHYS_STATE_HELP, phys),
         ("fleetwatch_port_rate_bits_per_second", "Link rate the port trained to.", rate),
         ("fleetwatch_port_link_width_lanes", "Lanes in use (4 for 4X).", width),
-    ]  # fmt: skip
+    ]
     out = [
         family_header(name, "gauge", text) + "".join(lines)
         for name, text, lines in families
