@@ -179,3 +179,12 @@ def test_a_shard_has_only_its_nodes_ports(known: None, scrape: Any) -> None:
     }
     assert "node-ib" in nodes
     assert all(node_hash(n) % 4 == node_hash("node-ib") % 4 for n in nodes)
+
+
+def test_a_netdev_with_a_quote_is_escaped(push: Push, scrape: Any) -> None:
+    batch = make_batch("node-q", gpus=1, start=T0)
+    batch["ports"] = [_port("mlx5_0", T0, netdev='ib"0\\')]
+    assert push(batch).status_code == 200
+    lines = scrape(WHOLE_FLEET)  # parses: the scrape fixture reads it as Prometheus would
+    labels = 'node="node-q",device="mlx5_0",port="1",netdev="ib\\"0\\\\"'
+    assert f'fleetwatch_port_state{{{labels},state="ACTIVE"}} 4' in lines

@@ -133,9 +133,10 @@ def render_ports(db: Database, node_names: Mapping[int, str]) -> str:
     totals: list[list[str]] = [[] for _ in PORT_COUNTERS]
     rates: list[list[str]] = [[] for _ in PORT_COUNTERS]
     for row in rows:
+        # Device names are [A-Za-z0-9._-]; a netdev may hold any printable but / (as Linux).
         labels = (
             f'node="{escape_label(node_names[row.node_id])}",device="{row.device}",'
-            f'port="{row.port}"' + (f',netdev="{row.netdev}"' if row.netdev else "")
+            f'port="{row.port}"' + (f',netdev="{escape_label(row.netdev)}"' if row.netdev else "")
         )
         if row.state_code is not None:
             name = f',state="{row.state}"' if row.state else ""
