@@ -202,10 +202,14 @@ def _flaps(rng: np.random.Generator, spec: FleetSpec, rail: int, end_s: float) -
         lasting = rng.uniform(*net.flap_down_seconds, size=high)
         retrains = rng.integers(1, 4, size=high)
         slowdown = round(float(rng.uniform(*net.flap_slowdown)), 3)
-        downs = tuple((_us(t + offsets[k]), _us(t + offsets[k] + lasting[k])) for k in range(count))
+        downs: list[tuple[float, float]] = []
+        for k in range(count):
+            # A link goes down again only once it is back up.
+            begin = max(t + offsets[k], downs[-1][1] + 1.0) if downs else t + offsets[k]
+            downs.append((_us(begin), _us(begin + lasting[k])))
         recoveries = tuple(a for (a, _), n in zip(downs, retrains, strict=False) for _ in range(n))
         end = max(_us(t + length), downs[-1][1])
-        out.append((LinkFault("flap", rail, _us(t), end, slowdown, downs, recoveries),))
+        out.append((LinkFault("flap", rail, _us(t), end, slowdown, tuple(downs), recoveries),))
     return out
 
 

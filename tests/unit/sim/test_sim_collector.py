@@ -36,6 +36,7 @@ def _as_batch(collector: SimCollector, collection: Collection, now: datetime) ->
         "gpus": [gpu.model_dump() for gpu in collection.gpus],
         "samples": [sample.model_dump() for sample in collection.samples],
         "events": [event.model_dump() for event in collection.events],
+        "ports": [port.model_dump() for port in collection.ports],
     }
     # A fast fleet replays its whole horizon of history: the server must be set to take it.
     history = timedelta(days=collector.fleet.spec.horizon_days + 1)
@@ -110,7 +111,7 @@ def test_a_silent_node_sends_nothing(fleet: SimFleet, truth: dict[str, Any]) -> 
     collector.collect(_real(fleet, start - timedelta(minutes=30)))
     during = collector.collect(_real(fleet, start + (end - start) / 2))
     quiet = collector.collect(_real(fleet, start + (end - start) * 0.75))
-    assert during.samples == [] and during.gpus == []
+    assert during.samples == [] and during.gpus == [] and during.ports == []
     assert quiet == Collection()
     assert collector.collect(_real(fleet, end + SECOND)).samples
 
@@ -136,9 +137,11 @@ def test_collections_validate_as_batches(spec: FleetSpec, fleet: SimFleet) -> No
     collector = SimCollector(spec, node, fleet=fleet)
     real = spec.real_start + timedelta(hours=1)
     collector.collect(real)
+    ports = 0
     for _ in range(50):
         real += timedelta(minutes=10)  # ~7 simulated hours a tick
-        _as_batch(collector, collector.collect(real), real)
+        ports += len(_as_batch(collector, collector.collect(real), real).ports or ())
+    assert ports >= 8 * 40  # 8 ports a collection, but while the node is silent
 
 
 def test_from_settings(spec: FleetSpec, tmp_path: Path) -> None:
