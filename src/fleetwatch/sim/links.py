@@ -156,19 +156,21 @@ def build_links(spec: FleetSpec, node: NodePlan, timeline: NodeTimeline) -> Node
     faults: list[LinkFault] = []
     end_s = spec.horizon_days * DAY
     for rail in range(net.ports_per_node):
-        port_rng = substream(spec.seed, Stream.LINKS, node.index, 1 + rail)
-        ports.append(_port(port_rng, spec, node, rail, roce))
-        drawn = _flaps(port_rng, spec, rail, end_s)
-        drawn += _degradations(port_rng, spec, rail, end_s)
-        drawn += _deaths(port_rng, spec, rail, end_s)
+        # One substream per port and kind, so that e.g. more flaps leave the degradations as
+        # they were.
+        constants, flaps, degradations, deaths = (
+            substream(spec.seed, Stream.LINKS, node.index, 1 + rail, part) for part in range(4)
+        )
+        ports.append(_port(constants, spec, rail, roce))
+        drawn = _flaps(flaps, spec, rail, end_s)
+        drawn += _degradations(degradations, spec, rail, end_s)
+        drawn += _deaths(deaths, spec, rail, end_s)
         faults += _kept(drawn, timeline)
     faults.sort(key=lambda f: (f.start_s, f.rail))
     return NodeLinks("RoCE" if roce else "InfiniBand", traffic_share, tuple(ports), faults)
 
 
-def _port(
-    rng: np.random.Generator, spec: FleetSpec, node: NodePlan, rail: int, roce: bool
-) -> PortPlan:
+def _port(rng: np.random.Generator, spec: FleetSpec, rail: int, roce: bool) -> PortPlan:
     net = spec.network
     symbol_per_s = float(rng.uniform(*net.symbol_errors_per_port_day)) / DAY
     if rng.random() < 0.3:
