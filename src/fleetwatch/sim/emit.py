@@ -124,9 +124,18 @@ def kernel_log_lines(fleet: SimFleet, node: str, t0: datetime, t1: datetime) -> 
     return [line for _, _, line in timed]
 
 
-def write_node_files(fleet: SimFleet, node: str, out_dir: Path, t0: datetime, t1: datetime) -> int:
+def write_node_files(
+    fleet: SimFleet,
+    node: str,
+    out_dir: Path,
+    t0: datetime,
+    t1: datetime,
+    *,
+    ports_written: dict[str, str] | None = None,
+) -> int:
     """Refresh ``<out_dir>/<node>/dcgm.prom`` and its ``infiniband`` tree for ``t1``, and append
-    ``(t0, t1]`` to its kern.log.
+    ``(t0, t1]`` to its kern.log. ``ports_written`` is the tree's memo, kept from call to call
+    (see :func:`~fleetwatch.sim.sysfs.write_infiniband_tree`).
 
     Returns the number of kernel-log lines appended.
     """
@@ -139,7 +148,7 @@ def write_node_files(fleet: SimFleet, node: str, out_dir: Path, t0: datetime, t1
         tmp = node_dir / f".{DCGM_FILE}.tmp"
         tmp.write_text(dcgm_exporter_text(fleet, node, t1))
         tmp.replace(prom)  # atomic: a reader sees the old scrape or the new one, never half
-        write_infiniband_tree(fleet, node, node_dir / INFINIBAND_DIR, t1)
+        write_infiniband_tree(fleet, node, node_dir / INFINIBAND_DIR, t1, written=ports_written)
     lines = kernel_log_lines(fleet, node, t0, t1)
     # Opened even with nothing to add, so that a follower finds the file from the first tick.
     with (node_dir / KERNEL_LOG_FILE).open("a") as handle:
@@ -175,8 +184,12 @@ def run_emitter(
     else:
         previous = t - timedelta(seconds=interval_s * fleet.spec.speed)
     ticks = 0
+    ports_written: dict[str, dict[str, str]] = {node: {} for node in names}
     while True:
-        lines = sum(write_node_files(fleet, node, out_dir, previous, t) for node in names)
+        lines = sum(
+            write_node_files(fleet, node, out_dir, previous, t, ports_written=ports_written[node])
+            for node in names
+        )
         ticks += 1
         logger.info(
             "wrote %d nodes at sim time %s, %d kernel-log lines", len(names), t.isoformat(), lines

@@ -234,3 +234,17 @@ def test_the_emitter_refreshes_each_nodes_ports(fleet: SimFleet, tmp_path: Path)
         assert tree.ports[0].counters is not None
         sent.append(tree.ports[0].counters["port_xmit_data"])
     assert sent[1] >= sent[0]
+
+
+def test_the_tree_writes_only_what_changed(fleet: SimFleet, tmp_path: Path) -> None:
+    node, t = fleet.node_names()[2], fleet.spec.start + timedelta(days=30)
+    written: dict[str, str] = {}
+    first = write_infiniband_tree(fleet, node, tmp_path, t, written=written)
+    assert first == len(written) > 8 * 40
+    assert write_infiniband_tree(fleet, node, tmp_path, t, written=written) == 0
+    later = write_infiniband_tree(fleet, node, tmp_path, t + timedelta(minutes=5), written=written)
+    assert 0 < later < first / 2
+    read = read_infiniband_tree(tmp_path)
+    assert [p.counters for p in read.ports] == [
+        p.counters for p in fleet.ports(node, t + timedelta(minutes=5))
+    ]
