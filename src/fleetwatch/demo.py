@@ -142,6 +142,8 @@ fail while you watch; the ground truth is in {data_dir / "sim" / "ground_truth.j
   Nodes         {url}/v1/nodes
   Risk          {url}/v1/risk?horizon=7d   (GPUs ranked: rule verdicts first, then the model)
   Models        {url}/v1/models            (refitted every 2 minutes as GPUs fail)
+  Ports         {url}/v1/nodes/<node>/ports  (8 InfiniBand or RoCE links a node; flaps and
+                degradations are in the ground truth's link_faults)
   Metrics       {url}/metrics        (Prometheus; needs a read token)
   Database      {database_url}
   Logs          {data_dir / "server.log"}, {data_dir / "agents"}/<node>/agent.log
@@ -155,6 +157,7 @@ Try:
   curl -s -H "Authorization: Bearer {tokens["read"]}" {url}/v1/nodes
   curl -s -H "Authorization: Bearer {tokens["read"]}" "{url}/v1/events?kind=xid"
   curl -s -H "Authorization: Bearer {tokens["read"]}" "{url}/v1/risk?horizon=7d&limit=5"
+  curl -s -H "Authorization: Bearer {tokens["read"]}" {url}/v1/nodes/sim-node-000/ports
   curl -s -H "Authorization: Bearer {tokens["read"]}" {url}/metrics | grep temperature
 
 Ctrl-C stops it; the data stays in {data_dir}/ for the next run.

@@ -65,6 +65,12 @@ def test_demo_prints_tokens_and_serves_a_live_fleet(tmp_path: Path) -> None:
             for i in range(2)
         ]
         assert sum(p.count("fleetwatch_gpu_temperature_celsius{") for p in gpu_pages) == 32
+        # Each simulated node's agent sends its 8 adapter ports with its GPUs (issue 13).
+        ports = httpx.get(
+            f"http://127.0.0.1:{port}/v1/nodes/sim-node-000/ports", headers=headers
+        ).json()
+        assert ports["count"] == 8, ports
+        assert {p["link_layer"] for p in ports["data"]} <= {"InfiniBand", "Ethernet"}
         # Every node's agent wrote its ground truth-backed fleet and its own log.
         assert (tmp_path / "demo/sim/ground_truth.json").is_file()
         assert len(list((tmp_path / "demo/agents").glob("*/agent.log"))) == 4

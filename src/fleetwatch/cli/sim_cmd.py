@@ -143,7 +143,8 @@ def emit(
     nodes: tuple[str, ...],
     from_start: bool,
 ) -> None:
-    """Keep per-node dcgm-exporter scrapes and kernel logs current, for real collectors."""
+    """Keep per-node dcgm-exporter scrapes, kernel logs and /sys/class/infiniband trees current,
+    for real collectors."""
     from fleetwatch.sim.emit import run_emitter
     from fleetwatch.sim.fleet import SimFleet
     from fleetwatch.sim.spec import FleetSpec

@@ -2,7 +2,8 @@
 
 Deterministic from a seed, so that one agent process per node, each with its own
 :class:`SimFleet`, tells one consistent story. See :mod:`fleetwatch.sim.fleet` for the API,
-:mod:`fleetwatch.sim.lifetimes` for the failure model and :mod:`fleetwatch.sim.emit` for the
+:mod:`fleetwatch.sim.lifetimes` for the failure model, :mod:`fleetwatch.sim.links` for the network
+adapter ports and their link faults, and :mod:`fleetwatch.sim.emit` for the
 dcgm-exporter and kernel-log formats.
 """
 
@@ -17,6 +18,7 @@ from fleetwatch.sim.spec import (
     FailureModel,
     FleetSpec,
     LayoutSpec,
+    NetworkSpec,
     SkuSpec,
 )
 from fleetwatch.sim.truth import write_ground_truth
@@ -28,6 +30,7 @@ __all__ = [
     "FailureModel",
     "FleetSpec",
     "LayoutSpec",
+    "NetworkSpec",
     "SimFleet",
     "SkuSpec",
     "dcgm_exporter_text",

@@ -30,6 +30,7 @@ class Stream:
     NVLINK = 5  # NVLink CRC bursts of a node
     PRECURSORS = 6  # warning events of a GPU that will fail
     SPURIOUS = 7  # false alarms (isolated row remaps) of a node
+    LINKS = 8  # network adapter ports of a node and their link faults
 
 
 def substream(seed: int, *path: int) -> np.random.Generator:

@@ -8,9 +8,11 @@
   pid=..., name=..., <message>``, the driver's "GPU has fallen off the bus" line, and the driver's
   load banner at each boot;
 * :func:`run_emitter`: keeps ``<out>/<node>/dcgm.prom`` current (replaced atomically each
-  interval, removed while the node is silent, as an exporter that cannot be reached) and appends
-  to ``<out>/<node>/kern.log``, so that the dcgm-exporter and kernel-log collectors can follow a
-  simulated fleet exactly as they follow a real one.
+  interval, removed while the node is silent, as an exporter that cannot be reached), appends
+  to ``<out>/<node>/kern.log`` and refreshes the node's adapter ports under
+  ``<out>/<node>/infiniband`` (a ``/sys/class/infiniband`` tree, :mod:`fleetwatch.sim.sysfs`), so
+  that the dcgm-exporter, kernel-log and infiniband collectors can follow a simulated fleet
+  exactly as they follow a real one.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from fleetwatch.sim.fleet import SimFleet
+from fleetwatch.sim.sysfs import write_infiniband_tree
 from fleetwatch.telemetry import SAMPLE_FIELDS, Event
 
 __all__ = ["dcgm_exporter_text", "kernel_log_lines", "run_emitter", "write_node_files"]
@@ -30,6 +33,7 @@ logger = logging.getLogger(__name__)
 
 DCGM_FILE = "dcgm.prom"
 KERNEL_LOG_FILE = "kern.log"
+INFINIBAND_DIR = "infiniband"
 
 
 def _label_value(value: str) -> str:
@@ -120,8 +124,18 @@ def kernel_log_lines(fleet: SimFleet, node: str, t0: datetime, t1: datetime) -> 
     return [line for _, _, line in timed]
 
 
-def write_node_files(fleet: SimFleet, node: str, out_dir: Path, t0: datetime, t1: datetime) -> int:
-    """Refresh ``<out_dir>/<node>/dcgm.prom`` for ``t1`` and append ``(t0, t1]`` to its kern.log.
+def write_node_files(
+    fleet: SimFleet,
+    node: str,
+    out_dir: Path,
+    t0: datetime,
+    t1: datetime,
+    *,
+    ports_written: dict[str, str] | None = None,
+) -> int:
+    """Refresh ``<out_dir>/<node>/dcgm.prom`` and its ``infiniband`` tree for ``t1``, and append
+    ``(t0, t1]`` to its kern.log. ``ports_written`` is the tree's memo, kept from call to call
+    (see :func:`~fleetwatch.sim.sysfs.write_infiniband_tree`).
 
     Returns the number of kernel-log lines appended.
     """
@@ -129,11 +143,12 @@ def write_node_files(fleet: SimFleet, node: str, out_dir: Path, t0: datetime, t1
     node_dir.mkdir(parents=True, exist_ok=True)
     prom = node_dir / DCGM_FILE
     if fleet.is_silent(node, t1):
-        prom.unlink(missing_ok=True)
+        prom.unlink(missing_ok=True)  # the ports' tree stays as last read, as a powered-off node's
     else:
         tmp = node_dir / f".{DCGM_FILE}.tmp"
         tmp.write_text(dcgm_exporter_text(fleet, node, t1))
         tmp.replace(prom)  # atomic: a reader sees the old scrape or the new one, never half
+        write_infiniband_tree(fleet, node, node_dir / INFINIBAND_DIR, t1, written=ports_written)
     lines = kernel_log_lines(fleet, node, t0, t1)
     # Opened even with nothing to add, so that a follower finds the file from the first tick.
     with (node_dir / KERNEL_LOG_FILE).open("a") as handle:
@@ -169,8 +184,12 @@ def run_emitter(
     else:
         previous = t - timedelta(seconds=interval_s * fleet.spec.speed)
     ticks = 0
+    ports_written: dict[str, dict[str, str]] = {node: {} for node in names}
     while True:
-        lines = sum(write_node_files(fleet, node, out_dir, previous, t) for node in names)
+        lines = sum(
+            write_node_files(fleet, node, out_dir, previous, t, ports_written=ports_written[node])
+            for node in names
+        )
         ticks += 1
         logger.info(
             "wrote %d nodes at sim time %s, %d kernel-log lines", len(names), t.isoformat(), lines

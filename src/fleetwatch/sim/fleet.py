@@ -11,8 +11,11 @@ What each call answers, at simulated time ``t``:
 * :meth:`SimFleet.sample`: the readings of the node's GPUs that are still alive (a failed GPU is
   absent). Readings exist even while the node is silent; a collector must check
   :meth:`SimFleet.is_silent` and send nothing then.
+* :meth:`SimFleet.ports`: the readings of the node's network adapter ports (InfiniBand, or RoCE),
+  their links' state and counters, flaps and degradations included.
 * :meth:`SimFleet.events`: Xid and ``gpu_lost`` events in ``(t0, t1]``.
-* :meth:`SimFleet.step_slowdown`: how much slower the node's training steps run (1.0 normal).
+* :meth:`SimFleet.step_slowdown`: how much slower the node's training steps run (1.0 normal):
+  a throttled GPU (a straggler window) or a faulty link (:meth:`SimFleet.link_slowdown`).
 * :meth:`SimFleet.ground_truth`: everything that was drawn, for evaluating what FleetWatch infers.
 
 After the horizon nothing new happens: survivors stay busy at a steady load, with no failures,
@@ -30,10 +33,12 @@ from typing import Any
 
 from fleetwatch.sim.events import NodeEvents, SimEvent, build_events
 from fleetwatch.sim.gauges import EnergyLedger, gpu_readings
+from fleetwatch.sim.links import NodeLinks, build_links
 from fleetwatch.sim.plan import NodePlan, build_nodes
+from fleetwatch.sim.port_gauges import TrafficLedger, port_readings
 from fleetwatch.sim.spec import FleetSpec
 from fleetwatch.sim.timeline import NodeTimeline, build_timeline
-from fleetwatch.telemetry import Event, GpuIdentity, GpuSample
+from fleetwatch.telemetry import Event, GpuIdentity, GpuSample, PortSample
 
 __all__ = ["SimFleet"]
 
@@ -45,6 +50,8 @@ class _NodeState:
     events: NodeEvents
     event_times: list[float]
     energy: list[EnergyLedger]
+    links: NodeLinks
+    traffic: TrafficLedger
 
 
 class SimFleet:
@@ -124,6 +131,27 @@ class SimFleet:
             if gpu.fate.failure_s is None or s < gpu.fate.failure_s
         ]
 
+    def ports(self, node: str, t: datetime) -> list[PortSample]:
+        """Readings of the node's adapter ports at ``t`` (``ts = t``), a link down included."""
+        state = self._state(node)
+        s = self.seconds(t)
+        boot_s = state.timeline.boot_at(s).start_s
+        return [
+            PortSample.model_validate(
+                {"ts": t}
+                | port_readings(
+                    self.spec.network,
+                    state.links,
+                    port,
+                    state.traffic,
+                    install_s=state.plan.install_s,
+                    boot_s=boot_s,
+                    t=s,
+                )
+            )
+            for port in state.links.ports
+        ]
+
     def events(self, node: str, t0: datetime, t1: datetime) -> list[Event]:
         """The node's events with ``t0 < ts <= t1``, in time order."""
         state = self._state(node)
@@ -164,9 +192,22 @@ class SimFleet:
         ]
 
     def step_slowdown(self, node: str, t: datetime) -> float:
-        """How many times slower the node's training steps run at ``t``; 1.0 when not throttled."""
+        """How many times slower the node's training steps run at ``t``; 1.0 when nothing slows
+        them. A throttled GPU and a faulty link slow a step independently: the factors multiply.
+        """
         straggle = self._state(node).timeline.straggle_at(self.seconds(t))
-        return 1.0 if straggle is None else straggle.slowdown
+        throttled = 1.0 if straggle is None else straggle.slowdown
+        return throttled * self.link_slowdown(node, t)
+
+    def link_slowdown(self, node: str, t: datetime) -> float:
+        """How many times slower the node's steps run at ``t`` because a link flaps, is degraded
+        or dead; 1.0 when its links are healthy or no job runs."""
+        state = self._state(node)
+        s = self.seconds(t)
+        jobs = state.timeline.jobs
+        if not jobs.busy[jobs.segment(s)]:
+            return 1.0  # no job, no steps to slow
+        return state.links.slowdown_at(s)
 
     # -- ground truth --------------------------------------------------------------------
 
@@ -206,6 +247,8 @@ class SimFleet:
                     events=events,
                     event_times=[e.ts_s for e in events.events],
                     energy=[EnergyLedger(timeline.jobs, gpu) for gpu in plan.gpus],
+                    links=build_links(self.spec, plan, timeline),
+                    traffic=TrafficLedger(timeline.jobs),
                 )
                 self._states[node] = state
         return state
@@ -236,3 +279,6 @@ class SimFleet:
     def node_state(self, node: str) -> tuple[NodeTimeline, NodeEvents]:
         state = self._state(node)
         return state.timeline, state.events
+
+    def node_links(self, node: str) -> NodeLinks:
+        return self._state(node).links

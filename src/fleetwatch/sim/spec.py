@@ -1,8 +1,9 @@
 """The simulated fleet's specification, saved as JSON so that every agent process reads the same.
 
 A :class:`FleetSpec` fixes everything: the seed, the size and layout of the fleet, the SKU and
-manufacturing-batch mix, the failure model and the background behaviour (jobs, application Xids,
-stragglers, outages, reboots, NVLink CRC bursts). Two processes that load the same file build the
+manufacturing-batch mix, the failure model, the background behaviour (jobs, application Xids,
+stragglers, outages, reboots, NVLink CRC bursts) and the network adapter ports with their link
+faults. Two processes that load the same file build the
 same fleet, GPU for GPU and event for event, without talking to each other.
 
 Time. Simulated time runs from ``start`` for ``horizon_days``. A live run maps real time onto it:
@@ -29,6 +30,7 @@ __all__ = [
     "FailureModel",
     "FleetSpec",
     "LayoutSpec",
+    "NetworkSpec",
     "SkuSpec",
 ]
 
@@ -233,6 +235,80 @@ class BehaviourSpec(_SpecModel):
         return value
 
 
+class NetworkSpec(_SpecModel):
+    """Each node's network adapter ports (one per GPU rail) and what goes wrong with their links.
+
+    Ports are InfiniBand unless the node is one of the ``roce_node_share`` that run RoCE
+    (Ethernet link layer, with the RoCE ``hw_counters``). Link faults are drawn per port: flap
+    episodes (the link goes down for seconds and retrains, a few times), degradations (the
+    symbol-error rate climbs over hours, the link may retrain at fewer lanes, then it is
+    reseated, or dies) and links that go down for good. While a link is degraded or flapping, the
+    node's training steps run slower by the fault's ``slowdown``.
+    """
+
+    ports_per_node: int = Field(default=8, ge=0, le=32)
+    rate_gbps: float = Field(default=400.0, gt=0, description="Per port, 4X NDR")
+    link_width: int = Field(default=4, ge=1, le=16, description="Lanes (4X)")
+    link_speed: str = Field(default="NDR", pattern=r"^[A-Za-z0-9]{1,16}$")
+    roce_node_share: float = Field(default=0.25, ge=0, le=1, description="Nodes with RoCE ports")
+    traffic_share: Range = Field(
+        default=(0.15, 0.45), description="A busy node's traffic per port, as a share of its rate"
+    )
+    symbol_errors_per_port_day: Range = Field(
+        default=(0.0, 20.0), description="Background on a healthy link (some links see none)"
+    )
+    flaps_per_port_month: float = Field(default=0.05, ge=0, description="Flap episodes")
+    flap_downs: tuple[int, int] = (1, 5)
+    flap_down_seconds: Range = (5.0, 90.0)
+    flap_episode_minutes: Range = (1.0, 120.0)
+    flap_slowdown: Range = (1.2, 2.5)
+    degradations_per_port_month: float = Field(default=0.02, ge=0)
+    degrade_hours: Range = (2.0, 48.0)
+    degrade_symbol_peak_per_hour: Range = (200.0, 20000.0)
+    degrade_downshift_prob: float = Field(
+        default=0.5, ge=0, le=1, description="Retrains at half its lanes (400 -> 200 Gb/s)"
+    )
+    degrade_slowdown: Range = (1.1, 1.6)
+    degrade_dies_prob: float = Field(
+        default=0.2, ge=0, le=1, description="Ends with the link down for good, not reseated"
+    )
+    deaths_per_port_month: float = Field(default=0.003, ge=0, description="Sudden, no warning")
+    dead_slowdown: Range = (1.1, 1.4)
+
+    _ranges = field_validator(
+        "traffic_share",
+        "symbol_errors_per_port_day",
+        "flap_down_seconds",
+        "flap_episode_minutes",
+        "flap_slowdown",
+        "degrade_hours",
+        "degrade_symbol_peak_per_hour",
+        "degrade_slowdown",
+        "dead_slowdown",
+    )(_ordered)
+
+    @field_validator("flap_downs")
+    @classmethod
+    def _some_downs(cls, value: tuple[int, int]) -> tuple[int, int]:
+        if not 1 <= value[0] <= value[1]:
+            raise ValueError("flap_downs must be (low, high) with 1 <= low <= high")
+        return value
+
+    @field_validator("flap_slowdown", "degrade_slowdown", "dead_slowdown")
+    @classmethod
+    def _slows_down(cls, value: Range) -> Range:
+        if value[0] < 1.0:
+            raise ValueError("a slowdown factor is at least 1.0")
+        return value
+
+    @field_validator("traffic_share")
+    @classmethod
+    def _a_share(cls, value: Range) -> Range:
+        if value[1] > 1.0:
+            raise ValueError("a port carries at most its rate: traffic_share must be <= 1")
+        return value
+
+
 class FleetSpec(_SpecModel):
     """A simulated fleet: N nodes x G GPUs, all of its history fixed by ``seed``."""
 
@@ -256,6 +332,7 @@ class FleetSpec(_SpecModel):
     layout: LayoutSpec = Field(default_factory=LayoutSpec)
     failures: FailureModel = Field(default_factory=FailureModel)
     behaviour: BehaviourSpec = Field(default_factory=BehaviourSpec)
+    network: NetworkSpec = Field(default_factory=NetworkSpec)
 
     @field_validator("start", "real_start")
     @classmethod

@@ -3,21 +3,26 @@
 The JSON holds, per GPU, its identity, covariates (SKU, batch, place, thermal offset), Weibull
 parameters, install time, failure time and cause (``null`` when it survives the horizon:
 censored), and when its warning signs began; per node, its boots, silent windows, straggler windows
-(with the slowdown factor) and NVLink CRC bursts. The CSV has one row per GPU in the shape survival
-models take: ``duration_days`` since install, ``event`` 1 for a failure and 0 for censoring, and
-``entry_days`` (age at the start of observation, for left truncation).
+(with the slowdown factor), NVLink CRC bursts, its network (InfiniBand or RoCE) and its link faults
+(flaps, degradations, links down for good: which port, when, the slowdown of the node's steps, and
+for a flap its down intervals; ``end`` is ``null`` for a link down for good). The CSV has one row
+per GPU in the shape survival models take: ``duration_days`` since install, ``event`` 1 for a
+failure and 0 for censoring, and ``entry_days`` (age at the start of observation, for left
+truncation).
 """
 
 from __future__ import annotations
 
 import csv
 import json
+import math
 from collections import Counter
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fleetwatch.sim.lifetimes import DAY
+from fleetwatch.sim.links import LinkFault, NodeLinks
 from fleetwatch.sim.plan import GpuPlan, NodePlan
 
 if TYPE_CHECKING:
@@ -93,8 +98,33 @@ def _gpu_truth(fleet: SimFleet, node: NodePlan, gpu: GpuPlan) -> dict[str, Any]:
     }
 
 
+def _finite(fleet: SimFleet, seconds: float) -> str | None:
+    return None if math.isinf(seconds) else _iso(fleet, seconds)
+
+
+def _link_fault_truth(fleet: SimFleet, links: NodeLinks, fault: LinkFault) -> dict[str, Any]:
+    port = links.ports[fault.rail]
+    truth: dict[str, Any] = {
+        "kind": fault.kind,
+        "device": port.device,
+        "port": port.port,
+        "start": _iso(fleet, fault.start_s),
+        "end": _finite(fleet, fault.end_s),
+        "slowdown": fault.slowdown,
+        "link_downs": [[_iso(fleet, a), _finite(fleet, b)] for a, b in fault.downs],
+    }
+    if fault.kind == "degrade":
+        truth |= {
+            "symbol_error_peak_per_hour": round(fault.symbol_peak_per_s * 3600.0, 3),
+            "downshift": _iso(fleet, fault.downshift_s),
+            "then_dead": fault.then_dead,
+        }
+    return truth
+
+
 def _node_truth(fleet: SimFleet, node: NodePlan) -> dict[str, Any]:
     timeline, _ = fleet.node_state(node.name)
+    links = fleet.node_links(node.name)
     uuids = [gpu.uuid for gpu in node.gpus]
     return {
         "name": node.name,
@@ -131,6 +161,8 @@ def _node_truth(fleet: SimFleet, node: NodePlan) -> dict[str, Any]:
             for gpu in sorted(timeline.bursts)
             for b in timeline.bursts[gpu]
         ],
+        "network": links.network,
+        "link_faults": [_link_fault_truth(fleet, links, f) for f in links.faults],
     }
 
 
@@ -148,6 +180,13 @@ def _summary(fleet: SimFleet) -> dict[str, Any]:
         "failures_by_cause_xid": dict(sorted(causes.items())),
         "with_precursors": sum(1 for g in failed if g.fate.precursor_start_s is not None),
         "failures_per_gpu_month": round(30.0 * len(failed) / exposure_days, 5),
+        "link_faults_by_kind": dict(
+            sorted(
+                Counter(
+                    f.kind for node in fleet.plans for f in fleet.node_links(node.name).faults
+                ).items()
+            )
+        ),
     }
 
 

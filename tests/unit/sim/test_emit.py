@@ -10,10 +10,13 @@ from typing import Any
 import pytest
 
 from fleetwatch.agent.parsers.dcgm_exporter import parse_dcgm_scrape
+from fleetwatch.agent.parsers.infiniband_sysfs import read_infiniband_tree
 from fleetwatch.agent.parsers.kernel_log import parse_kernel_log
 from fleetwatch.sim import SimFleet, dcgm_exporter_text, kernel_log_lines, run_emitter
-from fleetwatch.sim.emit import write_node_files
+from fleetwatch.sim.emit import INFINIBAND_DIR, write_node_files
+from fleetwatch.sim.sysfs import write_infiniband_tree
 from fleetwatch.sim.truth import parse_time
+from fleetwatch.telemetry import PortSample
 
 SECOND = timedelta(seconds=1)
 
@@ -195,3 +198,53 @@ def test_run_emitter_writes_each_interval_for_its_duration(fleet: SimFleet, tmp_
 def test_run_emitter_refuses_unknown_nodes(fleet: SimFleet, tmp_path: Path) -> None:
     with pytest.raises(KeyError, match="no-such-node"):
         run_emitter(fleet, tmp_path, interval_s=1.0, duration_s=0, nodes=["no-such-node"])
+
+
+def test_the_infiniband_tree_reads_back_through_the_real_sysfs_parser(
+    fleet: SimFleet, truth: dict[str, Any], tmp_path: Path
+) -> None:
+    flap_node, flap = next((n["name"], f) for n in truth["nodes"] for f in n["link_faults"]
+                           if f["kind"] == "flap")  # fmt: skip
+    down_at = parse_time(flap["link_downs"][0][0]) + SECOND
+    moments = [*list(_moments(fleet, truth))[:40], (flap_node, down_at)]
+    states = set()
+    for k, (node, t) in enumerate(moments):
+        root = tmp_path / str(k)
+        write_infiniband_tree(fleet, node, root, t)
+        tree = read_infiniband_tree(root)
+        assert tree.problems == []
+        read = [
+            PortSample(device=p.device, port=p.port, ts=t, counters=p.counters,
+                       hw_counters=p.hw_counters, **p.values)
+            for p in tree.ports
+        ]  # fmt: skip
+        assert read == fleet.ports(node, t)
+        states |= {p.state for p in read}
+    assert states == {"ACTIVE", "DOWN"}
+
+
+def test_the_emitter_refreshes_each_nodes_ports(fleet: SimFleet, tmp_path: Path) -> None:
+    node = fleet.node_names()[1]
+    t0 = fleet.spec.start + timedelta(days=20)
+    sent = []
+    for t in (t0, t0 + timedelta(minutes=10)):
+        write_node_files(fleet, node, tmp_path, t - timedelta(minutes=10), t)
+        tree = read_infiniband_tree(tmp_path / node / INFINIBAND_DIR)
+        assert len(tree.ports) == 8
+        assert tree.ports[0].counters is not None
+        sent.append(tree.ports[0].counters["port_xmit_data"])
+    assert sent[1] >= sent[0]
+
+
+def test_the_tree_writes_only_what_changed(fleet: SimFleet, tmp_path: Path) -> None:
+    node, t = fleet.node_names()[2], fleet.spec.start + timedelta(days=30)
+    written: dict[str, str] = {}
+    first = write_infiniband_tree(fleet, node, tmp_path, t, written=written)
+    assert first == len(written) > 8 * 40
+    assert write_infiniband_tree(fleet, node, tmp_path, t, written=written) == 0
+    later = write_infiniband_tree(fleet, node, tmp_path, t + timedelta(minutes=5), written=written)
+    assert 0 < later < first / 2
+    read = read_infiniband_tree(tmp_path)
+    assert [p.counters for p in read.ports] == [
+        p.counters for p in fleet.ports(node, t + timedelta(minutes=5))
+    ]

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
+from fastapi.testclient import TestClient
+from tests.conftest import bearer
 
 from fleetwatch.agent.collectors.base import Collection, Collector
 from fleetwatch.agent.collectors.sim import SimCollector
@@ -18,6 +21,7 @@ from fleetwatch.sim.truth import parse_time
 from fleetwatch.telemetry import Batch, IngestLimits, NodeInfo
 
 SECOND = timedelta(seconds=1)
+HOUR = timedelta(hours=1)
 
 
 def _real(fleet: SimFleet, sim: datetime) -> datetime:
@@ -36,6 +40,7 @@ def _as_batch(collector: SimCollector, collection: Collection, now: datetime) ->
         "gpus": [gpu.model_dump() for gpu in collection.gpus],
         "samples": [sample.model_dump() for sample in collection.samples],
         "events": [event.model_dump() for event in collection.events],
+        "ports": [port.model_dump() for port in collection.ports],
     }
     # A fast fleet replays its whole horizon of history: the server must be set to take it.
     history = timedelta(days=collector.fleet.spec.horizon_days + 1)
@@ -110,7 +115,7 @@ def test_a_silent_node_sends_nothing(fleet: SimFleet, truth: dict[str, Any]) -> 
     collector.collect(_real(fleet, start - timedelta(minutes=30)))
     during = collector.collect(_real(fleet, start + (end - start) / 2))
     quiet = collector.collect(_real(fleet, start + (end - start) * 0.75))
-    assert during.samples == [] and during.gpus == []
+    assert during.samples == [] and during.gpus == [] and during.ports == []
     assert quiet == Collection()
     assert collector.collect(_real(fleet, end + SECOND)).samples
 
@@ -136,9 +141,11 @@ def test_collections_validate_as_batches(spec: FleetSpec, fleet: SimFleet) -> No
     collector = SimCollector(spec, node, fleet=fleet)
     real = spec.real_start + timedelta(hours=1)
     collector.collect(real)
+    ports = 0
     for _ in range(50):
         real += timedelta(minutes=10)  # ~7 simulated hours a tick
-        _as_batch(collector, collector.collect(real), real)
+        ports += len(_as_batch(collector, collector.collect(real), real).ports or ())
+    assert ports >= 8 * 40  # 8 ports a collection, but while the node is silent
 
 
 def test_from_settings(spec: FleetSpec, tmp_path: Path) -> None:
@@ -170,3 +177,59 @@ def test_from_settings_says_what_is_wrong(
     )
     with pytest.raises(ConfigError, match=problem):
         SimCollector.from_settings(settings)
+
+
+def _ingest_body(collector: SimCollector, collection: Collection, now: datetime) -> str:
+    node = NodeInfo(name=collector.node, labels=collector.labels, boot_id=collector.boot_id(now))
+    body = {
+        "batch_id": f"sim-{now.timestamp():.0f}",
+        "node": node.model_dump(mode="json", exclude_none=True),
+        "gpus": [g.model_dump(mode="json", exclude_none=True) for g in collection.gpus],
+        "samples": [s.model_dump(mode="json", exclude_none=True) for s in collection.samples],
+        "events": [e.model_dump(mode="json", exclude_none=True) for e in collection.events],
+        "ports": [p.model_dump(mode="json", exclude_none=True) for p in collection.ports],
+    }
+    return json.dumps(body)
+
+
+def test_simulated_ports_reach_the_server(client: TestClient, tokens: dict[str, str]) -> None:
+    # The server takes only recent readings; the fleet's story is the same whatever its start.
+    now = datetime.now(UTC).replace(microsecond=0)
+    spec = FleetSpec.live(seed=1, real_start=now - 2 * HOUR, speed=1.0, nodes=6)
+    fleet = SimFleet(spec)
+    first, second = now - HOUR, now - HOUR + 10 * SECOND
+    # A node that is heard and busy: its ports carry traffic between the two readings.
+    node = next(
+        n
+        for n in fleet.node_names()
+        if not fleet.is_silent(n, first) and not fleet.is_silent(n, second)
+        and fleet.sample(n, second)[0].gpu_util_pct
+    )  # fmt: skip
+    collector = SimCollector(spec, node, fleet=fleet)
+    sent = []
+    for at in (first, second):
+        collection = collector.collect(at)
+        assert len(collection.ports) == spec.network.ports_per_node
+        sent.append(collection.ports)
+        posted = client.post(
+            "/v1/ingest",
+            content=_ingest_body(collector, collection, at),
+            headers={"Content-Type": "application/json", **bearer(tokens["agent"])},
+        )
+        assert posted.status_code == 200, posted.text
+
+    shown = client.get(f"/v1/nodes/{node}/ports", headers=bearer(tokens["read"]))
+    assert shown.status_code == 200, shown.text
+    body = shown.json()
+    assert body["count"] == 8
+    ports = {p["device"]: p for p in body["data"]}
+    for port in sent[1]:
+        stored = ports[port.device]
+        assert stored["counters"] == port.counters and stored["hw_counters"] == port.hw_counters
+        assert (stored["link_layer"], stored["state"]) == (port.link_layer, port.state)
+        assert stored["rate_gbps"] == port.rate_gbps
+        before = next(p for p in sent[0] if p.device == port.device)
+        assert before.counters is not None and port.counters is not None
+        words = port.counters["port_xmit_data"] - before.counters["port_xmit_data"]
+        assert stored["rates"]["counters"]["port_xmit_data"]["per_s"] == pytest.approx(words / 10)
+        assert words > 0 or port.state != "ACTIVE"

@@ -4,6 +4,9 @@ Each agent process builds its own :class:`~fleetwatch.sim.fleet.SimFleet` from t
 file and reports the node it is named after; the fleet is deterministic, so N agents tell one
 consistent story without talking to each other.
 
+Each collection carries the node's GPU samples and its network adapter ports (``Batch.ports``),
+both read at the same simulated instant.
+
 Time: ``collect(now)`` maps the real ``now`` onto simulated time
 (``start + (now - real_start) * speed``, capped at ``now``) and stamps samples and events with
 the *simulated* time, always. With ``speed == 1`` and a spec from ``FleetSpec.live`` that is the
@@ -101,7 +104,7 @@ class SimCollector:
         gpus = [gpu for gpu in fleet.identities(node) if gpu.uuid in present]
         events = fleet.events(node, since, t) if t > since else []
         self._cursor = max(since, t)
-        return Collection(gpus=gpus, samples=samples, events=events)
+        return Collection(gpus=gpus, samples=samples, events=events, ports=fleet.ports(node, t))
 
     def close(self) -> None:
         """Nothing to release: the simulation holds no files or devices."""
