@@ -5,6 +5,11 @@ taken in time order after the stored one; each reading's rates are counted from 
 before it, with counter resets handled as for GPU counters (:mod:`fleetwatch.rules.rates`: a
 counter that dropped, or a changed boot id, counts from zero). A reading no newer than the stored
 one (a replay, a clock stepped back) changes nothing.
+
+Each new reading is also compared with the one before it (:mod:`fleetwatch.rules.port_events`):
+a link gone down or come back, a flap, a rate below the port's normal, an error counter over its
+limit become ``events`` rows for the port rules, and what the port remembers (its normal rate,
+its error window) is kept in the row's ``health``.
 """
 
 from __future__ import annotations
@@ -12,13 +17,19 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from dataclasses import dataclass, field
+from datetime import datetime
+
 from sqlalchemy import Connection, and_, insert, select, update
 
+from fleetwatch.rules.port_events import derive_port_events
+from fleetwatch.rules.port_health import is_urgent_port_event
 from fleetwatch.rules.rates import CounterReading, counter_rates
-from fleetwatch.server.db.tables import node_ports
+from fleetwatch.rules.thresholds import HealthThresholds
+from fleetwatch.server.db.tables import events, node_ports
 from fleetwatch.server.schemas.ports import PortPublic
 
-__all__ = ["COUNTER_KINDS", "list_ports", "port_readings", "store_ports"]
+__all__ = ["COUNTER_KINDS", "PortsStored", "list_ports", "port_readings", "store_ports"]
 
 COUNTER_KINDS = ("counters", "hw_counters")
 _STATE = (
@@ -43,23 +54,61 @@ def port_readings(ports: Iterable[Any] | None) -> list[dict[str, Any]]:
     return [p if isinstance(p, dict) else p.model_dump(exclude_none=True) for p in ports or ()]
 
 
+@dataclass(frozen=True)
+class PortsStored:
+    """What storing a batch's ports did: ports updated, and the port events it derived."""
+
+    ports: int = 0
+    events: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def urgent(self) -> bool:
+        """A port went down or flapped past its limit: judge and plan now."""
+        return any(is_urgent_port_event(e["kind"], e["details"]) for e in self.events)
+
+
 def store_ports(
-    conn: Connection, readings: Sequence[dict[str, Any]], *, node_id: int, boot_id: str | None
-) -> int:
-    """Keep the newest reading of each port of ``node_id``; the number of ports updated."""
+    conn: Connection,
+    readings: Sequence[dict[str, Any]],
+    *,
+    node_id: int,
+    boot_id: str | None,
+    now: datetime | None = None,
+    thresholds: HealthThresholds | None = None,
+    batch_id: str | None = None,
+) -> PortsStored:
+    """Keep the newest reading of each port of ``node_id`` and store the events between it and
+    the reading before."""
     if not readings:
-        return 0
+        return PortsStored()
+    t = thresholds or HealthThresholds()
     stored = {
         (row.device, row.port): row._asdict()
         for row in conn.execute(select(node_ports).where(node_ports.c.node_id == node_id))
     }
     newest: dict[_Key, dict[str, Any]] = {}
+    derived: list[dict[str, Any]] = []
+
+    def recent_flaps(device: str, port: int, since: datetime) -> int:
+        mine = [
+            e["details"]["increase"]
+            for e in derived
+            if e["kind"] == "port_flap"
+            and (e["details"]["device"], e["details"]["port"]) == (device, port)
+            and e["ts"] >= since
+        ]
+        return sum(mine) + _stored_flaps(conn, node_id, device, port, since)
+
     for reading in sorted(readings, key=lambda r: r["ts"]):
         key = (reading["device"], reading["port"])
         before = newest.get(key) or stored.get(key)
         if before is not None and reading["ts"] <= before["ts"]:
             continue
-        newest[key] = _row(reading, before, node_id=node_id, boot_id=boot_id)
+        row = _row(reading, before, node_id=node_id, boot_id=boot_id)
+        change = derive_port_events(before, row, thresholds=t, recent_flaps=recent_flaps)
+        row["health"] = change.health
+        derived.extend(change.events)
+        newest[key] = row
     for key, row in newest.items():
         if key in stored:
             conn.execute(
@@ -75,7 +124,42 @@ def store_ports(
             )
         else:
             conn.execute(insert(node_ports).values(row))
-    return len(newest)
+    if derived:
+        received = now or max(e["ts"] for e in derived)
+        conn.execute(
+            insert(events),
+            [
+                {
+                    "node_id": node_id,
+                    "kind": e["kind"],
+                    "ts": e["ts"],
+                    "received_at": received,
+                    "message": e["message"],
+                    "details": e["details"],
+                    "batch_id": batch_id,
+                }
+                for e in derived
+            ],
+        )
+    return PortsStored(len(newest), derived)
+
+
+def _stored_flaps(conn: Connection, node_id: int, device: str, port: int, since: datetime) -> int:
+    """link_downed increases of the port's stored port_flap events since ``since`` (read only
+    when the port flapped: rare)."""
+    rows = conn.execute(
+        select(events.c.details).where(
+            events.c.node_id == node_id,
+            events.c.kind == "port_flap",
+            events.c.ts >= since,
+        )
+    )
+    total = 0
+    for (details,) in rows:
+        if details and (details.get("device"), details.get("port")) == (device, port):
+            increase = details.get("increase")
+            total += increase if isinstance(increase, int) else 0
+    return total
 
 
 def _row(
