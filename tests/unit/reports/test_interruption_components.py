@@ -1,8 +1,9 @@
 """Interruptions by component in the weekly report, against an independent count.
 
-Host-error and network port rows are added to the small fleet of ``conftest`` with ``details`` read by the agent's
-parsers from real kernel-log captures (port rows: as the server derives them); every row carries the component a person assigns it
-(``want``), and the expected counts are recomputed from those labels in plain Python.
+Host-error and network port rows are added to the small fleet of ``conftest``, with ``details``
+read by the agent's parsers from real kernel-log captures (port rows: as the server derives
+them); every row carries the component a person assigns it (``want``), and the expected counts
+are recomputed from those labels in plain Python.
 """
 
 from __future__ import annotations

@@ -100,7 +100,8 @@ def test_port_errors_are_a_warning_that_ages_out_after_two_windows() -> None:
 
 
 def test_informational_events_alone_make_no_verdict() -> None:
-    assert _rules([_ev("port_up", 5), _ev("port_restored", 3), _ev("port_flap", 2, increase=1)]) == []
+    informational = [_ev("port_up", 5), _ev("port_restored", 3), _ev("port_flap", 2, increase=1)]
+    assert _rules(informational) == []
 
 
 def test_other_event_kinds_are_ignored() -> None:

@@ -7,9 +7,9 @@ reading, on its agent's clock (capped at now): the windows of the rules are the 
 late spool or a simulated fleet running in the past is judged as it happened. Each pass then runs
 :func:`~fleetwatch.rules.xid.judge_xids` per node over the last day of Xid events,
 :func:`~fleetwatch.rules.host_errors.judge_host_errors` per node over the same day of NVSwitch
-SXid, PCIe AER, machine-check and EDAC events,
-:func:`~fleetwatch.rules.port_health.judge_port_events` per node over the same day of network port
-events (verdicts of kind ``host``, component ``network``), :func:`~fleetwatch.rules.health.judge_health` per
+SXid, PCIe AER, machine-check and EDAC events, :func:`~fleetwatch.rules.port_health.\
+judge_port_events` per node over the same day of network port events (verdicts of kind ``host``,
+component ``network``), :func:`~fleetwatch.rules.health.judge_health` per
 GPU over its window, and :func:`~fleetwatch.rules.health.judge_missing_gpus` per node. A host
 verdict about the node (the NVSwitch fabric, the CPUs, host memory) is given to each of its
 current GPUs: they all leave service with it, though it does not count against any of them.

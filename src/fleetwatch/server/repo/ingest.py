@@ -27,9 +27,9 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import SQLAlchemyError
 
 from fleetwatch.errors import BatchConflict, GpuClaimed, InvalidInput
+from fleetwatch.rules.thresholds import HealthThresholds
 from fleetwatch.server.batch_view import BatchView, GpuView, SampleView
 from fleetwatch.server.db.session import Database
-from fleetwatch.rules.thresholds import HealthThresholds
 from fleetwatch.server.db.tables import events, gpus, ingest_batches, nodes
 from fleetwatch.server.repo.gpus import LATEST_MIG_KEY
 from fleetwatch.server.repo.ports import port_readings, store_ports

@@ -15,10 +15,9 @@ its error window) is kept in the row's ``health``.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any
-
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import Connection, and_, insert, select, update
 
@@ -97,7 +96,7 @@ def store_ports(
             and (e["details"]["device"], e["details"]["port"]) == (device, port)
             and e["ts"] >= since
         ]
-        return sum(mine) + _stored_flaps(conn, node_id, device, port, since)
+        return int(sum(mine)) + _stored_flaps(conn, node_id, device, port, since)
 
     for reading in sorted(readings, key=lambda r: r["ts"]):
         key = (reading["device"], reading["port"])
