@@ -16,19 +16,26 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Connection, and_, insert, select, update
 
-from fleetwatch.rules.port_events import derive_port_events
+from fleetwatch.rules.port_events import derive_port_events, link_up
 from fleetwatch.rules.port_health import is_urgent_port_event
 from fleetwatch.rules.rates import CounterReading, counter_rates
 from fleetwatch.rules.thresholds import HealthThresholds
-from fleetwatch.server.db.tables import events, node_ports
+from fleetwatch.server.db.tables import events, node_ports, nodes
 from fleetwatch.server.schemas.ports import PortPublic
 
-__all__ = ["COUNTER_KINDS", "PortsStored", "list_ports", "port_readings", "store_ports"]
+__all__ = [
+    "COUNTER_KINDS",
+    "PortsStored",
+    "list_ports",
+    "port_evidence",
+    "port_readings",
+    "store_ports",
+]
 
 COUNTER_KINDS = ("counters", "hw_counters")
 _STATE = (
@@ -202,3 +209,74 @@ def list_ports(conn: Connection, *, node_id: int) -> list[PortPublic]:
         .order_by(node_ports.c.device, node_ports.c.port)
     )
     return [PortPublic.model_validate(row._asdict()) for row in rows]
+
+
+# What slows a link without breaking it, or broke it for a while: a straggler's explanation.
+_SLOW_KINDS = ("port_down", "port_degraded", "port_flap", "port_errors")
+_EVIDENCE_LOOKBACK = timedelta(hours=1)  # events this long before a straggler's onset count
+_EVIDENCE_EVENTS = 10  # the newest events per port quoted
+_EVENT_FIELDS = (
+    "severity",
+    "rate_gbps",
+    "normal_rate_gbps",
+    "link_width",
+    "normal_width",
+    "counter",
+    "increase",
+    "limit",
+    "state",
+)
+
+
+def port_evidence(
+    conn: Connection, node: str, onset: datetime, until: datetime
+) -> dict[str, Any] | None:
+    """The node's ports that explain a slow node: those now down (after having been up) or
+    below their normal rate or width, and those with a port event (down, degraded, flap,
+    errors) from an hour before ``onset`` to ``until``. None when no port of the node does."""
+    node_id = conn.execute(select(nodes.c.id).where(nodes.c.name == node)).scalar()
+    if node_id is None:
+        return None
+    found: dict[tuple[Any, Any], dict[str, Any]] = {}
+
+    def entry(device: Any, port: Any, netdev: Any, link_layer: Any) -> dict[str, Any]:
+        return found.setdefault(
+            (device, port),
+            {"device": device, "port": port, "netdev": netdev, "link_layer": link_layer},
+        )
+
+    for row in conn.execute(select(node_ports).where(node_ports.c.node_id == node_id)):
+        health = row.health or {}
+        was_up = health.get("normal_rate_gbps") is not None
+        down = was_up and link_up(row._asdict()) is False
+        if down or health.get("degraded"):
+            entry(row.device, row.port, row.netdev, row.link_layer)["now"] = {
+                "state": row.state,
+                "phys_state": row.phys_state,
+                "rate_gbps": row.rate_gbps,
+                "normal_rate_gbps": health.get("normal_rate_gbps"),
+                "link_width": row.link_width,
+                "normal_width": health.get("normal_width"),
+            }
+    rows = conn.execute(
+        select(events.c.kind, events.c.ts, events.c.details)
+        .where(
+            events.c.node_id == node_id,
+            events.c.kind.in_(_SLOW_KINDS),
+            events.c.ts >= onset - _EVIDENCE_LOOKBACK,
+            events.c.ts <= until,
+        )
+        .order_by(events.c.ts)
+    )
+    for kind, ts, details in rows:
+        d = details or {}
+        item = entry(d.get("device"), d.get("port"), d.get("netdev"), d.get("link_layer"))
+        quoted = {"kind": kind, "ts": ts.isoformat()}
+        quoted.update({k: d[k] for k in _EVENT_FIELDS if d.get(k) is not None})
+        item.setdefault("events", []).append(quoted)
+    for item in found.values():
+        if "events" in item:
+            item["events"] = item["events"][-_EVIDENCE_EVENTS:]
+    if not found:
+        return None
+    return {"ports": [found[key] for key in sorted(found, key=str)]}
