@@ -7,15 +7,20 @@ are driven by hand, as in test_host_error_evictions; the urgent wake-up is check
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
 from tests.conftest import bearer
 from tests.factories import gpu_uuid, make_batch
+from tests.unit.agent.sysfs_trees import h100_tree
 from tests.unit.server.conftest import Push
 
+from fleetwatch.agent.collectors.infiniband import InfinibandCollector
 from fleetwatch.server.routers import ingest as ingest_route
+
+SHARED = Path(__file__).resolve().parents[3].parent / "shared" / "fixtures"
 
 DOWN = {"state": "DOWN", "state_code": 1, "phys_state": "Polling", "phys_state_code": 2}
 
@@ -160,3 +165,36 @@ def test_a_port_down_or_a_flap_at_its_limit_wakes_the_planner_at_ingest(
     monkeypatch.setattr(ingest_route, "notify_wake", woken.append)
     assert set(_push_readings(push, "node-w", readings)) == {200}
     assert len(woken) == wakes
+
+
+def test_the_real_h100_port_tree_with_one_rail_down_is_one_port_down(
+    client: TestClient, push: Push, tokens: dict[str, str], tmp_path: Path
+) -> None:
+    """GPUd's captured H100 tree as the agent's collector reads it, twice: as captured (its
+    unused down ports never were up: no event), then with one rail's link down."""
+    if not SHARED.is_dir():
+        pytest.skip(f"shared fixtures not found at {SHARED}")
+    root = h100_tree(SHARED, tmp_path)
+    collector = InfinibandCollector(root)
+    start = datetime.now(UTC) - timedelta(seconds=20)
+    first = collector.collect(start).ports
+    up = [p for p in first if p.state == "ACTIVE" and p.phys_state == "LinkUp"]
+    assert len(up) >= 8
+    rail = up[0]
+    port_dir = root / rail.device / "ports" / str(rail.port)
+    (port_dir / "state").write_text("1: DOWN\n")
+    (port_dir / "phys_state").write_text("3: Disabled\n")
+    second = collector.collect(start + timedelta(seconds=10)).ports
+    for i, ports in enumerate((first, second)):
+        ts = start + timedelta(seconds=10 * i)
+        batch = make_batch("node-h", gpus=2, ticks=1, start=ts)
+        batch["ports"] = [p.model_dump(mode="json", exclude_none=True) for p in ports]
+        assert push(batch).status_code == 200
+    found = [
+        e for e in _read(client, tokens, "/v1/events?node=node-h")["data"]
+        if e["kind"].startswith("port_")
+    ]  # fmt: skip
+    assert [(e["kind"], e["details"]["device"], e["details"]["port"]) for e in found] == [
+        ("port_down", rail.device, rail.port)
+    ]
+    assert found[0]["details"]["was_rate_gbps"] == rail.rate_gbps
