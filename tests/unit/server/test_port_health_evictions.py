@@ -129,7 +129,7 @@ def test_a_port_reading_sequence_yields_event_verdict_alert_and_eviction_where_i
         return
     [eviction] = evictions
     assert (eviction["node"], eviction["state"]) == ("node-n", "pending")
-    assert eviction["reason"].startswith(rule)
+    assert eviction["reason"].startswith(f"{rule} on port mlx5_0/1 (ib0): critical")
     verdicts = [v for g in eviction["evidence"]["gpus"] for v in g["verdicts"]]
     assert {v["evidence"]["netdev"] for v in verdicts} == {"ib0"}
 
@@ -151,6 +151,9 @@ def test_the_normal_rate_is_remembered_with_the_port(
     assert set(_push_readings(push, "node-r", readings)) == {200}
     kinds = [e["kind"] for e in _read(client, tokens, "/v1/events?node=node-r")["data"]]
     assert kinds == ["port_degraded"]  # once, not on every slow reading
+    [port] = _read(client, tokens, "/v1/nodes/node-r/ports")["data"]
+    assert (port["rate_gbps"], port["normal_rate_gbps"], port["normal_width"]) == (200.0, 400.0, 4)
+    assert port["degraded"] is True
 
 
 @pytest.mark.parametrize(

@@ -208,7 +208,14 @@ def list_ports(conn: Connection, *, node_id: int) -> list[PortPublic]:
         .where(node_ports.c.node_id == node_id)
         .order_by(node_ports.c.device, node_ports.c.port)
     )
-    return [PortPublic.model_validate(row._asdict()) for row in rows]
+    out = []
+    for row in rows:
+        values = row._asdict()
+        health = values.pop("health", None) or {}
+        for name in ("normal_rate_gbps", "normal_width", "degraded"):
+            values[name] = health.get(name)
+        out.append(PortPublic.model_validate(values))
+    return out
 
 
 # What slows a link without breaking it, or broke it for a while: a straggler's explanation.
