@@ -80,8 +80,8 @@ class Verdict:
     @property
     def takes_gpu_out(self) -> bool:
         """A fact, not a probability: the GPU is failed or must leave service now. A critical
-        host verdict (its node's fabric, CPU or memory failed) takes it out without counting
-        against it."""
+        host verdict (its node's fabric, CPU, memory or a network port failed) takes it out
+        without counting against it."""
         takes_out = self.counts_against_gpu or self.kind == "host"
         return takes_out and self.severity in ("critical", "fatal")
 
