@@ -3,8 +3,9 @@
 An **interrupting event** is one that takes a GPU or its node out of service (what the rules
 drain for): a lost GPU, an Xid of catalogue severity critical or fatal that counts against the
 GPU, and the host errors at their draining severities (:func:`~fleetwatch.rules.host_errors.\
-is_urgent_host_event`: a fatal SXid, an uncorrected AER, MCE or EDAC record). Each names one
-component:
+is_urgent_host_event`: a fatal SXid, an uncorrected AER, MCE or EDAC record), and the network
+port events the port rules drain for (:func:`~fleetwatch.rules.port_health.is_urgent_port_event`:
+a port that went down, a flap that reached the limit). Each names one component:
 
 ========  ==============================================================================
 gpu       a lost GPU, an Xid outside the interconnect category (GPU memory included), an
@@ -12,7 +13,7 @@ gpu       a lost GPU, an Xid outside the interconnect category (GPU memory inclu
 nvlink    an interconnect Xid (74, NVLink5 ...), a fatal NVSwitch SXid
 memory    an uncorrected EDAC count, a machine check that decoded a host memory error
 host      any other machine check (CPU, caches, bus), an uncorrected AER record elsewhere
-network   not judged yet: no event kind feeds it, so its count is absent (None), not 0
+network   a network adapter port that went down, a link that flapped past the limit
 ========  ==============================================================================
 
 A fault prints several records (an SXid per switch and link, an MCE and its EDAC line, an Xid 79
@@ -28,6 +29,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from fleetwatch.rules.host_errors import Component, is_urgent_host_event, mce_component
+from fleetwatch.rules.port_health import PORT_KINDS, is_urgent_port_event
 from fleetwatch.rules.xid_catalog import SEVERITY_RANK, XidCatalog
 
 __all__ = [
@@ -46,7 +48,6 @@ COMPONENT_NAMES: dict[str, str] = {
     "network": "network",
     "host": "host (CPU, PCIe)",
 }
-_JUDGED: tuple[Component, ...] = ("gpu", "memory", "nvlink", "host")
 # Records of one fault arrive within seconds; a node that fails again an hour later is a new
 # interruption (jobs restart within minutes, see ServerSettings.restart_h).
 INCIDENT_GAP = timedelta(hours=1)
@@ -66,6 +67,8 @@ def event_component(event: Any, catalog: XidCatalog) -> Component | None:
         ):
             return None
         return "nvlink" if entry.category == "interconnect" else "gpu"
+    if kind in PORT_KINDS:
+        return "network" if is_urgent_port_event(kind, details) else None
     if not is_urgent_host_event(kind, details):
         return None
     if kind == "sxid":
@@ -80,7 +83,7 @@ def event_component(event: Any, catalog: XidCatalog) -> Component | None:
 def interruptions_by_component(
     events: Iterable[Any], catalog: XidCatalog, start: datetime, end: datetime
 ) -> dict[str, int | None]:
-    """Interruptions per component that began in ``[start, end)``; ``network`` is None."""
+    """Interruptions per component that began in ``[start, end)``."""
     times: dict[tuple[Any, Component], list[datetime]] = defaultdict(list)
     for e in events:
         component = event_component(e, catalog)
@@ -91,4 +94,4 @@ def interruptions_by_component(
         stamps.sort()
         starts = [t for i, t in enumerate(stamps) if i == 0 or t - stamps[i - 1] > INCIDENT_GAP]
         counts[component] += sum(start <= t < end for t in starts)
-    return {c: (counts[c] if c in _JUDGED else None) for c in COMPONENTS}
+    return {c: counts[c] for c in COMPONENTS}

@@ -30,6 +30,7 @@ from fleetwatch.reports.week_lifetimes import (
     within,
 )
 from fleetwatch.rules.host_errors import is_urgent_host_event
+from fleetwatch.rules.port_health import is_urgent_port_event
 from fleetwatch.rules.xid_catalog import XidCatalog
 
 __all__ = ["HEADLINE", "WeeklyReport", "build_weekly", "headline"]
@@ -90,8 +91,12 @@ def _drain_section(d: WeekData, catalog: XidCatalog) -> dict[str, Any]:
     for e in d.events:
         if e.kind == "xid":
             fatal = catalog.lookup(e.xid).severity == "fatal"
-        else:  # a lost GPU, or a host error at a severity that drains
-            fatal = e.kind == "gpu_lost" or is_urgent_host_event(e.kind, e.details)
+        else:  # a lost GPU, a host error at a severity that drains, a port down or flapping
+            fatal = (
+                e.kind == "gpu_lost"
+                or is_urgent_host_event(e.kind, e.details)
+                or is_urgent_port_event(e.kind, e.details)
+            )
         if fatal and e.node_id is not None:
             evidence[e.node_id].append(e.ts)
     for times in evidence.values():

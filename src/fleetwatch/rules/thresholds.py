@@ -126,6 +126,41 @@ class HealthThresholds:
     )
     edac_corrected_window_s: float = _src(86400.0, "mcelog memory-ce-threshold (24 h)")
 
+    # Network adapter ports (rules.port_health, rules.port_events). A link that went down once is
+    # judged from its state, with no threshold; these are for the repeated and the gradual.
+    # A port whose link_downed counter rose this many times within the window is flapping:
+    # NVSentinel counts each link_downed increase as a fatal NIC event and escalates a port at
+    # 3 degradation events in 1 h; azurehpc-health-checks' check_ib_link_flapping also drains a
+    # node for repeated link-down lines within its lookback.
+    port_flap_limit: int = _src(
+        3, "NVSentinel nic-health-monitor link-counter-detection (3 events/1 h on a port)"
+    )
+    port_flap_window_s: float = _src(3600.0, "NVSentinel nic-health-monitor (1 h window)")
+    # Error counters' increases per window, per port, at which a port is erroring. The IB
+    # counters follow NVSentinel's symbol_error limit (> 120 per hour is fatal there) and the
+    # infiniband-diags ibcheckerrs default threshold file (10 for LinkErrorRecovery, PortRcvErrors,
+    # LocalLinkIntegrity, ExcessiveBufferOverrun; 100 for PortRcvRemotePhysicalErrors). The RoCE
+    # retransmission counters (NVIDIA "Understanding mlx5 ethtool/rdma counters": each counts a
+    # retransmitted or timed-out RDMA request) have no published limit: FleetWatch choice, set
+    # where a lossless fabric is clearly not lossless (one per ~4 s for an hour).
+    port_error_limits: Mapping[str, float] = _src_map(
+        {
+            "symbol_error": 120,
+            "link_error_recovery": 10,
+            "port_rcv_errors": 10,
+            "port_rcv_remote_physical_errors": 100,
+            "local_link_integrity_errors": 10,
+            "excessive_buffer_overrun_errors": 10,
+            "roce_adp_retrans": 1000,
+            "roce_slow_restart": 100,
+            "local_ack_timeout_err": 1000,
+            "out_of_sequence": 1000,
+        },
+        "NVSentinel symbol_error > 120/h; infiniband-diags ibcheckerrs default thresholds; "
+        "RoCE retransmission counters: FleetWatch choice",
+    )
+    port_error_window_s: float = _src(3600.0, "NVSentinel nic-health-monitor (per hour)")
+
     def __post_init__(self) -> None:
         for f in fields(self):
             value = getattr(self, f.name)
@@ -144,6 +179,8 @@ class HealthThresholds:
             "sxid_window_s",
             "aer_corrected_window_s",
             "edac_corrected_window_s",
+            "port_flap_window_s",
+            "port_error_window_s",
         )
         for name in windows:
             if getattr(self, name) <= 0:

@@ -1,8 +1,9 @@
 """Interruptions by component in the weekly report, against an independent count.
 
-Host-error rows are added to the small fleet of ``conftest`` with ``details`` read by the agent's
-parsers from real kernel-log captures; every row carries the component a person assigns it
-(``want``), and the expected counts are recomputed from those labels in plain Python.
+Host-error and network port rows are added to the small fleet of ``conftest``, with ``details``
+read by the agent's parsers from real kernel-log captures (port rows: as the server derives
+them); every row carries the component a person assigns it (``want``), and the expected counts
+are recomputed from those labels in plain Python.
 """
 
 from __future__ import annotations
@@ -69,10 +70,37 @@ def _host_rows() -> list[dict[str, Any]]:
         (3, None, "pcie_aer", aer_fatal, t(27, 1), "host"),
         (3, None, "mce", mce_cpu, t(28, 1), "host"),
     ]
+    rows += _port_rows()
     return [
         {"node_id": n, "gpu_uuid": g, "kind": k, "details": d, "ts": ts, "received_at": ts,
          "want": want}
         for n, g, k, d, ts, want in rows
+    ]  # fmt: skip
+
+
+def _port(severity: str, **more: Any) -> dict[str, Any]:
+    """Details as the server derives them from port readings (rules.port_events)."""
+    return {"device": "mlx5_0", "port": 1, "netdev": "ib0", "link_layer": "InfiniBand",
+            "severity": severity, **more}  # fmt: skip
+
+
+def _port_rows() -> list[tuple[Any, ...]]:
+    flap = {"increase": 1, "limit": 3, "window_s": 3600.0}
+    return [
+        # n1: a port goes down, its link_downed rises with it -> 1 network interruption; it
+        # comes back slower (degraded) -> nothing.
+        (1, None, "port_down", _port("critical", state="DOWN"), t(26, 14), "network"),
+        (1, None, "port_flap", _port("critical", in_window=3, **flap), t(26, 14) + timedelta(
+            seconds=10), "network"),
+        (1, None, "port_degraded", _port("warning", rate_gbps=200.0), t(26, 15), None),
+        # n2: two flaps below the limit -> nothing; a flapping link on two days -> network x2.
+        (2, None, "port_flap", _port("warning", in_window=1, **flap), t(24, 3), None),
+        (2, None, "port_flap", _port("warning", in_window=2, **flap), t(24, 4), None),
+        (2, None, "port_flap", _port("critical", in_window=3, **flap), t(25, 3), "network"),
+        (2, None, "port_flap", _port("critical", in_window=3, **flap), t(27, 3), "network"),
+        # n3: symbol errors and a port back up -> nothing.
+        (3, None, "port_errors", _port("warning", counter="symbol_error"), t(27, 4), None),
+        (3, None, "port_up", _port("info"), t(27, 5), None),
     ]  # fmt: skip
 
 
@@ -94,7 +122,6 @@ def _expected(fleet_events: list[dict[str, Any]], host: list[dict[str, Any]]) ->
                 if (previous is None or ts - previous > timedelta(hours=1)) and START <= ts < END:
                     counts[component] = (counts[component] or 0) + 1
                 previous = ts
-    counts["network"] = None
     return counts
 
 
@@ -109,11 +136,11 @@ def test_interruptions_by_component_match_an_independent_count(
     got = report.interruptions["by_component"]
     assert got == _expected(fleet_rows["events"], host)
     # And by hand: gpu = n2's AER + n2's Xid 79 + n3's Xid 48; one fabric fault; one memory UE
-    # in the week; two host faults on n3; network is not judged, so absent rather than 0.
-    assert got == {"gpu": 3, "memory": 1, "nvlink": 1, "network": None, "host": 2}
+    # in the week; two host faults on n3; n1's port down and n2's two flapping days.
+    assert got == {"gpu": 3, "memory": 1, "nvlink": 1, "network": 3, "host": 2}
     html = render_html(report)
     assert "<td>NVLink / NVSwitch</td><td>1</td>" in html
-    assert "<td>network</td><td>–</td>" in html
+    assert "<td>network</td><td>3</td>" in html
 
 
 def test_a_fatal_host_error_confirms_a_drain(

@@ -233,6 +233,40 @@ def test_straggler_hardware_verdict_carries_throttle_evidence(
     assert any("sw_power_cap" in s for s in telemetry["signals"])
     assert any("SM clock" in s for s in telemetry["signals"])
     assert telemetry["slow"]["throttle_mask"] == 0x4 and telemetry["before"]["throttle_mask"] == 0
+    assert "network" not in found[0]["evidence"]  # the node sent no ports
+
+
+def _port(ts: datetime, rate_gbps: float) -> dict[str, Any]:
+    return {"device": "mlx5_0", "port": 1, "ts": ts.isoformat(), "netdev": "ib0",
+            "link_layer": "InfiniBand", "state": "ACTIVE", "state_code": 4,
+            "phys_state": "LinkUp", "phys_state_code": 5, "rate_gbps": rate_gbps,
+            "link_width": 4 if rate_gbps == 400.0 else 2}  # fmt: skip
+
+
+def test_straggler_hardware_verdict_names_the_nodes_degraded_port(
+    client: TestClient, tokens: dict[str, str]
+) -> None:
+    start = datetime.now(UTC).replace(microsecond=0) - timedelta(seconds=120)
+    onset = start + timedelta(seconds=30)
+    rows = make_steps(factor=slow_node_after("n03", 30.0), seconds=70.0, nodes=4, start=start)
+    # n03's rail drops from 400 to 200 Gb/s at the onset; n01's stays at 400.
+    for node in ("n03", "n01"):
+        for i, ts in enumerate((start, onset)):
+            rate = 200.0 if node == "n03" and ts >= onset else 400.0
+            batch = {"batch_id": f"{node}-{i}", "node": {"name": node, "labels": {},
+                     "interval_s": 30.0, "agent_version": "t", "boot_id": "b"},
+                     "gpus": [make_gpu(node, 0)], "samples": [make_sample(gpu_uuid(node, 0), ts)],
+                     "events": [], "ports": [_port(ts, rate)]}  # fmt: skip
+            response = client.post("/v1/ingest", json=batch, headers=bearer(tokens["agent"]))
+            assert response.status_code == 200, response.text
+    _post(client, tokens["agent"], "live-2", rows)
+    client.app.state.stragglers.run_once()  # type: ignore[attr-defined]
+    found = client.get("/v1/stragglers", headers=bearer(tokens["read"])).json()["data"]
+    assert [(s["node"], s["kind"]) for s in found] == [("n03", "hardware")]
+    [port] = found[0]["evidence"]["network"]["ports"]
+    assert (port["device"], port["port"], port["netdev"]) == ("mlx5_0", 1, "ib0")
+    assert port["now"]["rate_gbps"] == 200.0 and port["now"]["normal_rate_gbps"] == 400.0
+    assert [e["kind"] for e in port["events"]] == ["port_degraded"]
 
 
 def test_straggler_restarted_detector_adopts_and_closes_open_verdict(

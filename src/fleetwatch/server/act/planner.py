@@ -175,9 +175,11 @@ def rule_candidates(
         gpu, verdicts = items[0]
         first = verdicts[0]
         more = f" and {len(items) - 1} more GPU(s)" if len(items) > 1 else ""
-        reason = (
-            f"{first.rule} on GPU {gpu.index} ({gpu.uuid}): {first.severity}, {first.action}{more}"
-        )
+        where = f"GPU {gpu.index} ({gpu.uuid})"
+        if first.evidence.get("component") == "network":  # a port: the node's, not the GPU's
+            netdev = first.evidence.get("netdev")
+            where = f"port {first.evidence.get('port_key')}" + (f" ({netdev})" if netdev else "")
+        reason = f"{first.rule} on {where}: {first.severity}, {first.action}{more}"
         evidence = {
             "gpus": [
                 {

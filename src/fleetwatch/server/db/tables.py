@@ -124,6 +124,9 @@ node_ports = Table(
     # {"counters": {name: {per_s, increase, reset}}, "hw_counters": {...}} since rates_since.
     Column("rates", Json),
     Column("rates_since", UtcDateTime),
+    # What the port rules remember (rules.port_events): normal_rate_gbps, normal_width, degraded,
+    # and the current error window's start (errors_from, errors_boot) and base counters.
+    Column("health", Json),
 )
 
 

@@ -7,7 +7,9 @@ reading, on its agent's clock (capped at now): the windows of the rules are the 
 late spool or a simulated fleet running in the past is judged as it happened. Each pass then runs
 :func:`~fleetwatch.rules.xid.judge_xids` per node over the last day of Xid events,
 :func:`~fleetwatch.rules.host_errors.judge_host_errors` per node over the same day of NVSwitch
-SXid, PCIe AER, machine-check and EDAC events, :func:`~fleetwatch.rules.health.judge_health` per
+SXid, PCIe AER, machine-check and EDAC events, :func:`~fleetwatch.rules.port_health.\
+judge_port_events` per node over the same day of network port events (verdicts of kind ``host``,
+component ``network``), :func:`~fleetwatch.rules.health.judge_health` per
 GPU over its window, and :func:`~fleetwatch.rules.health.judge_missing_gpus` per node. A host
 verdict about the node (the NVSwitch fabric, the CPUs, host memory) is given to each of its
 current GPUs: they all leave service with it, though it does not count against any of them.
@@ -34,6 +36,7 @@ from sqlalchemy import Connection, Row, Select, func, select
 from fleetwatch.rules.health import BootSample, HealthVerdict, judge_health, judge_missing_gpus
 from fleetwatch.rules.health_screen import JUDGED_FIELDS, may_fire
 from fleetwatch.rules.host_errors import HOST_KINDS, HostVerdict, judge_host_errors
+from fleetwatch.rules.port_health import PORT_KINDS, judge_port_events
 from fleetwatch.rules.thresholds import HealthThresholds
 from fleetwatch.rules.xid import XidVerdict, judge_xids
 from fleetwatch.rules.xid_catalog import XidCatalog
@@ -54,7 +57,7 @@ _ID_OVERLAP = 10_000  # sample rows re-read each pass, for ids committed out of 
 _CHUNK = 100_000  # sample rows fetched at a time (the first pass reads minutes of the fleet's)
 _COMPACT_AFTER = 1_000_000  # samples added within a pass before the windows are compacted
 _CLEARED_BY_BOOT = frozenset({"restart_app", "reset_gpu", "drain_reset", "reboot_node"})
-_LIVE_KINDS = ("xid", "gpu_lost", "node_boot", *sorted(HOST_KINDS))
+_LIVE_KINDS = ("xid", "gpu_lost", "node_boot", *sorted(HOST_KINDS), *sorted(PORT_KINDS))
 _CURRENT = timedelta(days=1)  # a GPU last seen this long before its node's newest is gone
 
 
@@ -77,8 +80,8 @@ class Verdict:
     @property
     def takes_gpu_out(self) -> bool:
         """A fact, not a probability: the GPU is failed or must leave service now. A critical
-        host verdict (its node's fabric, CPU or memory failed) takes it out without counting
-        against it."""
+        host verdict (its node's fabric, CPU, memory or a network port failed) takes it out
+        without counting against it."""
         takes_out = self.counts_against_gpu or self.kind == "host"
         return takes_out and self.severity in ("critical", "fatal")
 
@@ -380,6 +383,7 @@ class FleetJudge:
         # logged after the newest sample still happened.
         self._judge_xids(members, evs, at, out, where)
         self._judge_host(members, evs, at, out)
+        self._judge_ports(members, evs, at, out)
         for gpu in members:
             w = int(where[gpu.slot])
             if w < 0 or not judged[w]:
@@ -461,6 +465,24 @@ class FleetJudge:
                 if uuid is not None:
                     out[uuid].append(verdict)
                 continue
+            for g in current:
+                out[g.uuid].append(verdict)
+
+    def _judge_ports(
+        self, members: list[_Gpu], evs: list[Event], now: datetime, out: dict[str, list[Verdict]]
+    ) -> None:
+        """Port verdicts are about the node: each of its current GPUs leaves service with it.
+        A port's own ``port_up`` clears them, not a reboot (a reboot does not mend a cable)."""
+        port_events = [e for e in evs if e.kind in PORT_KINDS]
+        if not port_events or not members:
+            return
+        newest = max(g.last_seen for g in members)
+        current = [g for g in members if g.last_seen >= newest - _CURRENT]
+        verdicts = judge_port_events(
+            port_events, now=now, thresholds=self.thresholds, lookback=self.xid_lookback
+        )
+        for v in verdicts:
+            verdict = Verdict.from_host(v)
             for g in current:
                 out[g.uuid].append(verdict)
 

@@ -5,7 +5,8 @@ window past the next unjudged window, judges the windows in order
 (:mod:`fleetwatch.models.stragglers`). It writes verdict transitions, ``node_slowness`` and the
 job's detector state (``straggler_state``: the next unjudged window, each node's runs of slow and
 normal windows, open verdicts, the newest window's ratios) in one transaction per job. A telemetry
-correlation is attached to hardware verdicts when they open.
+correlation is attached to hardware verdicts when they open, and so are the node's network ports
+that were down, degraded or erroring around the onset (a slow rail slows every collective).
 
 No state that matters stays in a worker's memory: whichever worker judges a job next (after a
 restart, or as a new leader) resumes from its stored state exactly, so no window is judged, or
@@ -47,6 +48,7 @@ from fleetwatch.server.repo.jobs import (
     telemetry_evidence,
     update_slowness,
 )
+from fleetwatch.server.repo.ports import port_evidence
 
 __all__ = ["StragglerDetector"]
 
@@ -155,6 +157,9 @@ class StragglerDetector:
                 found = telemetry_evidence(conn, t.node, t.started_at, t.at)
                 if found is not None:
                     t.evidence["telemetry"] = found
+                ports = port_evidence(conn, t.node, t.started_at, t.at)
+                if ports is not None:
+                    t.evidence["network"] = ports
             logger.info(
                 "straggler %s: job %s node %s %s (%.2fx)",
                 t.action,

@@ -27,6 +27,7 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import SQLAlchemyError
 
 from fleetwatch.errors import BatchConflict, GpuClaimed, InvalidInput
+from fleetwatch.rules.thresholds import HealthThresholds
 from fleetwatch.server.batch_view import BatchView, GpuView, SampleView
 from fleetwatch.server.db.session import Database
 from fleetwatch.server.db.tables import events, gpus, ingest_batches, nodes
@@ -89,6 +90,8 @@ class IngestResult:
     events: int
     duplicate: bool
     node_id: int | None = None
+    # A port went down or flapped past its limit (rules.port_events): judge and plan now.
+    urgent_ports: bool = False
 
 
 class _Duplicate(Exception):
@@ -102,6 +105,7 @@ def store_batch(
     content_sha256: str,
     now: datetime,
     live_intervals: float = 3.0,
+    thresholds: HealthThresholds | None = None,
 ) -> IngestResult:
     """Store ``batch`` and commit, or raise and store nothing.
 
@@ -118,7 +122,15 @@ def store_batch(
             _insert_events(conn, batch, node_id, node_gpus, now)
             # Older batch views (and the BatchView protocol) have no ports: absent is none.
             ports = port_readings(getattr(batch, "ports", None))
-            store_ports(conn, ports, node_id=node_id, boot_id=batch.node.boot_id)
+            stored_ports = store_ports(
+                conn,
+                ports,
+                node_id=node_id,
+                boot_id=batch.node.boot_id,
+                now=now,
+                thresholds=thresholds,
+                batch_id=batch.batch_id,
+            )
         learned.remember()  # committed: the GPU and boot keys may be reused by later batches
     except _Duplicate:
         return IngestResult(samples=0, events=0, duplicate=True)
@@ -126,7 +138,11 @@ def store_batch(
         _record_claims(db, exc, batch.batch_id, now)
         raise
     return IngestResult(
-        samples=len(batch.samples), events=len(batch.events), duplicate=False, node_id=node_id
+        samples=len(batch.samples),
+        events=len(batch.events),
+        duplicate=False,
+        node_id=node_id,
+        urgent_ports=stored_ports.urgent,
     )
 
 

@@ -123,13 +123,16 @@ def _evictions(conn: Connection, start: datetime, end: datetime) -> list[Any]:
 
 
 def _events(conn: Connection, lo: datetime, hi: datetime) -> list[Any]:
-    """Xid and lost-GPU events, and host errors at the severities that may interrupt (corrected
-    floods stay in the database: the report does not count them)."""
+    """Xid and lost-GPU events, host errors at the severities that may interrupt (corrected
+    floods stay in the database: the report does not count them), and ports gone down or
+    flapping past their limit."""
     e = events.c
     severity = e.details["severity"].as_string()
     host = and_(e.kind.in_(sorted(HOST_KINDS)), severity.in_(_INTERRUPTING))
+    # A port down, a flap at its limit (rules.port_events marks them critical).
+    ports = and_(e.kind.in_(("port_down", "port_flap")), severity.in_(("critical", "fatal")))
     query = select(e.node_id, e.gpu_uuid, e.kind, e.xid, e.ts, e.details).where(
-        or_(e.kind.in_(("xid", "gpu_lost")), host), e.ts >= lo, e.ts < hi
+        or_(e.kind.in_(("xid", "gpu_lost")), host, ports), e.ts >= lo, e.ts < hi
     )
     return list(conn.execute(query).all())
 

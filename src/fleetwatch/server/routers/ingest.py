@@ -15,6 +15,7 @@ from fastapi.concurrency import run_in_threadpool
 from fleetwatch.config import ServerSettings
 from fleetwatch.errors import InvalidInput, PayloadTooLarge, UnsupportedMediaType
 from fleetwatch.rules.host_errors import is_urgent_host_event
+from fleetwatch.rules.thresholds import HealthThresholds
 from fleetwatch.server.batch_decoder import decode_batch, ingest_limits
 from fleetwatch.server.batch_structs import EventStruct
 from fleetwatch.server.db.base import utcnow
@@ -122,8 +123,19 @@ def _is_urgent(event: EventStruct) -> bool:
     return event.kind in _URGENT_KINDS or is_urgent_host_event(event.kind, event.details)
 
 
+def _thresholds(request: Request) -> HealthThresholds | None:
+    """The thresholds the rules run with (the rules file's), for the port events derived on
+    ingest; None (the defaults) in an app built without background jobs."""
+    assessor = getattr(request.app.state, "assessor", None)
+    return assessor.judge.thresholds if assessor is not None else None
+
+
 def _ingest(
-    body: bytes, settings: ServerSettings, db: Database, slots: threading.Semaphore
+    body: bytes,
+    settings: ServerSettings,
+    db: Database,
+    slots: threading.Semaphore,
+    thresholds: HealthThresholds | None = None,
 ) -> tuple[IngestResponse, bool]:
     batch = decode_batch(body, ingest_limits(settings, utcnow()))
     digest = hashlib.sha256(body).hexdigest()
@@ -134,6 +146,7 @@ def _ingest(
             content_sha256=digest,
             now=utcnow(),
             live_intervals=settings.unreachable_after_intervals,
+            thresholds=thresholds,
         )
     logger.debug(
         "batch %s from %s: %d samples, %d events, duplicate=%s",
@@ -143,7 +156,10 @@ def _ingest(
         result.events,
         result.duplicate,
     )
-    urgent = not result.duplicate and any(_is_urgent(e) for e in batch.events)
+    # A port gone down or flapping is derived here from the port readings, not sent as an event.
+    urgent = not result.duplicate and (
+        result.urgent_ports or any(_is_urgent(e) for e in batch.events)
+    )
     response = IngestResponse(
         accepted=IngestAccepted(samples=result.samples, events=result.events),
         duplicate=result.duplicate,
@@ -168,7 +184,12 @@ async def ingest(request: Request, _token: IngestAuth) -> IngestResponse:
         _check_content_type(request)
         body = await _read_body(request, settings.max_body_bytes)
         response, urgent = await run_in_threadpool(
-            _ingest, body, settings, request.app.state.db, request.app.state.ingest_slots
+            _ingest,
+            body,
+            settings,
+            request.app.state.db,
+            request.app.state.ingest_slots,
+            _thresholds(request),
         )
         if urgent:
             request.app.state.waker.poke()

@@ -49,6 +49,17 @@ class PortPublic(BaseModel):
         "null for a port's first reading"
     )
     rates_since: datetime | None = Field(description="When the reading before was taken")
+    normal_rate_gbps: float | None = Field(
+        default=None,
+        description="The highest rate the port has shown while up: the port rules call it "
+        "degraded below this",
+    )
+    normal_width: int | None = Field(
+        default=None, description="The most lanes the port has shown while up"
+    )
+    degraded: bool | None = Field(
+        default=None, description="Up below its normal rate or width at the newest reading"
+    )
 
 
 class NodePortsPublic(BaseModel):

@@ -12,8 +12,10 @@ __all__ = ["FactorPublic", "GpuRiskPublic", "NodeRiskPublic", "RiskPage", "Verdi
 
 class VerdictPublic(BaseModel):
     kind: Literal["xid", "health", "host"] = Field(
-        description="an Xid rule, a telemetry rule, or a host-error rule (NVSwitch SXid, PCIe "
-        "AER, machine check, EDAC; evidence.scope says whether it is about the GPU or its node)"
+        description="an Xid rule, a telemetry rule, or a host rule: a kernel-log host error "
+        "(NVSwitch SXid, PCIe AER, machine check, EDAC) or a network port rule (port_down, "
+        "port_flap, port_degraded, port_errors); evidence.scope says whether it is about the GPU "
+        "or its node, evidence.component which part (gpu, memory, nvlink, network, host)"
     )
     rule: str
     severity: str
@@ -25,7 +27,7 @@ class VerdictPublic(BaseModel):
     counts_against_gpu: bool
     takes_gpu_out: bool = Field(
         description="critical or fatal, and counted against the GPU or a host verdict (the "
-        "node's fabric, CPU or memory failed)"
+        "node's fabric, CPU, memory or a network port failed)"
     )
     source: str = Field(description="the catalogue row or threshold default behind the verdict")
     xids: list[int]
