@@ -233,6 +233,12 @@ def fleetwatch_figures(dsn: str, group: ServerGroup, load: dict[str, Any]) -> di
             row = conn.execute(sql).fetchone()
             return row[0] if row else None
 
+        def samples_size(function: str) -> int:
+            # The whole partition tree (the parent, every day and the DEFAULT partition).
+            tree = "pg_partition_tree('gpu_samples')"
+            size = int(one(f"SELECT coalesce(sum({function}(relid)), 0) FROM {tree}"))
+            return size or int(one(f"SELECT {function}('gpu_samples')"))
+
         rows = int(one("SELECT count(*) FROM gpu_samples"))
         evictions = conn.execute("SELECT node, state, reason FROM evictions").fetchall()
         # Why nodes that got no Xid 79 were evicted: state and the reason's first word.
@@ -244,9 +250,10 @@ def fleetwatch_figures(dsn: str, group: ServerGroup, load: dict[str, Any]) -> di
         figures = {
             "samples_rows": rows,
             "db_equals_acked": rows == load["acked_rows_total"],
-            "samples_table_bytes": int(one("SELECT pg_total_relation_size('gpu_samples')")),
-            "samples_heap_bytes": int(one("SELECT pg_relation_size('gpu_samples')")),
-            "samples_index_bytes": int(one("SELECT pg_indexes_size('gpu_samples')")),
+            # gpu_samples is partitioned by day on PostgreSQL: its rows live in the partitions.
+            "samples_table_bytes": samples_size("pg_total_relation_size"),
+            "samples_heap_bytes": samples_size("pg_relation_size"),
+            "samples_index_bytes": samples_size("pg_indexes_size"),
             "database_bytes": int(one("SELECT pg_database_size(current_database())")),
             "events": int(one("SELECT count(*) FROM events")),
             "nodes": int(one("SELECT count(*) FROM nodes")),

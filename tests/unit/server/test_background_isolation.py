@@ -272,6 +272,46 @@ def test_a_failing_pass_is_counted_and_retried() -> None:
     assert failures.value >= 3
 
 
+def test_completed_passes_are_timed_and_failed_ones_are_not() -> None:
+    """Each completed pass's wall time reaches ``durations`` once; a failing pass only counts
+    as a failure (its time would flatter the job)."""
+
+    class Count:
+        value = 0
+
+        def inc(self, amount: float = 1) -> None:
+            self.value += int(amount)
+
+    class Timings:
+        def __init__(self) -> None:
+            self.seen: list[float] = []
+
+        def observe(self, amount: float) -> None:
+            self.seen.append(amount)
+
+    runs, failures, durations = Count(), Count(), Timings()
+    calls = 0
+
+    def job() -> None:
+        nonlocal calls
+        calls += 1
+        if calls % 2 == 0:
+            raise RuntimeError("every second pass fails")
+
+    async def run() -> None:
+        task = asyncio.create_task(
+            periodic("timed", 0.01, job, failures=failures, runs=runs, durations=durations)
+        )
+        async with asyncio.timeout(60):
+            while runs.value < 3 or failures.value < 3:
+                await asyncio.sleep(0.01)
+        task.cancel()
+
+    asyncio.run(run())
+    assert len(durations.seen) == runs.value
+    assert all(seconds >= 0 for seconds in durations.seen)
+
+
 def test_item_guard_writes_the_good_rows_and_isolates_a_known_bad_one_up_front(
     db: Database,
 ) -> None:

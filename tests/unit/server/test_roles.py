@@ -106,6 +106,8 @@ def test_worker_waits_for_the_lock_then_leads_and_hears_wakes(
             return float(metric.split()[-1])
 
         assert _wait(lambda: runs() >= 1), "a standby keeps its read-only assessment"
+        timed = _metric(client, 'fleetwatch_background_pass_seconds_count{job="assessment"}')
+        assert float(timed.split()[-1]) >= 1, "each completed pass is timed"
         assert client.get("/readyz").json()["leader"] is False, "someone else holds the lock"
         held_lock.execute("SELECT pg_advisory_unlock(%s)", (LEADER_LOCK,))
         assert _wait(lambda: client.get("/readyz").json()["leader"] is True)

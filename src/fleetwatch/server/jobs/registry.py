@@ -29,7 +29,7 @@ import functools
 import logging
 from datetime import datetime
 
-from prometheus_client import Counter
+from prometheus_client import Counter, Histogram
 from sqlalchemy import Engine
 
 from fleetwatch.config import ServerSettings
@@ -94,7 +94,9 @@ class BackgroundJobs:
         self.outbox = OutboxWorker(db, settings, guard=self._guard("webhooks"), secrets=secrets)
         self.refitter = Refitter(db, settings, failures=self._failures("refit"))
         self.elector: LeaderElector | None = None
-        self.scheduler = Scheduler(failures=self._failures, runs=self._runs)
+        self.scheduler = Scheduler(
+            failures=self._failures, runs=self._runs, durations=self._pass_seconds
+        )
 
     def process_jobs(self) -> list[Job]:
         """What every process runs: its own assessment (then, on the leader, a plan and alerts)."""
@@ -185,3 +187,6 @@ class BackgroundJobs:
 
     def _runs(self, job: str) -> Counter:
         return self.metrics.background_runs.labels(job=job)
+
+    def _pass_seconds(self, job: str) -> Histogram:
+        return self.metrics.background_pass_seconds.labels(job=job)

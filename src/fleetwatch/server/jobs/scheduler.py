@@ -53,6 +53,10 @@ class _Counter(Protocol):
     def inc(self, amount: float = 1) -> None: ...
 
 
+class _Timings(Protocol):
+    def observe(self, amount: float) -> None: ...
+
+
 async def periodic(
     name: str,
     interval_s: float,
@@ -60,10 +64,11 @@ async def periodic(
     waker: Waker | None = None,
     failures: _Counter | None = None,
     runs: _Counter | None = None,
+    durations: _Timings | None = None,
 ) -> None:
     """Run ``job`` in a thread now and then every ``interval_s`` (sooner when ``waker`` is
     poked), until cancelled. A failed pass is logged, counted on ``failures`` and retried; a
-    completed one is counted on ``runs``."""
+    completed one is counted on ``runs`` and its wall time observed on ``durations``."""
     while True:
         started = asyncio.get_running_loop().time()
         hint: float | None = None
@@ -72,6 +77,8 @@ async def periodic(
             logger.debug("%s: %s", name, result)
             if runs is not None:
                 runs.inc()
+            if durations is not None:
+                durations.observe(asyncio.get_running_loop().time() - started)
             # A job may know when it next has work (the planner: a node about to go silent).
             hint = getattr(result, "next_run_s", None)
         except Exception:
@@ -107,14 +114,20 @@ class Scheduler:
     """Runs jobs as asyncio tasks: every process's from :meth:`start`, the leader's between
     :meth:`lead` and :meth:`stop_leading`.
 
-    ``failures(job)`` and ``runs(job)`` give the counters of a job's failed and completed passes.
+    ``failures(job)`` and ``runs(job)`` give the counters of a job's failed and completed passes,
+    ``durations(job)`` (optional) what observes each completed pass's wall time.
     """
 
     def __init__(
-        self, *, failures: Callable[[str], _Counter], runs: Callable[[str], _Counter]
+        self,
+        *,
+        failures: Callable[[str], _Counter],
+        runs: Callable[[str], _Counter],
+        durations: Callable[[str], _Timings] | None = None,
     ) -> None:
         self._failures = failures
         self._runs = runs
+        self._durations = durations
         self._tasks: list[asyncio.Task[None]] = []
         self._leading: list[asyncio.Task[None]] = []
 
@@ -161,4 +174,5 @@ class Scheduler:
                     "%s: no fresh assessment yet; retry in %.0f s", job.name, job.interval_s
                 )
                 await asyncio.sleep(job.interval_s)
-        await periodic(job.name, job.interval_s, job.run, job.waker, failures, runs)
+        durations = self._durations(job.name) if self._durations is not None else None
+        await periodic(job.name, job.interval_s, job.run, job.waker, failures, runs, durations)
