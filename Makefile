@@ -8,7 +8,8 @@ STAMP   = $(VENV)/.fleetwatch-installed
 PYTEST_ARGS ?=
 # Test workers (pytest-xdist). The live tests spend most of their time waiting on real servers,
 # agents, PostgreSQL and slurmctld, so three workers finish well ahead of one even on two cores;
-# TEST_WORKERS=0 runs the suite in this one process.
+# worksteal: a worker that runs out takes tests from one still busy, so the live tests (listed
+# first) do not all queue behind one worker. TEST_WORKERS=0 runs the suite in this one process.
 TEST_WORKERS ?= 3
 # Real parts the tests drive: promtool, Alertmanager, headless Chromium, pdftoppm, WeasyPrint's
 # native libraries.
@@ -39,7 +40,7 @@ test: $(STAMP)
 	scripts/ensure-slurm.sh
 	scripts/ensure-debs.sh $(TEST_DEBS)
 	FLEETWATCH_REQUIRE_POSTGRES=1 FLEETWATCH_REQUIRE_SLURM=1 FLEETWATCH_REQUIRE_TOOLS=1 \
-		$(BIN)/python -m pytest -n $(TEST_WORKERS) $(PYTEST_ARGS)
+		$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks scripts
