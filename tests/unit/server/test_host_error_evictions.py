@@ -188,3 +188,22 @@ def test_a_reboot_clears_the_fabric_verdict_but_not_the_machine_check(
     assert push(rebooted).status_code == 200
     assessor.run_once()
     assert _verdict_rules(client, tokens, uuid) == ["mce_uncorrected"]
+
+
+def test_a_node_verdict_is_one_node_series_on_metrics_not_one_per_gpu(
+    client: TestClient, push: Push, tokens: dict[str, str]
+) -> None:
+    """A fatal machine check is held by both GPUs of the node; /metrics shows it once, as
+    ``fleetwatch_node_verdict``, so the node pages once (FleetWatchNodeFatalVerdict) and no GPU
+    alert fires for it."""
+    panic = _wire(_parsed(MCE_LOG, "mce", "fatal"))
+    assert push(_batch("node-m", panic)).status_code == 200
+    client.app.state.assessor.run_once()  # type: ignore[attr-defined]
+    page = client.get("/metrics", headers=bearer(tokens["read"])).text.splitlines()
+    node_lines = [x for x in page if x.startswith("fleetwatch_node_verdict{")]
+    assert node_lines == [
+        'fleetwatch_node_verdict{node="node-m",kind="host",component="host",'
+        'rule="mce_uncorrected",severity="fatal",action="drain_inspect"} 1'
+    ]
+    assert not [x for x in page if x.startswith("fleetwatch_gpu_verdict{")]
+    assert 'fleetwatch_gpus{verdict="fatal"} 2' in page

@@ -4,7 +4,8 @@ the fabric group's, which read each port's counters on the shards.
 
 A small fleet that makes every family appear: full GPU samples, an Xid 79 (a fatal verdict), a
 fitted risk model and an assessment, straggler ratios and slowness scores, network ports (one
-down, one degraded, a RoCE port; two readings, so rates) and host errors.
+down, one degraded, a RoCE port; two readings, so rates) and host errors (a fatal machine check:
+a verdict about the node).
 """
 
 from __future__ import annotations
@@ -74,6 +75,8 @@ def pages(client: TestClient, push: Push, db: Database, tokens: dict[str, str]) 
     batch["events"] = [
         {"kind": "xid", "ts": now.isoformat(), "xid": 79, "pci_bus_id": bus},
         {"kind": "mce", "ts": now.isoformat(), "details": {"severity": "corrected"}},
+        # Judged about the whole node: fleetwatch_node_verdict.
+        {"kind": "mce", "ts": now.isoformat(), "details": {"severity": "fatal"}},
     ]
     batch["ports"] = _ports(now - timedelta(seconds=20), 0) + _ports(now - timedelta(seconds=10), 1)
     assert push(batch).status_code == 200

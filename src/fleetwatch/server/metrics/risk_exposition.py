@@ -2,10 +2,12 @@
 
 On the default page (all gauges): ``fleetwatch_node_failure_probability{node,horizon}`` for each
 horizon of ``risk_horizons_h`` (nodes without a probability are left out, not exported as 0);
-``fleetwatch_gpu_verdict{node,gpu,uuid,kind,rule,severity,action}`` = 1 per active verdict, for
-alert rules (only GPUs with a verdict have one); the fleet's distribution,
-``fleetwatch_gpus{verdict}`` (GPUs by their worst verdict, ``none`` for healthy ones) and
-``fleetwatch_gpus_at_risk{horizon,threshold}`` (GPUs whose probability is at least the
+``fleetwatch_gpu_verdict{node,gpu,uuid,kind,rule,severity,action}`` = 1 per active verdict about
+a GPU, for alert rules (only GPUs with a verdict have one);
+``fleetwatch_node_verdict{node,kind,component,rule,severity,action}`` = 1 per active verdict about
+a whole node (a host error or a network port: one series, not one per GPU); the fleet's
+distribution, ``fleetwatch_gpus{verdict}`` (GPUs by their worst verdict, ``none`` for healthy
+ones) and ``fleetwatch_gpus_at_risk{horizon,threshold}`` (GPUs whose probability is at least the
 threshold); ``fleetwatch_risk_model_version`` and ``fleetwatch_assessment_timestamp_seconds``.
 
 On a shard's page: ``fleetwatch_gpu_failure_probability{node,gpu,uuid,horizon}`` of the shard's
@@ -17,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 
 from fleetwatch.server.judge.assessment import FleetAssessment, GpuAssessment
+from fleetwatch.server.judge.judging import Verdict
 from fleetwatch.server.metrics.text import escape_label, family_header
 
 __all__ = ["AT_RISK_THRESHOLDS", "VERDICT_LEVELS", "render_gpu_risk", "render_risk"]
@@ -107,6 +110,7 @@ def _render(snapshot: FleetAssessment, horizons_h: Sequence[float]) -> str:
         f'action="{v.action}"}} 1\n'
         for g in snapshot.gpus
         for v in g.verdicts
+        if not _about_the_node(v)
     ]
     if verdicts:
         out.append(
@@ -115,7 +119,31 @@ def _render(snapshot: FleetAssessment, horizons_h: Sequence[float]) -> str:
             )
         )
         out.extend(dict.fromkeys(verdicts))  # two verdicts of one rule are one series
+    # A verdict about the node (its switch fabric, a port, its CPUs or memory) is held by each of
+    # its GPUs; one series for the node, so that one failed port pages once, not once per GPU.
+    node_verdicts = [
+        f'fleetwatch_node_verdict{{node="{escape_label(g.node)}",kind="{v.kind}",'
+        f'component="{escape_label(str(v.evidence.get("component", "")))}",'
+        f'rule="{escape_label(v.rule)}",severity="{v.severity}",action="{v.action}"}} 1\n'
+        for g in snapshot.gpus
+        for v in g.verdicts
+        if _about_the_node(v)
+    ]
+    if node_verdicts:
+        out.append(
+            family_header(
+                "fleetwatch_node_verdict",
+                "gauge",
+                "An active rule verdict about a whole node (NVSwitch fabric, network port, host "
+                "CPU or memory); always 1.",
+            )
+        )
+        out.extend(dict.fromkeys(node_verdicts))
     return "".join(out)
+
+
+def _about_the_node(verdict: Verdict) -> bool:
+    return verdict.kind == "host" and verdict.evidence.get("scope") == "node"
 
 
 def _worst(gpu: GpuAssessment) -> str:
