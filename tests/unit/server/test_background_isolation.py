@@ -27,7 +27,7 @@ from fleetwatch.server.db.tables import alerts, evictions, gpu_lifetimes, webhoo
 from fleetwatch.server.jobs.isolation import ItemGuard
 from fleetwatch.server.jobs.lifecycle import run_lifecycle
 from fleetwatch.server.jobs.rollups import RollupJob
-from fleetwatch.server.jobs.scheduler import periodic
+from fleetwatch.server.jobs.scheduler import Waker, periodic
 from fleetwatch.server.judge.judging import FleetJudge
 from fleetwatch.server.repo.jobs import load_detector
 from fleetwatch.server.tell import alerting
@@ -270,6 +270,31 @@ def test_a_failing_pass_is_counted_and_retried() -> None:
 
     asyncio.run(run())
     assert failures.value >= 3
+
+
+@pytest.mark.parametrize("turns", [0, 1])
+def test_a_wait_cancelled_as_its_wake_lands_stays_cancelled(turns: int) -> None:
+    """The server's shutdown cancels each job's task; a wake landing in the same turn of the
+    event loop must not swallow that cancellation (Python 3.11's ``wait_for`` did, and the job
+    then outlived the shutdown, which waited for it for ever)."""
+
+    async def run() -> bool:
+        waker = Waker()
+        waker.bind()
+        task = asyncio.create_task(waker.wait(60))
+        await asyncio.sleep(0)
+        waker.poke()
+        for _ in range(turns):
+            await asyncio.sleep(0)
+        assert not task.done()
+        task.cancel()
+        try:
+            await task
+        except asyncio.CancelledError:
+            return True
+        return False
+
+    assert asyncio.run(run()), "the cancellation was swallowed"
 
 
 def test_completed_passes_are_timed_and_failed_ones_are_not() -> None:

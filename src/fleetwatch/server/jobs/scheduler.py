@@ -42,8 +42,11 @@ class Waker:
 
     async def wait(self, timeout_s: float) -> None:
         assert self._event is not None, "bind() the waker in the event loop first"
+        # asyncio.timeout, not wait_for: on Python 3.11 wait_for swallows a cancellation that
+        # lands as the event is set, and the job's task then outlives the server's shutdown.
         try:
-            await asyncio.wait_for(self._event.wait(), timeout_s)
+            async with asyncio.timeout(timeout_s):
+                await self._event.wait()
         except TimeoutError:
             pass
         self._event.clear()
@@ -152,9 +155,13 @@ class Scheduler:
         tasks = [*self._tasks, *self._leading]
         self.stop_leading()
         self._tasks.clear()
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        # Cancelled again until they end: a cancellation swallowed by code the job awaits (a
+        # library's, an older asyncio's) must not hold up the shutdown for ever.
+        pending = set(tasks)
+        while pending:
+            for task in pending:
+                task.cancel()
+            _, pending = await asyncio.wait(pending, timeout=1.0)
 
     def _spawn(self, job: Job) -> asyncio.Task[None]:
         return asyncio.create_task(self._loop(job), name=job.name)
