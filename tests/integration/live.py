@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import socket
 import subprocess
@@ -17,10 +18,26 @@ import httpx
 FLEETWATCH = [sys.executable, "-m", "fleetwatch"]
 
 
+# Ports for the processes the tests start: below the kernel's ephemeral range (32768 and up by
+# default), where no outgoing connection lands, and a block of its own per pytest-xdist worker,
+# handed out in turn. A port the kernel picked (bind to 0) was free when asked, but another
+# worker's server or any client connection could take it before the process bound it.
+_PORT_BASE, _PORT_BLOCK, _PORT_BLOCKS = 20_000, 1_000, 12  # 20000-31999
+_next_port = itertools.count()
+
+
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    base = _PORT_BASE + int(worker.removeprefix("gw") or 0) % _PORT_BLOCKS * _PORT_BLOCK
+    for _ in range(_PORT_BLOCK):
+        port = base + next(_next_port) % _PORT_BLOCK
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue  # still held (a process of an earlier test, a TIME_WAIT)
+            return port
+    raise RuntimeError(f"no free port in {base}-{base + _PORT_BLOCK - 1}")
 
 
 def fleetwatch(*args: str, check: bool = True, env: dict[str, str] | None = None) -> str:
