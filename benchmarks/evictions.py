@@ -25,8 +25,10 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import httpx
 from sqlalchemy import insert
@@ -127,19 +129,24 @@ def list_latency(url: str, tmp: Path, count: int, requests: int) -> None:
             print(f"{name:42s} {_pcts([call() for _ in range(requests)])}  ({requests} requests)")
 
 
-def end_to_end(url: str, tmp: Path, trials: int) -> None:
+def kernel_line_trials(
+    url: str, tmp: Path, trials: int, lines: Callable[[int], str], timeout_s: float
+) -> list[tuple[float, dict[str, Any] | None]]:
+    """A real agent follows a kernel log; per trial, ``lines(i)`` is appended and the time until a
+    new eviction is pending at ``GET /v1/evictions`` is measured (``inf`` and ``None`` if none
+    within ``timeout_s``); the eviction is then acked, completed and the node returned."""
     upgrade(make_engine(ServerSettings(database_url=url)))
     agent_token = create_token(url, "agent", "bench-agent")
     sched_token = create_token(url, "scheduler", "bench-sched-e2e")
-    # Default assessment and planner timers (30 s, 10 s): the Xid's batch wakes them.
+    # Default assessment and planner timers (30 s, 10 s): the batch carrying the line wakes them.
     for name in ("ASSESS_INTERVAL_S", "PLANNER_INTERVAL_S"):
         os.environ.pop(f"FLEETWATCH_SERVER_{name}", None)
     for name, value in {"EVICTION_COOLDOWN_S": "0", "REFIT_INTERVAL_S": "0"}.items():
         os.environ[f"FLEETWATCH_SERVER_{name}"] = value
+    results: list[tuple[float, dict[str, Any] | None]] = []
     with live_server(url, tmp) as server, server.client(sched_token) as sched:
         agent = run_agent(server.url, agent_token, 10.0, tmp / "agent", 50.0)
         log = tmp / "agent" / "kern.log"
-        latencies: list[float] = []
         try:
             deadline = time.monotonic() + 60
             while time.monotonic() < deadline:  # the agent's first batch names its GPUs
@@ -149,19 +156,18 @@ def end_to_end(url: str, tmp: Path, trials: int) -> None:
             seen: set[int] = set()
             for i in range(trials):
                 with log.open("a") as f:
-                    f.write(f"[{2000 + i}.000000] NVRM: Xid (PCI:0000:18:00): 79, pid={60_000 + i}"
-                            ", name=bench, GPU has fallen off the bus.\n")  # fmt: skip
+                    f.write(lines(i))
                 written = time.perf_counter()
                 found = None
-                while time.perf_counter() - written < 30 and found is None:
+                while time.perf_counter() - written < timeout_s and found is None:
                     data = sched.get("/v1/evictions", params={"state": "pending"}).json()["data"]
                     found = next((e for e in data if e["id"] not in seen), None)
                     if found is None:
                         time.sleep(0.01)
                 if found is None:
-                    latencies.append(float("inf"))
+                    results.append((float("inf"), None))
                     continue
-                latencies.append(time.perf_counter() - written)
+                results.append((time.perf_counter() - written, found))
                 seen.add(found["id"])
                 for step in ("ack", "complete"):
                     sched.post(f"/v1/evictions/{found['id']}/{step}").raise_for_status()
@@ -170,6 +176,15 @@ def end_to_end(url: str, tmp: Path, trials: int) -> None:
         finally:
             agent.terminate()
             agent.wait(timeout=20)
+    return results
+
+
+def end_to_end(url: str, tmp: Path, trials: int) -> None:
+    def xid79(i: int) -> str:
+        return (f"[{2000 + i}.000000] NVRM: Xid (PCI:0000:18:00): 79, pid={60_000 + i}"
+                ", name=bench, GPU has fallen off the bus.\n")  # fmt: skip
+
+    latencies = [seconds for seconds, _ in kernel_line_trials(url, tmp, trials, xid79, 30.0)]
     ordered = sorted(latencies)
     p99 = ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
     print(f"Xid line -> pending eviction at the API ({len(latencies)} trials): "

@@ -21,23 +21,16 @@ After each trial the scheduler acks, completes and returns the node (cooldown 0)
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-from agent import run_agent  # noqa: E402
-from tests.integration.live import create_token, live_server  # noqa: E402
-
-from fleetwatch.config import ServerSettings  # noqa: E402
-from fleetwatch.server.db.migrate import upgrade  # noqa: E402
-from fleetwatch.server.db.session import make_engine  # noqa: E402
+from evictions import kernel_line_trials  # noqa: E402
 
 SXID = "nvidia-nvswitch1: SXid (PCI:0000:06:00.0): 20034, Fatal, Link 48 LTSSM Fault Up"
 AER_GPU = "0000:18:00.0"  # GPU 0 of tests/fixtures/nvml/h100_8x.json
@@ -67,50 +60,18 @@ def _pcts(values: list[float]) -> str:
 
 
 def run(url: str, tmp: Path, trials: int) -> dict[str, list[float]]:
-    upgrade(make_engine(ServerSettings(database_url=url)))
-    agent_token = create_token(url, "agent", "bench-agent-host")
-    sched_token = create_token(url, "scheduler", "bench-sched-host")
-    for name in ("ASSESS_INTERVAL_S", "PLANNER_INTERVAL_S"):  # default timers: the batch wakes
-        os.environ.pop(f"FLEETWATCH_SERVER_{name}", None)
-    for name, value in {"EVICTION_COOLDOWN_S": "0", "REFIT_INTERVAL_S": "0"}.items():
-        os.environ[f"FLEETWATCH_SERVER_{name}"] = value
+    def kind(i: int) -> str:
+        return ("sxid", "aer")[i % 2]
+
+    def record(i: int) -> str:
+        return "".join(f"{line}\n" for line in _lines(kind(i), i))
+
     latencies: dict[str, list[float]] = {"sxid": [], "aer": []}
-    with live_server(url, tmp) as server, server.client(sched_token) as sched:
-        agent = run_agent(server.url, agent_token, 10.0, tmp / "agent", 50.0)
-        log = tmp / "agent" / "kern.log"
-        try:
-            deadline = time.monotonic() + 60
-            while time.monotonic() < deadline:  # the agent's first batch names its GPUs
-                if sched.get("/v1/nodes").json()["count"]:
-                    break
-                time.sleep(0.2)
-            seen: set[int] = set()
-            for i in range(trials):
-                kind = ("sxid", "aer")[i % 2]
-                with log.open("a") as f:
-                    f.write("".join(f"{line}\n" for line in _lines(kind, i)))
-                written = time.perf_counter()
-                found = None
-                while time.perf_counter() - written < 60 and found is None:
-                    data = sched.get("/v1/evictions", params={"state": "pending"}).json()["data"]
-                    found = next((e for e in data if e["id"] not in seen), None)
-                    if found is None:
-                        time.sleep(0.01)
-                if found is None:
-                    latencies[kind].append(float("inf"))
-                    continue
-                latencies[kind].append(time.perf_counter() - written)
-                seen.add(found["id"])
-                want = "sxid_fatal" if kind == "sxid" else "aer_gpu_uncorrected"
-                if not found["reason"].startswith(want):
-                    print(f"trial {i}: unexpected reason {found['reason']!r}")
-                for step in ("ack", "complete"):
-                    sched.post(f"/v1/evictions/{found['id']}/{step}").raise_for_status()
-                sched.post("/v1/nodes/bench-node/return", json={"note": "reset"}).raise_for_status()
-                time.sleep(0.2)
-        finally:
-            agent.terminate()
-            agent.wait(timeout=20)
+    for i, (seconds, found) in enumerate(kernel_line_trials(url, tmp, trials, record, 60.0)):
+        latencies[kind(i)].append(seconds)
+        want = "sxid_fatal" if kind(i) == "sxid" else "aer_gpu_uncorrected"
+        if found is not None and not found["reason"].startswith(want):
+            print(f"trial {i}: unexpected reason {found['reason']!r}")
     return latencies
 
 
