@@ -115,10 +115,16 @@ BAD_BODIES: list[tuple[str, dict[str, Any], list[Any]]] = [
         {"nodes": ["n1"], "reason": "x", "starts_at": _NOW, "ends_at": "2026-12-01T09:00:00Z"},
         ["body", "ends_at"],
     ),
-    ("end equals start", {"nodes": ["n1"], "reason": "x", "starts_at": _NOW, "ends_at": _NOW},
-     ["body", "ends_at"]),  # fmt: skip
-    ("naive time", {"nodes": ["n1"], "reason": "x", "ends_at": "2030-01-01T00:00:00"},
-     ["body", "ends_at"]),  # fmt: skip
+    (
+        "end equals start",
+        {"nodes": ["n1"], "reason": "x", "starts_at": _NOW, "ends_at": _NOW},
+        ["body", "ends_at"],
+    ),  # fmt: skip
+    (
+        "naive time",
+        {"nodes": ["n1"], "reason": "x", "ends_at": "2030-01-01T00:00:00"},
+        ["body", "ends_at"],
+    ),  # fmt: skip
     ("no reason", {"nodes": ["n1"]}, ["body", "reason"]),
     ("blank reason", {"nodes": ["n1"], "reason": "   "}, ["body", "reason"]),
     ("long reason", {"nodes": ["n1"], "reason": "x" * 501}, ["body", "reason"]),
