@@ -13,7 +13,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from fastapi.testclient import TestClient
-from sqlalchemy import select
+from sqlalchemy import insert, select
 from tests.factories import gpu_uuid, make_batch, make_gpu, make_sample
 from tests.unit.server.conftest import Push
 from tests.unit.server.test_risk_api import _xid_batch
@@ -22,7 +22,7 @@ from fleetwatch.rules.xid import XidCatalog
 from fleetwatch.server.act.planner import EvictionPlanner
 from fleetwatch.server.db.base import utcnow
 from fleetwatch.server.db.session import Database
-from fleetwatch.server.db.tables import alerts, evictions, gpu_lifetimes
+from fleetwatch.server.db.tables import alerts, evictions, gpu_lifetimes, stragglers
 from fleetwatch.server.jobs.lifecycle import sync_lifetimes
 from fleetwatch.server.repo.ingest import store_batch
 from fleetwatch.server.repo.maintenance import create_window, end_window
@@ -185,3 +185,23 @@ def test_lifecycle_a_gpu_lost_in_a_window_is_no_failure_a_fatal_xid_is(
         sync_lifetimes(conn, now=T0 + 3 * HOUR, catalog=catalog, leave_after_s=3600.0)
     end_kind, cause = _ending(db, "DEAD1")
     assert end_kind == "failure" and cause is not None and "Xid 79" in cause
+
+
+def test_in_a_window_a_hardware_straggler_is_not_drained(
+    client: TestClient, push: Push, db: Database
+) -> None:
+    for node in ("node-s", "node-t", "node-u"):
+        assert push(make_batch(node, gpus=2, ticks=2)).status_code == 200
+    now = utcnow()
+    with db.write() as conn:
+        for node in ("node-s", "node-t"):
+            conn.execute(insert(stragglers).values(
+                job_id="job-1", node=node, kind="hardware", started_at=now - timedelta(hours=1),
+                updated_at=now, ended_at=None, windows=7, ratio=1.5, evidence={"peers": 15},
+            ))  # fmt: skip
+    _open(db, nodes=["node-s"], now=now)
+    planner, alerter = _jobs(client)
+    planner.run_once(now)
+    alerter.run_once(now)
+    assert [(n, s) for n, s, _ in _evictions(db)] == [("node-t", "pending")]
+    assert _firing(db) == {"node:node-t:straggler"}

@@ -13,8 +13,8 @@
 A node is unreachable only after its intervals of silence since this process started listening
 too (:mod:`fleetwatch.server.judge.liveness`). A node in a maintenance window is never
 unreachable, and after one only after its intervals since the window's end; inside a window, a
-verdict the planned work causes by itself (a GPU lost or missing, a port down) is no alert
-either, while a hardware fault still is (:mod:`fleetwatch.server.judge.planned`).
+verdict the planned work causes by itself (a GPU lost or missing, a port down) and a straggler
+are no alert either, while a hardware fault still is (:mod:`fleetwatch.server.judge.planned`).
 """
 
 from __future__ import annotations
@@ -141,7 +141,7 @@ def derive_conditions(
     )
     for row in open_stragglers:
         key = f"node:{row.node}:straggler"
-        if key in found:
+        if key in found or planned.covers(row.node):  # slow during planned work: no news
             continue
         found[key] = Condition(
             key,
