@@ -177,9 +177,11 @@ def list_windows(
     query = select(maintenance_windows).order_by(mw.id.desc())
     if key_prefix is not None:
         query = query.where(mw.key.startswith(key_prefix, autoescape=True))
+    wanted = set(states) if states else None
+    if wanted is not None and not wanted & {"ended", "cancelled"}:
+        query = query.where(_open(now))  # what adapters poll: not the whole history
     rows = list(conn.execute(query))
     labels = _labels(conn) if any(r.selector is not None for r in rows) else None
-    wanted = set(states) if states else None
     found = []
     for row in rows:
         window = _public(row, now, labels)
