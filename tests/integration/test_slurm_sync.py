@@ -261,3 +261,41 @@ def test_scheduler_api_answers_the_adapter_contract(server: Server) -> None:
         assert listed["count"] == len(listed["data"])
         assert [e["reason_kind"] for e in listed["data"] if e["node"] == "gpu09"] == ["rule"]
         assert http.post("/v1/nodes/gpu09/return", json={"note": "x"}).status_code == 404
+
+
+def _slurm_windows(server: Server) -> list[dict[str, Any]]:
+    with server.live.client(server.token) as http:
+        answer = http.get("/v1/maintenance", params={"key_prefix": "slurm:"})
+    assert answer.status_code == 200, answer.text
+    found: list[dict[str, Any]] = answer.json()["data"]
+    return found
+
+
+def test_slurm_sync_opens_a_window_for_a_maint_reservation_and_ends_it_when_deleted(
+    slurm_env: Path, server: Server
+) -> None:
+    scontrol("create", "reservation", "ReservationName=fw-psu", "flags=maint",
+             "nodes=gpu[03-04]", "starttime=now", "duration=120", "users=root")  # fmt: skip
+    scontrol("create", "reservation", "ReservationName=fw-plain", "nodes=gpu01",
+             "starttime=now", "duration=60", "users=root")  # fmt: skip
+    try:
+        done = sync_once(server, "--maintenance")
+        assert "maintenance windows opened 1, ended 0" in done.stderr
+        [window] = _slurm_windows(server)
+        assert window["key"] == "slurm:fw-psu" and window["state"] == "active"
+        assert window["nodes"] == ["gpu03", "gpu04"]  # the hostlist, expanded by scontrol
+        assert "fw-psu" in window["reason"] and window["created_by"] == "slurm-adapter"
+        span = datetime.fromisoformat(window["ends_at"]) - datetime.fromisoformat(
+            window["starts_at"]
+        )
+        assert span.total_seconds() == 120 * 60
+        again = sync_once(server, "--maintenance")  # nothing changed: nothing done
+        assert "maintenance windows" not in again.stderr
+        assert [w["id"] for w in _slurm_windows(server)] == [window["id"]]
+    finally:
+        scontrol("delete", "ReservationName=fw-psu")
+        scontrol("delete", "ReservationName=fw-plain")
+    done = sync_once(server, "--maintenance")
+    assert "maintenance windows opened 0, ended 1" in done.stderr
+    [ended] = _slurm_windows(server)
+    assert ended["state"] == "ended" and ended["ended_by"] == "slurm-adapter"

@@ -11,6 +11,9 @@ The contract (bearer token with scope ``scheduler``)::
     POST /v1/evictions/{id}/complete                   -> 200 eviction
     POST /v1/evictions/{id}/reject   {"reason": ...}   -> 200 eviction
     POST /v1/nodes/{name}/return     {"note": ...}     -> 200 | 404 no completed eviction
+    GET  /v1/maintenance?state=upcoming&state=active&key_prefix=P -> {"count": n, "data": [...]}
+    POST /v1/maintenance {"nodes": [...], "reason": ..., "key": ...} -> 201 window
+    DELETE /v1/maintenance/{id}                        -> 200 window (ended now)
 
 Errors: ``SchedulerApiError`` (a ``FleetWatchError``, exit code 4) for anything the server or the
 network refuses; ``EvictionConflict`` for a 409 on ack (someone else holds the lease).
@@ -21,7 +24,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 import httpx
@@ -29,7 +33,17 @@ from pydantic import BaseModel, ConfigDict
 
 from fleetwatch.errors import FleetWatchError
 
-__all__ = ["Eviction", "EvictionConflict", "EvictionList", "SchedulerApiError", "SchedulerClient"]
+if TYPE_CHECKING:
+    from fleetwatch.adapters.maintenance import MaintenancePlan
+
+__all__ = [
+    "Eviction",
+    "EvictionConflict",
+    "EvictionList",
+    "MaintenanceWindow",
+    "SchedulerApiError",
+    "SchedulerClient",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -62,6 +76,20 @@ class Eviction(BaseModel):
     expected_saving_usd: float | None = None
     dry_run: bool = False
     claimed_by: str | None = None
+
+
+class MaintenanceWindow(BaseModel):
+    """One maintenance window as the server publishes it; unknown fields are ignored."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    id: int
+    state: str
+    nodes: list[str] | None = None
+    starts_at: datetime
+    ends_at: datetime | None = None
+    reason: str
+    key: str | None = None
 
 
 @dataclass(frozen=True)
@@ -147,6 +175,24 @@ class SchedulerClient:
                 return False
             raise
         return True
+
+    def list_maintenance(self, key_prefix: str) -> list[MaintenanceWindow]:
+        """Windows not yet ended (upcoming or active) whose key starts with ``key_prefix``."""
+        params = {"state": ["upcoming", "active"], "key_prefix": key_prefix, "limit": 10_000}
+        body = self._call("GET", "/v1/maintenance", params=params)
+        return [MaintenanceWindow.model_validate(item) for item in body.get("data", [])]
+
+    def open_maintenance(self, plan: MaintenancePlan, *, key: str) -> MaintenanceWindow:
+        body: dict[str, Any] = {"nodes": list(plan.nodes), "reason": plan.reason, "key": key}
+        if plan.starts_at is not None:
+            body["starts_at"] = plan.starts_at.isoformat()
+        if plan.ends_at is not None:
+            body["ends_at"] = plan.ends_at.isoformat()
+        return MaintenanceWindow.model_validate(self._call("POST", "/v1/maintenance", json=body))
+
+    def end_maintenance(self, window_id: int) -> MaintenanceWindow:
+        answer = self._call("DELETE", f"/v1/maintenance/{window_id}")
+        return MaintenanceWindow.model_validate(answer)
 
     def _call(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
         try:

@@ -11,6 +11,13 @@ was cordoned by someone else and is never touched. Every change is one JSON merg
 (``application/merge-patch+json``, RFC 7386) carrying ``metadata.resourceVersion``, so a node
 changed since it was read answers 409 instead of being overwritten; ``spec.taints`` is a list,
 which a merge patch replaces whole, so the patch sends every other taint back unchanged.
+
+Maintenance (``k8s-sync --maintenance``): a node annotated ``fleetwatch.io/maintenance`` is in
+a FleetWatch maintenance window, keyed ``kubernetes:<node>``, for as long as the annotation is
+there; its value is the window's reason::
+
+    kubectl annotate node gpu-17 fleetwatch.io/maintenance="swap PSU, ticket OPS-123"
+    kubectl annotate node gpu-17 fleetwatch.io/maintenance-            (ends it)
 """
 
 from __future__ import annotations
@@ -21,11 +28,13 @@ import re
 from typing import Any, ClassVar, Protocol, cast
 
 from fleetwatch.adapters.client import Eviction
+from fleetwatch.adapters.maintenance import MaintenancePlan
 from fleetwatch.adapters.sync import BackendError, Hold, HoldKind
 from fleetwatch.errors import ConfigError
 
 __all__ = [
     "EVICTION_ANNOTATION",
+    "MAINTENANCE_ANNOTATION",
     "TAINT_KEY",
     "KubernetesBackend",
     "NodesApi",
@@ -37,6 +46,8 @@ logger = logging.getLogger(__name__)
 
 TAINT_KEY = "fleetwatch.io/unhealthy"
 EVICTION_ANNOTATION = "fleetwatch.io/eviction-id"
+MAINTENANCE_ANNOTATION = "fleetwatch.io/maintenance"
+_MAX_WINDOW_REASON = 500  # what POST /v1/maintenance accepts
 _MERGE_PATCH = "application/merge-patch+json"
 _NOT_LABEL_CHARS = re.compile(r"[^A-Za-z0-9._-]+")
 
@@ -87,14 +98,30 @@ class KubernetesBackend:
         return _hold(found) if found is not None else Hold(HoldKind.MISSING)
 
     def snapshot(self) -> dict[str, Hold]:
+        return {item["metadata"]["name"]: _hold(item) for item in self._list()}
+
+    def maintenance(self) -> dict[str, MaintenancePlan]:
+        """Each node annotated ``fleetwatch.io/maintenance`` as a plan keyed by its name."""
+        plans = {}
+        for item in self._list():
+            annotations = item.get("metadata", {}).get("annotations") or {}
+            if MAINTENANCE_ANNOTATION not in annotations:
+                continue
+            name = item["metadata"]["name"]
+            text = " ".join(str(annotations[MAINTENANCE_ANNOTATION]).split()).replace("\x00", "")
+            reason = text[:_MAX_WINDOW_REASON] or f"annotated {MAINTENANCE_ANNOTATION}"
+            plans[f"kubernetes:{name}"] = MaintenancePlan((name,), reason)
+        return plans
+
+    def _list(self) -> list[dict[str, Any]]:
         from kubernetes.client.exceptions import ApiException
 
         try:
             response = self._api.list_node(_preload_content=False)
         except ApiException as exc:
             raise BackendError(f"listing nodes: {_api_error(exc)}") from exc
-        items = json.loads(response.data).get("items", [])
-        return {item["metadata"]["name"]: _hold(item) for item in items}
+        items: list[dict[str, Any]] = json.loads(response.data).get("items", [])
+        return items
 
     def hold(self, eviction: Eviction) -> None:
         node = self._read(eviction.node)

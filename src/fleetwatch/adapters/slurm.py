@@ -11,6 +11,16 @@ still made safe for Slurm: one line of printable characters, no double quotes or
 ``[user@time]`` that ``show node`` appends is how the reason's end is found), at most
 ``MAX_REASON`` characters. A node counts as FleetWatch's only while its Reason starts with
 ``fleetwatch:``; any other DRAIN, DOWN or FAIL is someone else's and is never changed.
+
+Maintenance (``slurm-sync --maintenance``): every reservation with the ``MAINT`` flag is a
+FleetWatch maintenance window over its nodes (the hostlist expanded by ``scontrol show
+hostnames``), from its StartTime to its EndTime, keyed ``slurm:<ReservationName>``::
+
+    scontrol create reservation ReservationName=psu flags=maint nodes=gpu[01-02] \
+        starttime=now duration=120 users=root
+
+Slurm prints reservation times in the controller's local time without an offset; they are read
+in this host's local time zone, which must be the controller's.
 """
 
 from __future__ import annotations
@@ -21,13 +31,24 @@ import shutil
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import ClassVar
 
 from fleetwatch.adapters.client import Eviction
+from fleetwatch.adapters.maintenance import MaintenancePlan
 from fleetwatch.adapters.sync import BackendError, Hold, HoldKind
 from fleetwatch.errors import ConfigError
 
-__all__ = ["MAX_REASON", "REASON_PREFIX", "Scontrol", "SlurmBackend", "SlurmNode", "drain_reason"]
+__all__ = [
+    "MAX_REASON",
+    "REASON_PREFIX",
+    "Scontrol",
+    "SlurmBackend",
+    "SlurmNode",
+    "SlurmReservation",
+    "drain_reason",
+    "parse_reservations",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -38,6 +59,7 @@ _NODE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _STATE = re.compile(r"(?:^|\s)State=(\S+)")
 _REASON = re.compile(r"(?:^|\s)Reason=(.*?)(?: \[[^\[\]\s]*@[^\[\]\s]*\]|$)")
 _NOT_FOUND = re.compile(r"not found|invalid node name", re.IGNORECASE)
+_FIELD = re.compile(r"(?:^|\s)(\w+)=(\S*)")
 
 
 def drain_reason(reason: str, limit: int = MAX_REASON) -> str:
@@ -91,6 +113,42 @@ def parse_nodes(text: str) -> Iterator[SlurmNode]:
         )
 
 
+@dataclass(frozen=True)
+class SlurmReservation:
+    name: str
+    nodes: str  # a hostlist expression, e.g. gpu[01-02]
+    flags: frozenset[str]
+    start: datetime | None
+    end: datetime | None
+
+    @property
+    def maintenance(self) -> bool:
+        return "MAINT" in self.flags
+
+
+def _slurm_time(value: str | None) -> datetime | None:
+    """A reservation time (local, no offset) in UTC; None for Unknown, None, or garbage."""
+    try:
+        return datetime.fromisoformat(value).astimezone(UTC) if value else None
+    except ValueError:
+        return None
+
+
+def parse_reservations(text: str) -> Iterator[SlurmReservation]:
+    """Reservations from ``scontrol --oneliner show reservation`` output, one per line."""
+    for line in text.splitlines():
+        if not line.startswith("ReservationName="):
+            continue
+        fields = dict(_FIELD.findall(line))
+        yield SlurmReservation(
+            name=fields["ReservationName"],
+            nodes=fields.get("Nodes", ""),
+            flags=frozenset(f for f in fields.get("Flags", "").upper().split(",") if f),
+            start=_slurm_time(fields.get("StartTime")),
+            end=_slurm_time(fields.get("EndTime")),
+        )
+
+
 class Scontrol:
     """Runs ``scontrol``; the cluster comes from its environment (``SLURM_CONF``) as usual."""
 
@@ -129,6 +187,15 @@ class Scontrol:
     def show_nodes(self) -> dict[str, SlurmNode]:
         return {node.name: node for node in parse_nodes(self.run("--oneliner", "show", "node"))}
 
+    def show_reservations(self) -> list[SlurmReservation]:
+        return list(parse_reservations(self.run("--oneliner", "show", "reservation")))
+
+    def hostnames(self, hostlist: str) -> list[str]:
+        """A hostlist expression (gpu[01-03],cpu1) as node names."""
+        if not hostlist or hostlist == "(null)":
+            return []
+        return self.run("show", "hostnames", hostlist).split()
+
     def drain(self, name: str, reason: str) -> None:
         self.run("update", f"NodeName={name}", "State=DRAIN", f"Reason={reason}")
 
@@ -158,3 +225,14 @@ class SlurmBackend:
 
     def release(self, node: str) -> None:
         self._scontrol.resume(node)
+
+    def maintenance(self) -> dict[str, MaintenancePlan]:
+        """Each MAINT reservation as a plan keyed ``slurm:<name>``."""
+        plans = {}
+        for resv in self._scontrol.show_reservations():
+            if not resv.maintenance:
+                continue
+            nodes = tuple(sorted(self._scontrol.hostnames(resv.nodes)))
+            reason = f"Slurm maintenance reservation {resv.name}"
+            plans[f"slurm:{resv.name}"] = MaintenancePlan(nodes, reason, resv.start, resv.end)
+        return plans

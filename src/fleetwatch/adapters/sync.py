@@ -30,6 +30,10 @@ interval.
 
 Only holds that are FleetWatch's own are ever released. ``dry_run`` changes nothing, neither in
 the scheduler nor in FleetWatch: each pass logs what it would do.
+
+With a ``maintenance`` source (``--maintenance``), each pass ends by keeping FleetWatch's
+maintenance windows in step with the scheduler's planned maintenance
+(:mod:`fleetwatch.adapters.maintenance`).
 """
 
 from __future__ import annotations
@@ -39,10 +43,12 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from enum import Enum
 from typing import ClassVar, Protocol
 
 from fleetwatch.adapters.client import Eviction, EvictionConflict, SchedulerClient
+from fleetwatch.adapters.maintenance import MaintenanceSource, sync_maintenance
 from fleetwatch.errors import FleetWatchError
 
 __all__ = ["BackendError", "Hold", "HoldKind", "NodeBackend", "PassReport", "SyncEngine"]
@@ -90,14 +96,20 @@ class PassReport:
     skipped: list[int] = field(default_factory=list)
     returned: list[str] = field(default_factory=list)
     released: list[str] = field(default_factory=list)
+    windows_opened: list[str] = field(default_factory=list)  # maintenance keys
+    windows_ended: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     seconds: float = 0.0
 
     def summary(self) -> str:
+        windows = ""
+        if self.windows_opened or self.windows_ended:
+            opened, ended = len(self.windows_opened), len(self.windows_ended)
+            windows = f"maintenance windows opened {opened}, ended {ended}, "
         return (
             f"held {len(self.held)}, completed {len(self.completed)}, "
             f"rejected {len(self.rejected)}, skipped {len(self.skipped)}, "
-            f"returned {len(self.returned)}, released {len(self.released)}, "
+            f"returned {len(self.returned)}, released {len(self.released)}, {windows}"
             f"errors {len(self.errors)} in {self.seconds * 1000:.0f} ms"
         )
 
@@ -120,8 +132,10 @@ class SyncEngine:
         dry_run: bool = False,
         lease_s: int = 300,
         limit: int = 500,
+        maintenance: MaintenanceSource | None = None,
     ) -> None:
         self._client = client
+        self._maintenance = maintenance
         self._backend = backend
         self._dry_run = dry_run
         self._lease_s = lease_s
@@ -156,6 +170,8 @@ class SyncEngine:
                     self._guard(self._report_back, eviction, report)
                 elif eviction.state == "returned" and _ours(hold, eviction):
                     self._guard(self._release, eviction, report)
+        if self._maintenance is not None:
+            self._sync_windows(self._maintenance, report)
         report.seconds = time.monotonic() - started
         logger.info("%s sync pass: %s", self._backend.name, report.summary())
         return report
@@ -198,6 +214,18 @@ class SyncEngine:
             return True
         stop.wait(max(0.0, deadline - time.monotonic()))
         return False
+
+    def _sync_windows(self, source: MaintenanceSource, report: PassReport) -> None:
+        try:
+            done = sync_maintenance(
+                self._client, source, now=datetime.now(UTC), dry_run=self._dry_run
+            )
+        except FleetWatchError as exc:
+            logger.error("%s maintenance windows: %s", self._backend.name, exc)
+            report.errors.append(f"maintenance windows: {exc}")
+            return
+        report.windows_opened.extend(done.opened)
+        report.windows_ended.extend(done.ended)
 
     @staticmethod
     def _guard(step: _Step, eviction: Eviction, report: PassReport) -> None:

@@ -93,6 +93,7 @@ def _register() -> None:
         dashboards_cmd,
         demo_cmd,
         inventory_cmd,
+        maintenance_cmd,
         model_cmd,
         parse_cmd,
         report_cmd,
@@ -116,6 +117,7 @@ def _register() -> None:
     main.add_command(adapters_cmd.k8s_sync)
     main.add_command(dashboards_cmd.dashboards)
     main.add_command(webhooks_cmd.webhook)
+    main.add_command(maintenance_cmd.maintenance)
     main.add_command(report_cmd.report)
     main.add_command(secrets_cmd.secrets)
 

@@ -10,11 +10,12 @@ import logging
 import signal
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import click
 
 if TYPE_CHECKING:
+    from fleetwatch.adapters.maintenance import MaintenanceSource
     from fleetwatch.adapters.sync import NodeBackend
 
 __all__ = ["k8s_sync", "slurm_sync"]
@@ -40,6 +41,14 @@ def _common(func: click.decorators.FC) -> click.decorators.FC:
         ),
         click.option(
             "--lease", "lease_s", type=int, help="Seconds an acked eviction stays ours [300]"
+        ),
+        click.option(
+            "--maintenance",
+            "windows",
+            is_flag=True,
+            help="Also open (and end) FleetWatch maintenance windows for the scheduler's "
+            "planned maintenance (Slurm: MAINT reservations; Kubernetes: nodes annotated "
+            "fleetwatch.io/maintenance)",
         ),
     ]
     for option in reversed(options):
@@ -79,7 +88,12 @@ def k8s_sync(kubeconfig: str | None, in_cluster: bool, **common: Any) -> None:
 
 
 def _sync(
-    make_backend: Callable[[], NodeBackend], *, once: bool, dry_run: bool, **flags: Any
+    make_backend: Callable[[], NodeBackend],
+    *,
+    once: bool,
+    dry_run: bool,
+    windows: bool,
+    **flags: Any,
 ) -> None:
     from fleetwatch.adapters.client import SchedulerClient
     from fleetwatch.adapters.settings import load_adapter_settings
@@ -90,7 +104,10 @@ def _sync(
     client = SchedulerClient.connect(
         settings.server_url, settings.token.get_secret_value(), settings.timeout_s
     )
-    engine = SyncEngine(client, backend, dry_run=dry_run, lease_s=settings.lease_s)
+    source = cast("MaintenanceSource", backend) if windows else None
+    engine = SyncEngine(
+        client, backend, dry_run=dry_run, lease_s=settings.lease_s, maintenance=source
+    )
     try:
         if once:
             report = engine.run_pass()

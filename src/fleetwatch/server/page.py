@@ -51,6 +51,7 @@ from fleetwatch.server.deps import check_credentials
 from fleetwatch.server.judge.assessment import FleetAssessment, GpuRisk, risk_order
 from fleetwatch.server.judge.assessor import Assessor
 from fleetwatch.server.judge.liveness import Liveness
+from fleetwatch.server.repo.maintenance import load_planned
 
 __all__ = ["COOKIE", "authenticate_page", "router"]
 
@@ -264,6 +265,7 @@ class RackRow:
     up: list[str]
     unreachable: list[str]
     unheard: list[str]
+    maintenance: list[str]  # "name (window 7: reason)"
 
 
 @dataclass(frozen=True)
@@ -287,6 +289,7 @@ class FleetView:
     nodes_up: int
     nodes_unreachable: int
     nodes_unheard: int
+    nodes_maintenance: int
     gpu_count: int
     gpus_out: int
     risks: list[RiskRow]
@@ -319,6 +322,7 @@ def _build_view(request: Request, horizon: str, top: int) -> FleetView:
         nodes_up=sum(len(r.up) for r in racks),
         nodes_unreachable=sum(len(r.unreachable) for r in racks),
         nodes_unheard=sum(len(r.unheard) for r in racks),
+        nodes_maintenance=sum(len(r.maintenance) for r in racks),
         gpu_count=gpu_count,
         gpus_out=sum(1 for g in snap.gpus if g.out_of_service),
         risks=[_risk_row(r) for r in risks[:top]],
@@ -332,13 +336,21 @@ def _build_view(request: Request, horizon: str, top: int) -> FleetView:
 
 def _racks(conn: Connection, now: datetime, liveness: Liveness) -> list[RackRow]:
     grouped: dict[str, RackRow] = {}
+    planned = load_planned(conn, now)
     query = select(nodes.c.name, nodes.c.labels, nodes.c.last_seen, nodes.c.interval_s)
     for row in conn.execute(query.order_by(nodes.c.name)):
         labels: Mapping[str, Any] = row.labels or {}
         rack = str(labels.get("rack") or "(no rack label)")
-        entry = grouped.setdefault(rack, RackRow(rack=rack, up=[], unreachable=[], unheard=[]))
+        entry = grouped.setdefault(
+            rack, RackRow(rack=rack, up=[], unreachable=[], unheard=[], maintenance=[])
+        )
+        state = liveness.state(row.last_seen, row.interval_s, now, planned=planned, node=row.name)
+        window = planned.window(row.name)
+        if window is not None:
+            entry.maintenance.append(f"{row.name} (window {window.id}: {window.reason})")
+            continue
         by_state = {"up": entry.up, "unheard": entry.unheard, "unreachable": entry.unreachable}
-        by_state[liveness.state(row.last_seen, row.interval_s, now)].append(row.name)
+        by_state[state].append(row.name)
     # Racks with unreachable nodes first: that is where to look.
     return sorted(grouped.values(), key=lambda r: (-len(r.unreachable), r.rack))
 

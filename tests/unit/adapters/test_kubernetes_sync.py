@@ -20,6 +20,7 @@ from typing import Any
 import httpx
 import pytest
 from click.testing import CliRunner, Result
+from fastapi.testclient import TestClient
 from tests.fake_scheduler_api import FakeSchedulerApi
 from tests.faults.waiting import wait_for
 from tests.unit.adapters.conftest import sync_loop
@@ -27,6 +28,7 @@ from tests.unit.adapters.conftest import sync_loop
 from fleetwatch.adapters.client import SchedulerClient
 from fleetwatch.adapters.kubernetes import (
     EVICTION_ANNOTATION,
+    MAINTENANCE_ANNOTATION,
     TAINT_KEY,
     KubernetesBackend,
     core_api,
@@ -313,3 +315,41 @@ def test_k8s_sync_bad_kubeconfig_is_a_config_error(
     result = sync(runner, api, broken)
     assert result.exit_code == 2
     assert result.output.startswith(f"Error: kubernetes config ({broken}): ")
+
+
+def test_k8s_sync_keeps_a_window_for_each_node_annotated_for_maintenance(
+    kube: FakeKubeApi, kubeconfig: Path, client: TestClient, tokens: dict[str, str]
+) -> None:
+    """Against a real FleetWatch app (TestClient is an httpx.Client): the annotation opens a
+    window, a new value replaces it, its removal ends it; a person's window is left alone."""
+    kube.add("node-a", annotations={MAINTENANCE_ANNOTATION: "swap PSU,\n ticket OPS-1"})
+    kube.add("node-b")
+    client.headers["Authorization"] = f"Bearer {tokens['scheduler']}"
+    by_hand = client.post("/v1/maintenance", json={"nodes": ["node-b"], "reason": "by hand"})
+    assert by_hand.status_code == 201, by_hand.text
+    backend = KubernetesBackend(core_api(str(kubeconfig)))
+    engine = SyncEngine(SchedulerClient(client), backend, maintenance=backend)
+
+    def windows() -> list[dict[str, Any]]:
+        found = client.get("/v1/maintenance", params={"key_prefix": "kubernetes:"}).json()
+        return [w for w in found["data"] if w["state"] == "active"]
+
+    report = engine.run_pass()
+    assert report.windows_opened == ["kubernetes:node-a"] and not report.errors
+    [window] = windows()
+    assert window["nodes"] == ["node-a"] and window["reason"] == "swap PSU, ticket OPS-1"
+    assert window["ends_at"] is None and window["created_by"] == "test-scheduler"
+    assert client.get("/v1/nodes/node-a").status_code == 404  # no agent: a window all the same
+    assert engine.run_pass().windows_opened == []  # nothing changed
+    assert kube.patches() == []  # maintenance only reads the nodes
+
+    kube.nodes["node-a"]["metadata"]["annotations"][MAINTENANCE_ANNOTATION] = "firmware"
+    report = engine.run_pass()
+    assert report.windows_ended == report.windows_opened == ["kubernetes:node-a"]
+    assert [w["reason"] for w in windows()] == ["firmware"]
+
+    del kube.nodes["node-a"]["metadata"]["annotations"][MAINTENANCE_ANNOTATION]
+    assert engine.run_pass().windows_ended == ["kubernetes:node-a"]
+    assert windows() == []
+    kept = client.get(f"/v1/maintenance/{by_hand.json()['id']}").json()
+    assert kept["state"] == "active"

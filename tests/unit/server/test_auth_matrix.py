@@ -27,8 +27,10 @@ from fleetwatch.server.db.base import utcnow
 from fleetwatch.server.db.session import Database
 from fleetwatch.server.db.tables import api_tokens, evictions
 from fleetwatch.server.repo.evictions import create_eviction
+from fleetwatch.server.repo.maintenance import create_window
 from fleetwatch.server.repo.models import store_model
 from fleetwatch.server.repo.webhooks import create_webhook
+from fleetwatch.server.schemas.maintenance import MaintenanceCreate
 from fleetwatch.server.schemas.webhooks import WebhookCreate
 from fleetwatch.server.secret_box import SecretBox
 
@@ -107,6 +109,10 @@ ENDPOINTS: dict[tuple[str, str], tuple[str, str, int]] = {
         200,
     ),
     ("GET", "/v1/alerts"): ("read", "/v1/alerts?state=firing", 200),
+    ("POST", "/v1/maintenance"): ("schedule", "/v1/maintenance", 201),
+    ("GET", "/v1/maintenance"): ("read", "/v1/maintenance", 200),
+    ("GET", "/v1/maintenance/{window_id}"): ("read", "/v1/maintenance/{window}", 200),
+    ("DELETE", "/v1/maintenance/{window_id}"): ("schedule", "/v1/maintenance/{window}", 200),
 }
 
 OPEN = {
@@ -178,6 +184,8 @@ def _call(
         path = path.format(stored_version=version)
     if "{hook}" in path:
         path = path.format(hook=_seed_webhook(db))
+    if "{window}" in path:
+        path = path.format(window=_seed_window(db))
     if any(f"{{{s}}}" in path for s in ("pending", "acked", "paged")) or key[1] == (
         "/v1/nodes/{name}/return"
     ):
@@ -189,6 +197,8 @@ def _call(
     elif key == ("POST", "/v1/webhooks"):
         kwargs["json"] = {"name": f"hook-{secrets.token_hex(3)}", "kind": "generic",
                           "url": "http://127.0.0.1:9/hook", "secret": "s3cret"}  # fmt: skip
+    elif key == ("POST", "/v1/maintenance"):
+        kwargs["json"] = {"nodes": ["node-a"], "reason": "firmware update"}
     elif key == ("POST", "/v1/tokens"):
         kwargs["json"] = {"name": "made-by-test", "scope": "read"}
     elif key == ("POST", "/v1/inventory/import"):
@@ -209,6 +219,13 @@ def _seed_webhook(db: Database) -> int:
         body = WebhookCreate(name=f"seeded-{secrets.token_hex(3)}", kind="generic",
                              url="http://127.0.0.1:9/hook")  # fmt: skip
         return create_webhook(conn, body, now=utcnow(), secrets=SecretBox([])).id
+
+
+def _seed_window(db: Database) -> int:
+    """An open maintenance window over node-a."""
+    with db.write() as conn:
+        body = MaintenanceCreate(nodes=["node-a"], reason="seeded")
+        return create_window(conn, body, actor="seed", now=utcnow()).id
 
 
 def _seed_eviction(db: Database, path: str, headers: dict[str, str]) -> str:

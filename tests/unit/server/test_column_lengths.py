@@ -208,6 +208,8 @@ def column_bounds() -> dict[str, int]:
         "eviction_audit.from_state": _vocabulary(*eviction_states),
         "eviction_audit.to_state": _vocabulary(*eviction_states),
         "eviction_audit.actor": max(w["token_name"], len("planner")),
+        "maintenance_windows.created_by": w["token_name"],
+        "maintenance_windows.ended_by": w["token_name"],
         "webhook_subscriptions.name": w["webhook_name"],
         "webhook_subscriptions.kind": _vocabulary(*get_args(Kind)),
         "webhook_subscriptions.secret": 256,

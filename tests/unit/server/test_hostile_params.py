@@ -59,6 +59,9 @@ HOSTILE_PARAMS = [
     ("POST", "/v1/webhooks/3160606661/test", "admin", ["path", "webhook_id"]),
     ("GET", "/v1/webhooks/3160606661/deliveries", "admin", ["path", "webhook_id"]),
     ("POST", "/v1/lifetimes/%00/events", "admin", ["path", "serial"]),
+    ("GET", "/v1/maintenance/3160606661", "read", ["path", "window_id"]),
+    ("DELETE", "/v1/maintenance/3160606661", "scheduler", ["path", "window_id"]),
+    ("GET", "/v1/maintenance?node=%00", "read", ["query", "node"]),
 ]
 
 

@@ -38,6 +38,13 @@ the episode's counts and top reasons; the episode ends when the budget has room 
 one is open is kept in ``leader_state``, so a new leader does not announce it again). An Xid
 storm on every node (a bad driver roll-out) thus drains a few nodes and pages a person.
 
+Maintenance windows (``server.judge.planned``): a node a window covers gets no unreachable,
+straggler or risk eviction, nor one for a verdict a planned reboot, reset or cable job causes
+(a GPU lost or missing, a port down), and such open evictions of it are cancelled (their reason
+is planned). A hardware fault that takes a GPU out (a fatal Xid, an uncorrectable ECC error, a
+fatal SXid, an uncorrected AER) still makes its eviction: the node must not go back into service
+with it when the window ends. After a window, silence counts from its end.
+
 Dry run (``planner_dry_run``): evictions are created ``recommended`` with ``dry_run`` true.
 
 Every change is written to ``eviction_audit`` (actor ``planner``). With several workers or
@@ -65,7 +72,8 @@ from fleetwatch.server.jobs.state import load_state, save_state
 from fleetwatch.server.judge.assessment import FleetAssessment, GpuAssessment
 from fleetwatch.server.judge.assessor import Assessor
 from fleetwatch.server.judge.judging import Verdict
-from fleetwatch.server.judge.liveness import is_unheard, unreachable_deadline
+from fleetwatch.server.judge.liveness import unreachable_deadline
+from fleetwatch.server.judge.planned import Planned, stands_in_maintenance
 from fleetwatch.server.repo.evictions import (
     DRAINING_STATES,
     OPEN_STATES,
@@ -73,6 +81,8 @@ from fleetwatch.server.repo.evictions import (
     create_eviction,
     expire_leases,
 )
+from fleetwatch.server.repo.maintenance import load_planned
+from fleetwatch.server.repo.nodes import unheard_nodes
 
 __all__ = ["Candidate", "DrainCosts", "EvictionPlanner", "PlanResult", "PlannerState", "made_from"]
 
@@ -140,6 +150,10 @@ def _iso(value: datetime | None) -> str | None:
     return value.isoformat() if value is not None else None
 
 
+def _takes_out(v: Verdict) -> bool:
+    return v.takes_gpu_out
+
+
 def _verdict_json(v: Verdict) -> dict[str, Any]:
     return {
         "kind": v.kind,
@@ -156,17 +170,23 @@ def _verdict_json(v: Verdict) -> dict[str, Any]:
 
 
 def rule_candidates(
-    snapshot: FleetAssessment, costs: DrainCosts, returned: dict[str, datetime]
+    snapshot: FleetAssessment,
+    costs: DrainCosts,
+    returned: dict[str, datetime],
+    planned: Planned | None = None,
 ) -> dict[str, Candidate]:
-    """Nodes with a GPU that a rule takes out of service, on evidence newer than a repair."""
+    """Nodes with a GPU that a rule takes out of service, on evidence newer than a repair; in a
+    maintenance window, only a hardware fault counts (``server.judge.planned``)."""
     gpu_count = Counter(g.node for g in snapshot.gpus)
+    planned = planned or Planned()
     failing: dict[str, list[tuple[GpuAssessment, list[Verdict]]]] = {}
     for gpu in snapshot.gpus:
         since = returned.get(gpu.node)
+        takes_out = stands_in_maintenance if planned.covers(gpu.node) else _takes_out
         out = [
             v
             for v in gpu.verdicts
-            if v.takes_gpu_out and (since is None or v.last_seen is None or v.last_seen > since)
+            if takes_out(v) and (since is None or v.last_seen is None or v.last_seen > since)
         ]
         if out:
             failing.setdefault(gpu.node, []).append((gpu, out))
@@ -208,11 +228,13 @@ def unreachable_candidates(
     gpu_count: Counter[str],
     within: timedelta = timedelta(days=1),
     heard_since: datetime | None = None,
+    planned: Planned | None = None,
 ) -> dict[str, Candidate]:
     """Nodes silent for ``factor`` of their intervals (agent or node dead): drain them so nothing
     new is scheduled there. Nodes silent for longer than ``within`` are left alone: decommissioned
     or long known, not news. Silence before ``heard_since`` (this process's start) is not
-    counted."""
+    counted, nor silence in a maintenance window, nor before its end."""
+    planned = planned or Planned()
     rows = conn.execute(
         select(nodes.c.name, nodes.c.last_seen, nodes.c.interval_s).where(
             nodes.c.last_seen >= now - within
@@ -220,7 +242,10 @@ def unreachable_candidates(
     )
     found = {}
     for row in rows:
-        deadline = unreachable_deadline(row.last_seen, row.interval_s, factor, heard_since)
+        if planned.covers(row.name):
+            continue
+        heard = planned.listen_from(row.name, heard_since)
+        deadline = unreachable_deadline(row.last_seen, row.interval_s, factor, heard)
         if now <= deadline:
             continue
         silent = (now - row.last_seen).total_seconds()
@@ -240,29 +265,26 @@ def unreachable_candidates(
     return found
 
 
-def unheard_nodes(
-    conn: Connection, *, now: datetime, factor: float, heard_since: datetime | None
-) -> set[str]:
-    """Nodes silent past their deadline, but only since before this process could hear them: their
-    open unreachable evictions stay as they are until the grace ends (neither new nor cancelled)."""
-    if heard_since is None:
-        return set()
-    rows = conn.execute(
-        select(nodes.c.name, nodes.c.last_seen, nodes.c.interval_s).where(
-            nodes.c.last_seen < heard_since
-        )
-    )
-    return {r.name for r in rows if is_unheard(r.last_seen, r.interval_s, factor, now, heard_since)}
-
-
 def next_unreachable_s(
-    conn: Connection, *, now: datetime, factor: float, heard_since: datetime | None = None
+    conn: Connection,
+    *,
+    now: datetime,
+    factor: float,
+    heard_since: datetime | None = None,
+    planned: Planned | None = None,
 ) -> float | None:
     """Seconds until the next node still up turns unreachable (None: no node is up)."""
-    rows = conn.execute(select(nodes.c.last_seen, nodes.c.interval_s))
+    planned = planned or Planned()
+    rows = conn.execute(select(nodes.c.name, nodes.c.last_seen, nodes.c.interval_s))
     ahead = [
-        (unreachable_deadline(r.last_seen, r.interval_s, factor, heard_since) - now).total_seconds()
+        (
+            unreachable_deadline(
+                r.last_seen, r.interval_s, factor, planned.listen_from(r.name, heard_since)
+            )
+            - now
+        ).total_seconds()
         for r in rows
+        if not planned.covers(r.name)
     ]
     upcoming = [s for s in ahead if s >= 0]
     return min(upcoming) if upcoming else None
@@ -468,8 +490,11 @@ class EvictionPlanner:
         result = PlanResult(expired=expire_leases(conn, now=now))
         factor = settings.unreachable_after_intervals
         heard = self.heard_since
-        result.next_run_s = next_unreachable_s(conn, now=now, factor=factor, heard_since=heard)
-        unheard = unheard_nodes(conn, now=now, factor=factor, heard_since=heard)
+        planned = load_planned(conn, now)
+        result.next_run_s = next_unreachable_s(
+            conn, now=now, factor=factor, heard_since=heard, planned=planned
+        )
+        unheard = unheard_nodes(conn, now=now, factor=factor, heard_since=heard, planned=planned)
         returned: dict[str, datetime] = {
             row.node: row.at
             for row in conn.execute(
@@ -487,8 +512,9 @@ class EvictionPlanner:
                 costs=self.costs,
                 gpu_count=gpu_count,
                 heard_since=heard,
+                planned=planned,
             ),
-            **rule_candidates(snapshot, self.costs, returned),
+            **rule_candidates(snapshot, self.costs, returned, planned),
         }
         slow = straggler_candidates(
             conn,
@@ -499,6 +525,11 @@ class EvictionPlanner:
             gpu_count=gpu_count,
         )
         risky_now, risky = self._risk(snapshot, kept)
+        if planned.active:  # a node in maintenance is out already: only a hardware fault counts
+            slow, risky_now, risky = (
+                {n: c for n, c in found.items() if not planned.covers(n)}
+                for found in (slow, risky_now, risky)
+            )
         candidates: dict[str, Candidate] = {**risky, **slow, **rules}  # stronger reasons win
 
         open_rows = conn.execute(select(evictions).where(evictions.c.state.in_(OPEN_STATES))).all()

@@ -450,3 +450,25 @@ leader_state = Table(
     Column("value", Json, nullable=False),
     Column("updated_at", UtcDateTime, nullable=False),
 )
+
+# --- Maintenance: planned downtime ------------------------------------------------------------
+
+# A window of planned downtime over named nodes or a label selector: silence, reboots and resets
+# inside it are no fault (server.repo.maintenance). Rows are never deleted: ending one (the API's
+# DELETE, an adapter whose reservation went away) sets ended_at, so the table is its own audit.
+maintenance_windows = Table(
+    "maintenance_windows",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("nodes", Json, comment="node names; null when a selector names the nodes"),
+    Column("selector", Json, comment="label -> value, all must match; null when nodes are named"),
+    Column("starts_at", UtcDateTime, nullable=False),
+    Column("ends_at", UtcDateTime, comment="null: until ended"),
+    Column("reason", Text, nullable=False),
+    Column("key", Text, comment="an adapter's own id for it, e.g. slurm:<reservation>"),
+    Column("created_by", String(128), nullable=False, comment="the token name"),
+    Column("created_at", UtcDateTime, nullable=False),
+    Column("ended_at", UtcDateTime, comment="when it was ended early (or called off)"),
+    Column("ended_by", String(128)),
+    Index("ix_maintenance_windows_ended_at", "ended_at"),
+)

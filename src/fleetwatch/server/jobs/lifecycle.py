@@ -27,6 +27,10 @@ A fatal verdict is a :func:`~fleetwatch.rules.xid.judge_xids` verdict that count
 with severity critical or fatal, or a ``gpu_lost`` event; after a return, only events since the
 previous removal (and its grace) count. Only ``observed`` lifetimes are closed here; ``import``
 and ``operator`` rows are never changed.
+
+Maintenance windows (``server.judge.planned``): a ``gpu_lost`` event inside a window of the
+GPU's node is a planned reset or power-off, not a failure, and is not counted; a fatal Xid inside
+one is a hardware fault like any other and still ends the lifetime as a failure.
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ from fleetwatch.server.db.session import Database
 from fleetwatch.server.db.tables import events, gpu_lifetimes, gpu_samples, gpus, nodes
 from fleetwatch.server.jobs.isolation import ItemGuard
 from fleetwatch.server.jobs.locks import LockKey, transaction_lock, try_transaction_lock
+from fleetwatch.server.repo.maintenance import maintenance_intervals
 
 __all__ = ["LifecycleCounts", "run_lifecycle", "sync_lifetimes"]
 
@@ -86,6 +91,7 @@ class _Gpu:
     uuid: str
     key: str  # serial, else UUID
     node_id: int
+    node: str
     slot: tuple[int, str]
     location: str
     sku: str | None
@@ -217,6 +223,7 @@ def _load_gpus(conn: Connection) -> dict[str, _Gpu]:
             uuid=row.uuid,
             key=key,
             node_id=row.node_id,
+            node=row.node_name,
             slot=(row.node_id, row.pci_bus_id or f"#{row.index}"),
             location=f"{row.node_name}/{place}",
             sku=row.name,
@@ -331,13 +338,20 @@ def _fatal_verdicts(
             uuid = row.uuid if row.uuid else by_slot.get((row.node_id, row.pci_bus_id or ""))
             if uuid in by_uuid:
                 per_gpu[uuid].append(row)
+    planned: dict[str, list[tuple[datetime, datetime]]] = {}
+    if per_gpu:
+        times = [e.ts for evs in per_gpu.values() for e in evs]
+        planned = maintenance_intervals(conn, min(times), max(times) + timedelta(seconds=1))
     found: dict[str, _Fatal] = {}
     for uuid, evs in per_gpu.items():
         g = by_uuid[uuid]
         floor = g.last_sample - LOOKBACK  # after a return, nothing from before the last removal:
         if (ended := open_observed[g.key].previous_end) is not None:
             floor = max(floor, ended + leave_after)
-        evs = [e for e in evs if e.ts >= floor]
+        spans = planned.get(g.node, [])
+        evs = [
+            e for e in evs if e.ts >= floor and not (e.kind == "gpu_lost" and _within(e.ts, spans))
+        ]
         verdicts = judge_xids(evs, catalog=catalog, now=g.last_sample)
         fatal = [
             _from_verdict(v, catalog)
@@ -349,6 +363,10 @@ def _fatal_verdicts(
         if fatal:
             found[g.key] = min(fatal, key=lambda f: f.at)
     return found
+
+
+def _within(ts: datetime, spans: list[tuple[datetime, datetime]]) -> bool:
+    return any(start <= ts <= stop for start, stop in spans)
 
 
 def _from_verdict(v: XidVerdict, catalog: XidCatalog) -> _Fatal:

@@ -12,6 +12,10 @@ so nothing is fired, resolved, evicted or cancelled for it until the grace ends.
 Readers (``GET /v1/nodes``, the fleet page, ``/metrics``) judge by the same rule and the same
 start as the jobs: one :class:`Liveness` per process, on ``app.state.liveness``. They show an
 unheard node as ``unheard``, not as up and not as unreachable.
+
+Maintenance windows (``server.judge.planned``) bend the rule the same way for everyone: a node a
+window covers reads ``maintenance``, and after the window its silence counts from the window's
+end, as from a start (an ended window is a start too: ``unheard`` during the grace).
 """
 
 from __future__ import annotations
@@ -21,9 +25,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Literal
 
+from fleetwatch.server.judge.planned import Planned
+
 __all__ = ["Liveness", "NodeReading", "is_unheard", "node_state", "unreachable_deadline"]
 
-NodeReading = Literal["up", "unheard", "unreachable"]
+NodeReading = Literal["up", "unheard", "unreachable", "maintenance"]
 
 
 def _utcnow() -> datetime:
@@ -64,9 +70,23 @@ class Liveness:
     heard_since: datetime | None = None
     clock: Callable[[], datetime] = field(default=_utcnow)
 
-    def state(self, last_seen: datetime, interval_s: float, now: datetime) -> NodeReading:
+    def state(
+        self,
+        last_seen: datetime,
+        interval_s: float,
+        now: datetime,
+        *,
+        planned: Planned | None = None,
+        node: str = "",
+    ) -> NodeReading:
+        """``node``'s state; with ``planned`` (the windows at ``now``), maintenance counts."""
+        heard = self.heard_since
+        if planned is not None:
+            if planned.covers(node):
+                return "maintenance"
+            heard = planned.listen_from(node, heard)
         if node_state(last_seen, interval_s, self.factor, now) == "up":
             return "up"
-        if node_state(last_seen, interval_s, self.factor, now, self.heard_since) == "up":
+        if node_state(last_seen, interval_s, self.factor, now, heard) == "up":
             return "unheard"
         return "unreachable"

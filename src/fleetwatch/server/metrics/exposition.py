@@ -19,7 +19,9 @@ Node liveness follows this process's :class:`~fleetwatch.server.judge.liveness.L
 alerter and the planner do. An *unheard* node (silent since before the server started, still in
 its grace) has no ``fleetwatch_node_up`` sample: neither 1 nor 0 is known, and a 0 would start
 the ``FleetWatchNodeUnreachable`` rule's clock on every restart. ``fleetwatch_nodes`` counts it
-under ``state="unheard"``.
+under ``state="unheard"``. A node in a maintenance window has no ``fleetwatch_node_up`` sample
+either (its silence is planned: no rule must fire on it); ``fleetwatch_nodes{state="maintenance"}``
+is the gauge of nodes in maintenance.
 """
 
 from __future__ import annotations
@@ -69,12 +71,15 @@ class FleetExposition:
 
     def _node_state_text(self) -> str:
         now = self._liveness.clock()
+        planned = self.cache.planned(now)
         up: list[str] = []
-        states: dict[NodeReading, int] = {"up": 0, "unheard": 0, "unreachable": 0}
+        states: dict[NodeReading, int] = {"up": 0, "unheard": 0, "unreachable": 0, "maintenance": 0}
         for node in self.cache.nodes():
-            state = self._liveness.state(node.last_seen, node.interval_s, now)
+            state = self._liveness.state(
+                node.last_seen, node.interval_s, now, planned=planned, node=node.name
+            )
             states[state] += 1
-            if state != "unheard":
+            if state in ("up", "unreachable"):
                 value = 1 if state == "up" else 0
                 up.append(f'fleetwatch_node_up{{node="{escape_label(node.name)}"}} {value}\n')
         return "".join(
@@ -89,7 +94,8 @@ class FleetExposition:
                 family_header(
                     "fleetwatch_nodes",
                     "gauge",
-                    "Nodes by liveness state (up, unheard, unreachable).",
+                    "Nodes by liveness state (up, unheard, unreachable, maintenance: covered by "
+                    "a maintenance window).",
                 ),
                 *(f'fleetwatch_nodes{{state="{s}"}} {n}\n' for s, n in sorted(states.items())),
             ]

@@ -24,7 +24,9 @@ from fleetwatch.rules.host_errors import HOST_KINDS
 from fleetwatch.server.db.base import utcnow
 from fleetwatch.server.db.session import Database
 from fleetwatch.server.db.tables import events, nodes
+from fleetwatch.server.judge.planned import Planned, WindowRow
 from fleetwatch.server.metrics.shards import Shard, node_hash
+from fleetwatch.server.repo.maintenance import ENDED_LOOKBACK, windows_since
 
 __all__ = ["IDS_PER_QUERY", "CachedNode", "EventCounts", "FleetCache"]
 
@@ -73,6 +75,8 @@ class FleetCache:
         self._xids: dict[tuple[int, str, int], int] = {}
         self._kinds: dict[tuple[int, str], int] = {}
         self._host: dict[tuple[int, str, str | None], int] = {}
+        self._windows: list[WindowRow] = []
+        self._window_labels: dict[str, dict[str, Any]] = {}
 
     def nodes(self, shard: Shard | None = None) -> list[CachedNode]:
         """Every node (of ``shard``), sorted by name."""
@@ -91,6 +95,12 @@ class FleetCache:
                 found.update((row.id, row.labels) for row in conn.execute(query))
         return found
 
+    def planned(self, now: datetime) -> Planned:
+        """The maintenance windows at ``now``, from the windows read at the last refresh."""
+        self.refresh()
+        with self._lock:
+            return Planned.build(self._windows, self._window_labels, now)
+
     def event_counts(self) -> EventCounts:
         self.refresh()
         with self._lock:
@@ -106,6 +116,8 @@ class FleetCache:
             with self._db.read() as conn:
                 self._load_nodes(conn)
                 self._load_events(conn)
+                since = self._clock() - ENDED_LOOKBACK
+                self._windows, self._window_labels = windows_since(conn, since)
             self._refreshed_at = time.monotonic()
 
     def _load_nodes(self, conn: Any) -> None:

@@ -9,11 +9,14 @@ from sqlalchemy import Connection, Row, func, select
 
 from fleetwatch.errors import NotFound
 from fleetwatch.server.db.tables import gpus, nodes
-from fleetwatch.server.judge.liveness import Liveness
+from fleetwatch.server.judge.liveness import Liveness, is_unheard
+from fleetwatch.server.judge.planned import Planned
 from fleetwatch.server.repo.gpus import gpu_summary_query, summary_from_row
+from fleetwatch.server.repo.maintenance import load_planned
 from fleetwatch.server.schemas.fleet import NodeDetail, NodePublic
+from fleetwatch.server.schemas.maintenance import NodeMaintenance
 
-__all__ = ["get_node", "list_nodes", "node_id_of"]
+__all__ = ["get_node", "list_nodes", "node_id_of", "unheard_nodes"]
 
 
 def _gpu_counts() -> Any:
@@ -22,16 +25,20 @@ def _gpu_counts() -> Any:
     )
 
 
-def _public(row: Row[Any], *, liveness: Liveness, now: datetime) -> dict[str, Any]:
+def _public(
+    row: Row[Any], *, liveness: Liveness, now: datetime, planned: Planned
+) -> dict[str, Any]:
+    window = planned.window(row.name)
     return {
         "name": row.name,
-        "state": liveness.state(row.last_seen, row.interval_s, now),
+        "state": liveness.state(row.last_seen, row.interval_s, now, planned=planned, node=row.name),
         "last_seen": row.last_seen,
         "first_seen": row.first_seen,
         "labels": row.labels,
         "interval_s": row.interval_s,
         "agent_version": row.agent_version,
         "gpu_count": row.gpu_count or 0,
+        "maintenance": NodeMaintenance(**window.__dict__) if window is not None else None,
     }
 
 
@@ -52,10 +59,11 @@ def list_nodes(
         .order_by(nodes.c.name)
     )
     found = []
+    planned = load_planned(conn, now)
     for row in conn.execute(query):
         if labels and any(row.labels.get(k) != v for k, v in labels.items()):
             continue
-        node = NodePublic(**_public(row, liveness=liveness, now=now))
+        node = NodePublic(**_public(row, liveness=liveness, now=now, planned=planned))
         if state is None or node.state == state:
             found.append(node)
     return found[offset : offset + limit]
@@ -74,7 +82,7 @@ def get_node(conn: Connection, *, name: str, now: datetime, liveness: Liveness) 
         gpu_summary_query().where(gpus.c.node_id == row.id).order_by(gpus.c.index)
     )
     return NodeDetail(
-        **_public(row, liveness=liveness, now=now),
+        **_public(row, liveness=liveness, now=now, planned=load_planned(conn, now)),
         boot_id=row.boot_id,
         gpus=[summary_from_row(g) for g in gpu_rows],
     )
@@ -86,3 +94,32 @@ def node_id_of(conn: Connection, *, name: str) -> int:
     if found is None:
         raise NotFound("node", name)
     return int(found)
+
+
+def unheard_nodes(
+    conn: Connection,
+    *,
+    now: datetime,
+    factor: float,
+    heard_since: datetime | None,
+    planned: Planned | None = None,
+) -> set[str]:
+    """Nodes silent past their deadline, but only since before this process could hear them (or
+    since before their maintenance window ended): their open unreachable evictions stay as they
+    are until the grace ends (neither new nor cancelled)."""
+    planned = planned or Planned()
+    starts = [t for t in (heard_since, *planned.ended.values()) if t is not None]
+    if not starts:
+        return set()
+    rows = conn.execute(
+        select(nodes.c.name, nodes.c.last_seen, nodes.c.interval_s).where(
+            nodes.c.last_seen < max(starts)
+        )
+    )
+    found = set()
+    for r in rows:
+        heard = planned.listen_from(r.name, heard_since)
+        if heard is not None and not planned.covers(r.name):
+            if is_unheard(r.last_seen, r.interval_s, factor, now, heard):
+                found.add(r.name)
+    return found

@@ -16,6 +16,7 @@ from fleetwatch.server.routers import (
     ingest,
     jobs,
     lifetimes,
+    maintenance,
     models,
     nodes,
     reports,
@@ -40,6 +41,7 @@ _ROUTERS = (
     jobs,
     advice,
     evictions,
+    maintenance,
     webhooks,
     reports,
 )

@@ -1,4 +1,4 @@
-"""Nodes: liveness, labels, GPU counts."""
+"""Nodes: liveness (maintenance windows included), labels, GPU counts."""
 
 from __future__ import annotations
 
@@ -44,7 +44,8 @@ def read_nodes(
     offset: Annotated[int, Query(ge=0, le=INT32_MAX)] = 0,
 ) -> NodesPublic:
     """Nodes sorted by name; a node is unreachable after 3 silent intervals while the server
-    was up (unheard in the grace after a server start)."""
+    was up (unheard in the grace after a server start or a maintenance window's end), and
+    ``maintenance`` while a maintenance window covers it (``maintenance`` names the window)."""
     with db.read() as conn:
         found = list_nodes(
             conn,

@@ -7,6 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from fleetwatch.server.schemas.maintenance import NodeMaintenance
 from fleetwatch.telemetry import MigIdentity
 
 __all__ = [
@@ -22,7 +23,7 @@ __all__ = [
     "SamplesPublic",
 ]
 
-NodeState = Literal["up", "unheard", "unreachable"]
+NodeState = Literal["up", "unheard", "unreachable", "maintenance"]
 
 
 class NodePublic(BaseModel):
@@ -30,7 +31,9 @@ class NodePublic(BaseModel):
     state: NodeState = Field(
         description="unreachable when silent for 3 x interval_s while the server was up; "
         "unheard while silent that long only counting from before the server started (its "
-        "grace after a restart: not known to be up, not called unreachable yet)"
+        "grace after a restart: not known to be up, not called unreachable yet; the same for "
+        "its intervals after a maintenance window ends); maintenance while a maintenance window "
+        "covers it (its silence is planned)"
     )
     last_seen: datetime
     first_seen: datetime
@@ -38,6 +41,9 @@ class NodePublic(BaseModel):
     interval_s: float
     agent_version: str | None
     gpu_count: int
+    maintenance: NodeMaintenance | None = Field(
+        default=None, description="the maintenance window it is in; null when in none"
+    )
 
 
 class NodesPublic(BaseModel):

@@ -14,7 +14,8 @@ only on evidence that covers the alert:
   newest pass must not resolve what that pass fired or still saw;
 - an unreachable alert does not resolve while its node is *unheard* (silent, but this process has
   not been up long enough to tell, see :mod:`fleetwatch.server.judge.liveness`): it resolves when
-  the node reports again.
+  the node reports again. One whose node went into a maintenance window resolves (its silence
+  is planned now).
 
 When more than ``alert_group_threshold`` new alerts match one subscription in one pass, they go
 as one grouped delivery listing them (an Xid storm over 100 nodes is one page, not 100); their
@@ -40,11 +41,13 @@ from fleetwatch.config import ServerSettings
 from fleetwatch.notify.webhooks import alert_document
 from fleetwatch.rules.xid_catalog import SEVERITY_RANK
 from fleetwatch.server.db.session import Database
-from fleetwatch.server.db.tables import alerts, nodes, webhook_outbox, webhook_subscriptions
+from fleetwatch.server.db.tables import alerts, webhook_outbox, webhook_subscriptions
 from fleetwatch.server.jobs.isolation import ItemGuard
 from fleetwatch.server.jobs.locks import LockKey, try_transaction_lock
 from fleetwatch.server.judge.assessment import FleetAssessment
-from fleetwatch.server.judge.liveness import is_unheard
+from fleetwatch.server.judge.planned import Planned
+from fleetwatch.server.repo.maintenance import load_planned
+from fleetwatch.server.repo.nodes import unheard_nodes
 from fleetwatch.server.tell.conditions import Condition, derive_conditions
 from fleetwatch.server.tell.outbox import enqueue
 
@@ -103,10 +106,16 @@ class Alerter:
         with self.db.write() as conn:
             if not try_transaction_lock(conn, LockKey.ALERTS):
                 return AlertPass()
+            planned = load_planned(conn, now)
             active = derive_conditions(
-                conn, snapshot, now=now, settings=self.settings, heard_since=self.heard_since
+                conn,
+                snapshot,
+                now=now,
+                settings=self.settings,
+                heard_since=self.heard_since,
+                planned=planned,
             )
-            covered = self._coverage(conn, snapshot, now)
+            covered = self._coverage(conn, snapshot, now, planned)
             result = self._pass(conn, active, now, covered)
         if result.queued:
             self.on_queued()
@@ -120,24 +129,19 @@ class Alerter:
         return result
 
     def _coverage(
-        self, conn: Connection, snapshot: FleetAssessment | None, now: datetime
+        self,
+        conn: Connection,
+        snapshot: FleetAssessment | None,
+        now: datetime,
+        planned: Planned | None = None,
     ) -> Callable[[Any], bool]:
         """Whether this pass's evidence covers a firing alert, so that its absence resolves it."""
         if snapshot is None:
             return lambda row: False  # no assessment yet: nothing is known to have cleared
-        unheard: set[str] = set()
-        if self.heard_since is not None:
-            factor = self.settings.unreachable_after_intervals
-            rows = conn.execute(
-                select(nodes.c.name, nodes.c.last_seen, nodes.c.interval_s).where(
-                    nodes.c.last_seen < self.heard_since
-                )
-            )
-            unheard = {
-                row.name
-                for row in rows
-                if is_unheard(row.last_seen, row.interval_s, factor, now, self.heard_since)
-            }
+        factor = self.settings.unreachable_after_intervals
+        unheard = unheard_nodes(
+            conn, now=now, factor=factor, heard_since=self.heard_since, planned=planned
+        )
 
         def covers(row: Any) -> bool:
             if row.dedup_key.startswith("gpu:"):

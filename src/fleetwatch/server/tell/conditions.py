@@ -11,7 +11,10 @@
 ====================================  =========================================================
 
 A node is unreachable only after its intervals of silence since this process started listening
-too (:mod:`fleetwatch.server.judge.liveness`).
+too (:mod:`fleetwatch.server.judge.liveness`). A node in a maintenance window is never
+unreachable, and after one only after its intervals since the window's end; inside a window, a
+verdict the planned work causes by itself (a GPU lost or missing, a port down) and a straggler
+are no alert either, while a hardware fault still is (:mod:`fleetwatch.server.judge.planned`).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from fleetwatch.rules.xid_catalog import SEVERITY_RANK
 from fleetwatch.server.db.tables import events, evictions, gpus, nodes, stragglers
 from fleetwatch.server.judge.assessment import FleetAssessment
 from fleetwatch.server.judge.liveness import node_state
+from fleetwatch.server.judge.planned import Planned, caused_by_maintenance
 
 __all__ = ["Condition", "derive_conditions"]
 
@@ -58,10 +62,12 @@ def derive_conditions(
     now: datetime,
     settings: ServerSettings,
     heard_since: datetime | None = None,
+    planned: Planned | None = None,
 ) -> dict[str, Condition]:
     """Every condition active at ``now``, by dedup key (a node is unreachable only after its
     intervals of silence since ``heard_since`` too: see :mod:`fleetwatch.server.judge.liveness`)."""
     found: dict[str, Condition] = {}
+    planned = planned or Planned()
     node_rows = list(
         conn.execute(select(nodes.c.name, nodes.c.labels, nodes.c.last_seen, nodes.c.interval_s))
     )
@@ -73,6 +79,7 @@ def derive_conditions(
             for v in gpu.verdicts
             if (v.counts_against_gpu or v.kind == "host")
             and SEVERITY_RANK[v.severity] >= SEVERITY_RANK["warning"]
+            and not (planned.covers(gpu.node) and caused_by_maintenance(v))
         ]
         slots = _slots(conn, sorted({gpu.uuid for gpu, _ in alerting}))
         for gpu, v in alerting:
@@ -108,7 +115,10 @@ def derive_conditions(
             )
     factor = settings.unreachable_after_intervals
     for row in node_rows:
-        if node_state(row.last_seen, row.interval_s, factor, now, heard_since) == "unreachable":
+        if planned.covers(row.name):
+            continue
+        heard = planned.listen_from(row.name, heard_since)
+        if node_state(row.last_seen, row.interval_s, factor, now, heard) == "unreachable":
             silent = (now - row.last_seen).total_seconds()
             key = f"node:{row.name}:unreachable"
             found[key] = Condition(
@@ -131,7 +141,7 @@ def derive_conditions(
     )
     for row in open_stragglers:
         key = f"node:{row.node}:straggler"
-        if key in found:
+        if key in found or planned.covers(row.node):  # slow during planned work: no news
             continue
         found[key] = Condition(
             key,
