@@ -136,10 +136,13 @@ def _span(a: datetime, b: datetime) -> float:
 
 
 def merge(intervals: Iterable[Interval]) -> list[Interval]:
-    """The union of ``intervals`` as sorted, disjoint intervals (touching ones joined)."""
+    """The union of ``intervals`` as sorted, disjoint intervals (touching ones joined).
+
+    An empty interval (``a == b``) is kept: an outage fixed within the clock's resolution is
+    still a failure (LANL's log has some), with a repair time of 0."""
     out: list[Interval] = []
     for a, b in sorted(intervals):
-        if b <= a:
+        if b < a:
             continue
         if out and a <= out[-1][1]:
             out[-1] = (out[-1][0], max(out[-1][1], b))

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from tests.unit.reports.timeline_check import MIN, random_period, sampled
 
 from fleetwatch.reports.availability import (
     Checkpoint,
@@ -22,7 +23,6 @@ from fleetwatch.reports.availability import (
     compute_availability,
     merge,
 )
-from tests.unit.reports.timeline_check import MIN, random_period, sampled
 
 T0 = datetime(2026, 11, 23, tzinfo=UTC)
 H = timedelta(hours=1)
