@@ -14,6 +14,8 @@ Definitions (the README's "Availability" section says the same):
   denominator, so a maintenance window costs nothing here. This is the figure the SLA target
   (``sla_availability``) is held against.
 * **Planned : unplanned** = planned hours / unplanned hours (none without unplanned downtime).
+  Where no maintenance windows are known at all (``planned_known: false``) both planned hours
+  and the ratio are none, and workload availability equals infrastructure availability.
 * **Failures** are a node's outage *episodes* (overlapping or touching outages merged) that
   start in the period; **MTBF** = up hours / failures; **MTTR** = mean length of the episodes
   that end in the period (their whole length, also the part before ``since``). By group, a
@@ -24,11 +26,11 @@ Definitions (the README's "Availability" section says the same):
   cancelled jobs are neither. Interrupted by hardware: failed jobs with a failure of one of
   their nodes near their end (:mod:`fleetwatch.reports.job_failures`).
 * **Goodput** (GPU-hours, one GPU per rank): scheduled = ranks x the job's time in the period
-  (from its reported start; a job that reported no start is not counted). Losses: checkpoint
-  overhead (ranks x checkpoint time), restart and lost work (ranks x (interruption to resume +
-  redone work)), waiting on stragglers (ranks x a straggler verdict's time x (1 - 1 / ratio): the
-  whole job runs at the slow node's pace). Goodput = scheduled - losses (at least 0); losses
-  that overlap are each counted.
+  (from its reported start; a job that reported no start, or no ranks, is not counted).
+  Losses: checkpoint overhead (ranks x checkpoint time); restart and lost work (ranks x
+  (interruption to resume + redone work)); waiting on stragglers (ranks x a straggler verdict's
+  time x (1 - 1 / ratio): the whole job runs at the slow node's pace). Goodput = scheduled -
+  losses (at least 0); losses that overlap are each counted.
 * **Slow nodes**: nodes with a hardware straggler verdict open at any time in the period, over
   all nodes.
 * **SLA**: availability met when workload availability >= target; recovery met when the mean
@@ -48,6 +50,7 @@ from typing import Any
 __all__ = [
     "Checkpoint",
     "FleetPeriod",
+    "Interval",
     "JobRecord",
     "Outage",
     "Restart",
@@ -125,6 +128,8 @@ class FleetPeriod:
     checkpoints: Sequence[Checkpoint] = ()
     restarts: Sequence[Restart] = ()
     stragglers: Sequence[StragglerSpan] = ()
+    # False where no maintenance windows are known: planned hours are then unknown, not 0.
+    planned_known: bool = True
 
 
 def _h(seconds: float) -> float:
@@ -273,10 +278,11 @@ def _jobs(p: FleetPeriod) -> dict[str, Any]:
 
 
 def _goodput(p: FleetPeriod) -> dict[str, Any]:
-    ranks = {j.job_id: j.ranks for j in p.jobs if j.started_at is not None}
+    counted = [j for j in p.jobs if j.started_at is not None and j.ranks > 0]
+    ranks = {j.job_id: j.ranks for j in counted}
     scheduled = sum(
         j.ranks * _overlap_s(j.started_at, j.ended_at, p.since, p.until)
-        for j in p.jobs
+        for j in counted
         if j.started_at is not None
     )
     checkpoint = sum(
@@ -367,6 +373,9 @@ def compute_availability(
         raise ValueError("until must be after since")
     times = _node_times(p)
     fleet = _availability(times.values())
+    fleet["planned_known"] = p.planned_known
+    if not p.planned_known:
+        fleet["planned_down_h"] = fleet["planned_unplanned_ratio"] = None
     groups: dict[str, dict[str, Any]] = {}
     for key in by:
         members: dict[str, list[_NodeTime]] = {}

@@ -10,6 +10,7 @@ from fastapi import APIRouter
 
 from fleetwatch.server.routers import (
     advice,
+    availability,
     events,
     evictions,
     gpus,
@@ -42,6 +43,7 @@ _ROUTERS = (
     evictions,
     webhooks,
     reports,
+    availability,
 )
 for _module in _ROUTERS:
     api_router.include_router(_module.router)
