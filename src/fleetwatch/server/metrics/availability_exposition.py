@@ -51,40 +51,79 @@ def availability_text(figures: dict[str, Any]) -> str:
 
     return "".join(
         [
-            _family("fleetwatch_fleet_availability_ratio",
-                    "Node-hours up over node-hours, last 7 days (workload: planned excluded).",
-                    [('{kind="infrastructure"}', f["infrastructure_availability"]),
-                     ('{kind="workload"}', f["workload_availability"])]),
-            _family("fleetwatch_fleet_downtime_hours", "Node-hours down, last 7 days.",
-                    [('{kind="planned"}', f["planned_down_h"]),
-                     ('{kind="unplanned"}', f["unplanned_down_h"])]),
-            _family("fleetwatch_fleet_mtbf_hours", "Up node-hours per outage, last 7 days.",
-                    [("", f["mtbf_h"])]),
-            _family("fleetwatch_fleet_mttr_hours", "Mean outage length, last 7 days.",
-                    [("", f["mttr_h"])]),
-            _family("fleetwatch_fleet_slow_nodes_ratio",
-                    "Nodes with a hardware straggler verdict over all nodes, last 7 days.",
-                    [("", figures["slow_nodes"]["share"])]),
-            _family("fleetwatch_jobs_success_ratio",
-                    "Completed over completed + failed jobs, last 7 days.",
-                    [("", jobs["success_rate"])]),
-            _family("fleetwatch_jobs_interrupted_by_hardware",
-                    "Failed jobs attributed to a node failure, last 7 days.",
-                    [("", jobs["interrupted_by_hardware"])]),
-            _family("fleetwatch_goodput_ratio", "Productive over scheduled job GPU-hours.",
-                    [("", gp["goodput_ratio"])]),
-            _family("fleetwatch_goodput_lost_gpu_hours", "Job GPU-hours lost, by cause.",
-                    [('{cause="checkpoint"}', gp["checkpoint_gpu_h"]),
-                     ('{cause="restart"}', gp["restart_gpu_h"]),
-                     ('{cause="straggler"}', gp["straggler_gpu_h"])]),
-            _family("fleetwatch_time_to_recover_minutes", "Mean time to recover, last 7 days.",
-                    [('{to="node_back"}', ttr["node_back"]["mean_min"]),
-                     ('{to="job_resumed"}', ttr["job_resumed"]["mean_min"])]),
-            _family("fleetwatch_sla_met", "1 when the SLA target is met, 0 when missed.",
-                    [('{target="availability"}', met(sla["availability_met"])),
-                     ('{target="recovery"}', met(sla["recovery_met"]))]),
+            _family(
+                "fleetwatch_fleet_availability_ratio",
+                "Node-hours up over node-hours, last 7 days (workload: planned excluded).",
+                [
+                    ('{kind="infrastructure"}', f["infrastructure_availability"]),
+                    ('{kind="workload"}', f["workload_availability"]),
+                ],
+            ),
+            _family(
+                "fleetwatch_fleet_downtime_hours",
+                "Node-hours down, last 7 days.",
+                [
+                    ('{kind="planned"}', f["planned_down_h"]),
+                    ('{kind="unplanned"}', f["unplanned_down_h"]),
+                ],
+            ),
+            _family(
+                "fleetwatch_fleet_mtbf_hours",
+                "Up node-hours per outage, last 7 days.",
+                [("", f["mtbf_h"])],
+            ),
+            _family(
+                "fleetwatch_fleet_mttr_hours",
+                "Mean outage length, last 7 days.",
+                [("", f["mttr_h"])],
+            ),
+            _family(
+                "fleetwatch_fleet_slow_nodes_ratio",
+                "Nodes with a hardware straggler verdict over all nodes, last 7 days.",
+                [("", figures["slow_nodes"]["share"])],
+            ),
+            _family(
+                "fleetwatch_jobs_success_ratio",
+                "Completed over completed + failed jobs, last 7 days.",
+                [("", jobs["success_rate"])],
+            ),
+            _family(
+                "fleetwatch_jobs_interrupted_by_hardware",
+                "Failed jobs attributed to a node failure, last 7 days.",
+                [("", jobs["interrupted_by_hardware"])],
+            ),
+            _family(
+                "fleetwatch_goodput_ratio",
+                "Productive over scheduled job GPU-hours.",
+                [("", gp["goodput_ratio"])],
+            ),
+            _family(
+                "fleetwatch_goodput_lost_gpu_hours",
+                "Job GPU-hours lost, by cause.",
+                [
+                    ('{cause="checkpoint"}', gp["checkpoint_gpu_h"]),
+                    ('{cause="restart"}', gp["restart_gpu_h"]),
+                    ('{cause="straggler"}', gp["straggler_gpu_h"]),
+                ],
+            ),
+            _family(
+                "fleetwatch_time_to_recover_minutes",
+                "Mean time to recover, last 7 days.",
+                [
+                    ('{to="node_back"}', ttr["node_back"]["mean_min"]),
+                    ('{to="job_resumed"}', ttr["job_resumed"]["mean_min"]),
+                ],
+            ),
+            _family(
+                "fleetwatch_sla_met",
+                "1 when the SLA target is met, 0 when missed.",
+                [
+                    ('{target="availability"}', met(sla["availability_met"])),
+                    ('{target="recovery"}', met(sla["recovery_met"])),
+                ],
+            ),
         ]
-    )  # fmt: skip
+    )
 
 
 class AvailabilityExposition:

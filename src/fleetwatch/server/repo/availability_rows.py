@@ -99,15 +99,16 @@ def _outages(conn: Connection, since: datetime, until: datetime) -> list[Outage]
             evictions.c.completed_at,
             evictions.c.returned_at,
             evictions.c.reason_kind,
-        ).where(  # fmt: skip
+        ).where(
             evictions.c.dry_run.is_(False),
             evictions.c.completed_at.is_not(None),
             evictions.c.completed_at < until,
             or_(evictions.c.returned_at.is_(None), evictions.c.returned_at >= since),
         )
     )
-    found = [Outage(r.node, r.completed_at, r.returned_at, f"drain:{r.reason_kind}")
-             for r in drained]  # fmt: skip
+    found = [
+        Outage(r.node, r.completed_at, r.returned_at, f"drain:{r.reason_kind}") for r in drained
+    ]
     failed = conn.execute(
         select(nodes.c.name, gpu_lifetimes.c.removed_at, gpu_lifetimes.c.location)
         .join(nodes, nodes.c.id == gpu_lifetimes.c.node_id)
@@ -150,8 +151,11 @@ def _jobs(
             and attribute_failure(r.nodes, r.ended_at, by_node, before=before, after=after)
             is not None
         )
-        out.append(JobRecord(r.job_id, tuple(r.nodes), r.ranks, r.started_at, r.ended_at,
-                             r.outcome, hardware))  # fmt: skip
+        out.append(
+            JobRecord(
+                r.job_id, tuple(r.nodes), r.ranks, r.started_at, r.ended_at, r.outcome, hardware
+            )
+        )
     return out
 
 
@@ -195,8 +199,9 @@ def _stragglers(conn: Connection, since: datetime, until: datetime) -> list[Stra
             or_(stragglers.c.ended_at.is_(None), stragglers.c.ended_at > since),
         )
     )
-    return [StragglerSpan(r.job_id, r.node, r.kind, r.started_at, r.ended_at, r.ratio)
-            for r in rows]  # fmt: skip
+    return [
+        StragglerSpan(r.job_id, r.node, r.kind, r.started_at, r.ended_at, r.ratio) for r in rows
+    ]
 
 
 def load_period(

@@ -155,7 +155,7 @@ def node_failures(
     gpu = (
         select(
             nodes.c.name, gpu_lifetimes.c.removed_at, gpu_lifetimes.c.serial, gpu_lifetimes.c.cause
-        )  # fmt: skip
+        )
         .join(nodes, nodes.c.id == gpu_lifetimes.c.node_id)
         .where(
             gpu_lifetimes.c.end_kind == "failure",
