@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from tests.unit.reports.timeline_check import MIN, random_period, sampled
+from tests.unit.reports.timeline_check import MIN, random_period, sampled, sim_quarter
 
 from fleetwatch.reports.availability import (
     Checkpoint,
@@ -189,3 +189,14 @@ def test_goodput_checkpoint_restart_and_straggler_losses_by_hand() -> None:
     assert gp["restart_gpu_h"] == pytest.approx(8.0)
     assert gp["straggler_gpu_h"] == pytest.approx(8.0)
     assert gp["goodput_ratio"] == pytest.approx((80 - 16.8) / 80)
+
+
+@pytest.mark.parametrize("by", [None, "sku", "rack"])
+def test_availability_matches_minute_sampling_on_a_quarter_of_the_simulated_fleet(
+    by: str | None,
+) -> None:
+    p = sim_quarter(seed=14, nodes=48)
+    assert any(p.planned.values()) and p.outages and p.stragglers and p.restarts
+    _check_against_sampling(p, by)
+    if by is None:
+        _check_jobs_and_goodput(p)

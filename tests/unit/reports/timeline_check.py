@@ -131,3 +131,61 @@ def sampled(p: FleetPeriod, by: str | None = None) -> dict[str, dict[str, Any]]:
             if in_period[b] and b > int(PRE / MIN):
                 g["repairs"].append((b - a) * 60.0)
     return groups
+
+
+def sim_quarter(seed: int, nodes: int) -> FleetPeriod:
+    """91 days of the simulated fleet (:mod:`fleetwatch.sim`), times rounded out to whole minutes.
+
+    A reboot is planned downtime; an outage or a hang (after a GPU failure) is unplanned. Each busy
+    segment of a node is a job of its GPUs; one that a hang or outage cuts short failed (by
+    hardware for a hang), and the node's next job resumes it. Throttled spans are hardware
+    straggler verdicts of the job running when they began, at their slowdown.
+    """
+    from fleetwatch.sim.fleet import SimFleet
+    from fleetwatch.sim.spec import FleetSpec
+
+    since = datetime(2026, 7, 6, tzinfo=UTC)
+    spec = FleetSpec(seed=seed, nodes=nodes, horizon_days=91, start=since, real_start=since)
+    fleet = SimFleet(spec)
+    until = since + timedelta(days=91)
+
+    def floor(s: float) -> datetime:
+        return since + MIN * (s // 60)
+
+    def ceil(s: float) -> datetime:
+        return since + MIN * -(-s // 60)
+
+    labels: dict[str, dict[str, Any]] = {}
+    planned: dict[str, list[tuple[datetime, datetime]]] = {}
+    outages, jobs, restarts, spans, checkpoints = [], [], [], [], []
+    for node in fleet.node_names():
+        labels[node] = {**fleet.labels(node), "sku": fleet.identities(node)[0].name}
+        timeline, _ = fleet.node_state(node)
+        planned[node] = [(floor(w.start_s), ceil(w.end_s)) for w in timeline.silences
+                         if w.reason == "reboot"]  # fmt: skip
+        cuts = [w for w in timeline.silences if w.reason != "reboot"]
+        outages += [Outage(node, floor(w.start_s), ceil(w.end_s), w.reason) for w in cuts]
+        segs = timeline.jobs
+        previous_failed: tuple[datetime, bool] | None = None
+        for i, busy in enumerate(segs.busy):
+            if not busy:
+                continue
+            a, b = segs.starts[i], segs.end_of(i)
+            start = floor(a)
+            end = None if b == float("inf") or ceil(b) >= until else ceil(b)
+            cut = next((w for w in cuts if a <= w.start_s < b), None)
+            job = f"{node}-{i}"
+            outcome = None if end is None else ("failed" if cut else "completed")
+            jobs.append(JobRecord(job, (node,), spec.gpus_per_node, start, end, outcome,
+                                  hardware=cut is not None and cut.reason == "hang"))  # fmt: skip
+            if previous_failed is not None:
+                restarts.append(Restart(job, start, previous_failed[0], None))
+            previous_failed = (end, True) if outcome == "failed" and end is not None else None
+            if end is not None and end - start > 2 * timedelta(hours=1):
+                checkpoints.append(Checkpoint(job, start + timedelta(hours=1), 120.0))
+            for s in timeline.straggles:
+                if a <= s.start_s < b and s.slowdown > 1:
+                    spans.append(StragglerSpan(job, node, "hardware", floor(s.start_s),
+                                               ceil(s.end_s), s.slowdown))  # fmt: skip
+    return FleetPeriod(since, until, labels, {}, planned, outages, jobs, checkpoints, restarts,
+                       spans)  # fmt: skip
