@@ -4,10 +4,11 @@ Seeds, in bulk through sqlite3 (not timed): 12,500 nodes of 8 GPUs (32 nodes a r
 three drivers), one open lifetime per GPU installed over the past two years plus ``--history``
 ended ones (failures, retirements) for the survival curves, ~0.3 % of GPUs failing in the week
 (two thirds replaced a day later), drains with returns (half near a failure), Xid events,
-stragglers, hourly rollups for the week's last ``--rollup-hours`` hours and one energy sample a
-GPU a day, and a Weibull risk model per SKU trained before the week. Then times each stage of
-the report: loading, compute (total, and its survival and calibration parts), JSON, HTML (with
-its plots) and optionally the PDF.
+stragglers, 2,000 jobs with outcomes, checkpoints and restarts (issue 14), hourly rollups for
+the week's last ``--rollup-hours`` hours, one energy sample a GPU a day, and a Weibull risk
+model per SKU trained before the week. Then times each stage of the report: loading, compute
+(total, and its survival, calibration and availability parts), JSON, HTML (with its plots) and
+optionally the PDF.
 
     .venv/bin/python benchmarks/report.py [--gpus 100000] [--history 30000] [--rollup-hours 24]
         [--pdf] [--db /tmp/fleetwatch-report.db]
@@ -31,12 +32,14 @@ sys.path.insert(0, str(REPO))
 
 from fleetwatch.config import ServerSettings  # noqa: E402
 from fleetwatch.models.registry import PARAMS_FORMAT  # noqa: E402
+from fleetwatch.reports.availability import compute_availability  # noqa: E402
 from fleetwatch.reports.calibration import calibration  # noqa: E402
 from fleetwatch.reports.render import render_html, render_pdf  # noqa: E402
 from fleetwatch.reports.survival import km_by_sku  # noqa: E402
 from fleetwatch.reports.weeks import parse_week  # noqa: E402
 from fleetwatch.server.db.migrate import upgrade  # noqa: E402
 from fleetwatch.server.db.session import Database, make_engine  # noqa: E402
+from fleetwatch.server.repo.availability_rows import load_period, sla_targets  # noqa: E402
 from fleetwatch.server.repo.report_rows import compute_weekly, load_week  # noqa: E402
 
 WEEK = parse_week("2026-W48")
@@ -138,6 +141,7 @@ def seed(
         ((f"job-{i % 50}", f"node-{int(rng.integers(0, n_nodes)):05d}", at(t), at(t),
           float(1.25 + rng.exponential(0.2))) for i, t in enumerate(rng.uniform(0, 168, 2000))),
     )  # fmt: skip
+    seed_jobs(con, n_nodes, rng)
     hourly_cols = ("gpu_uuid, hour, node_id, samples, span_s, throttle_reported, throttled, "
                    "xid_hardware, xid_memory, xid_interconnect, xid_power_thermal, "
                    "xid_driver_firmware")  # fmt: skip
@@ -167,6 +171,43 @@ def seed(
     )
     con.commit()
     con.close()
+
+
+def seed_jobs(con: sqlite3.Connection, n_nodes: int, rng: np.random.Generator) -> None:
+    """Issue 14's job reports: 2,000 jobs of 1-128 nodes (8 ranks a node) running in the week,
+    ~20 % failed, 10 % cancelled; a checkpoint every 30 min of each; a restart for each failed
+    job that was requeued (half of them); the job ids match the seeded straggler verdicts."""
+    jobs, ckpts, restarts = [], [], []
+    for j in range(2000):
+        size = int(min(2 ** rng.integers(0, 8), n_nodes))
+        first = int(rng.integers(0, n_nodes - size + 1))
+        names = [f"node-{first + k:05d}" for k in range(size)]
+        start = float(rng.uniform(-48, 160))
+        end = start + float(rng.exponential(24))
+        outcome = rng.choice(["completed", "failed", "cancelled"], p=[0.7, 0.2, 0.1])
+        running = end > 168
+        ended = (None, None) if running else (at(end), str(outcome))
+        jobs.append((f"job-{j}", at(start), at(min(end, 168)), size * 8, json.dumps(names),
+                     at(start), *ended))  # fmt: skip
+        for t in np.arange(start + 0.5, min(end, 168), 0.5):
+            ckpts.append((f"job-{j}", at(t), float(rng.uniform(20, 120)), int(t * 100)))
+        if outcome == "failed" and rng.random() < 0.5 and end + 1 < 168:
+            restarts.append((f"job-{j}", at(end + 0.3), at(end), int(rng.integers(0, 3000)),
+                             float(rng.uniform(0, 1800))))  # fmt: skip
+    con.executemany(
+        "INSERT INTO jobs (job_id, first_seen, last_seen, ranks, nodes, started_at, ended_at, "
+        "outcome) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        jobs,
+    )
+    con.executemany(
+        "INSERT INTO job_checkpoints (job_id, started_at, duration_s, step) VALUES (?, ?, ?, ?)",
+        ckpts,
+    )
+    con.executemany(
+        "INSERT INTO job_restarts (job_id, resumed_at, interrupted_at, lost_steps, lost_s) "
+        "VALUES (?, ?, ?, ?, ?)",
+        restarts,
+    )
 
 
 def timed(label: str, results: list[tuple[str, float]], fn, *args, **kwargs):  # type: ignore[no-untyped-def]
@@ -200,6 +241,10 @@ def main() -> None:
         timed("  survival (Kaplan-Meier by SKU)", results, km_by_sku, data.lifetimes, END)
         timed("  calibration (risk model scoring)", results, calibration, data.model,
               data.lifetimes, START, END)  # fmt: skip
+        period = timed("  availability rows (load_period)", results, load_period, conn, START,
+                       END, settings=settings)  # fmt: skip
+        timed("  availability figures (compute_availability)", results, compute_availability,
+              period, sla_targets(settings), by=("sku", "rack"))  # fmt: skip
         report = timed("compute (total, incl. both weeks' loads)", results, compute_weekly,
                        conn, WEEK, settings=settings, now=now)  # fmt: skip
     db.dispose()
@@ -219,6 +264,13 @@ def main() -> None:
     head = report.headline
     print("headline:", {k: round(v, 4) if isinstance(v, float) else v for k, v in head.items()})
     print("calibration:", {k: v for k, v in report.calibration.items() if k != "deciles"})
+    a = report.availability or {}
+    print("availability:", a.get("fleet"))
+    print("jobs:", a.get("jobs"), "goodput:", a.get("goodput"))
+    print(
+        f"availability rows: {len(period.outages):,} outages, {len(period.jobs):,} jobs, "
+        f"{len(period.checkpoints):,} checkpoints, {len(period.restarts):,} restarts"
+    )
 
 
 if __name__ == "__main__":

@@ -249,6 +249,23 @@ class ServerSettings(BaseSettings):
     sla_mttr_h: float = Field(
         default=24.0, gt=0, description="Mean time to repair target (hours) of the weekly report"
     )
+    sla_recovery_minutes: float = Field(
+        default=15.0,
+        gt=0,
+        description="Time-to-recover target (minutes): from a failure to the job resumed where "
+        "jobs report restarts, else to the node back in service",
+    )
+    job_failure_before_s: float = Field(
+        default=1800.0,
+        ge=0,
+        description="A failed job is interrupted by hardware when one of its nodes failed or "
+        "was drained by a rule at most this long before the job's end",
+    )
+    job_failure_after_s: float = Field(
+        default=300.0,
+        ge=0,
+        description="... or at most this long after it (the failure seen late)",
+    )
     report_delay_h: float = Field(
         default=6.0,
         ge=0,

@@ -109,3 +109,24 @@ def _until(condition: Callable[[], bool], timeout: float = 60.0) -> None:
     while not condition():
         assert time.monotonic() < deadline, "timed out"
         time.sleep(0.05)
+
+
+def test_step_reporter_job_reports_reach_a_live_server(sqlite_url: str, tmp_path: Path) -> None:
+    agent, reader = create_token(sqlite_url, "agent"), create_token(sqlite_url, "read")
+    with live_server(sqlite_url, tmp_path) as server:
+        with StepReporter(server.url, agent, "told-job", rank=0, node="gpu-01",
+                          flush_interval_s=0.2) as reporter:  # fmt: skip
+            reporter.start(ranks=2)
+            reporter.step(0, 100.0)
+            with reporter.checkpoint(step=0):
+                pass
+            reporter.restarted(from_step=0, lost_steps=3)
+            reporter.end("completed", reason="all steps done")
+        assert (reporter.sent_events, reporter.rejected_events) == (4, 0)
+        with server.client(reader) as read:
+            detail = read.get("/v1/jobs/told-job").json()
+    assert (detail["outcome"], detail["end_reason"], detail["ranks"]) == (
+        "completed", "all steps done", 2
+    )  # fmt: skip
+    assert detail["checkpoints"]["count"] == 1 and detail["restarts"]["lost_steps"] == 3
+    assert detail["started_at"] <= detail["ended_at"]

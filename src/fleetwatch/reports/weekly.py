@@ -77,6 +77,8 @@ class WeeklyReport:
     stragglers: dict[str, Any]
     deltas: dict[str, Any]
     sla: dict[str, Any]
+    # Issue 14's figures (:mod:`fleetwatch.reports.availability`), when the caller computed them.
+    availability: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -384,9 +386,11 @@ def build_weekly(
     settings: ServerSettings,
     catalog: XidCatalog | None = None,
     now: datetime | None = None,
+    availability: dict[str, Any] | None = None,
 ) -> WeeklyReport:
     """The report for the week of ``d``, compared with ``before`` (the week before); lifetimes
-    still open at ``now`` are censored there (KM)."""
+    still open at ``now`` are censored there (KM). ``availability``: the week's
+    :func:`~fleetwatch.reports.availability.compute_availability` figures, shown as they are."""
     catalog = catalog or XidCatalog.load()
     now = now or datetime.now(UTC)
     core = _core(d, settings, catalog)
@@ -408,4 +412,5 @@ def build_weekly(
         stragglers=_stragglers(d),
         deltas=_deltas(head, headline(before, settings, catalog)),
         sla=_sla(core.reliability, settings),
+        availability=availability,
     )

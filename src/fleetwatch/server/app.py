@@ -30,6 +30,7 @@ from fleetwatch.server.errors import install_error_handlers
 from fleetwatch.server.jobs.leader import single_process_problem
 from fleetwatch.server.jobs.registry import BackgroundJobs
 from fleetwatch.server.judge.liveness import Liveness
+from fleetwatch.server.metrics.availability_exposition import AvailabilityExposition
 from fleetwatch.server.metrics.exposition import FleetExposition
 from fleetwatch.server.metrics.families import ServerMetrics
 from fleetwatch.server.metrics.risk_prefetch import RiskPrefetch
@@ -143,6 +144,7 @@ def create_app(
             ttl_s=settings.metrics_cache_ttl_s,
             liveness=liveness,
         )
+        app.state.availability = AvailabilityExposition(db, settings)
         jobs = BackgroundJobs(
             db, settings, metrics=metrics, secrets=secret_box, heard_since=heard_since
         )

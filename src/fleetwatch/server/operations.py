@@ -89,7 +89,7 @@ def add_operational_routes(app: FastAPI, settings: ServerSettings) -> None:
         selected = shard_from_query(shard, shards)
         state = request.app.state
         if selected is None:
-            render = partial(default_page, registry=state.registry)
+            render = partial(default_page, registry=state.registry, availability=state.availability)
         else:
             render = partial(shard_page, selected)
         page = await run_in_threadpool(

@@ -70,6 +70,11 @@ ENDPOINTS: dict[tuple[str, str], tuple[str, str, int]] = {
     ("GET", "/v1/gpus/{uuid}/risk"): ("read", f"/v1/gpus/{gpu_uuid('node-a', 0)}/risk", 200),
     # Training jobs report steps with an agent token.
     ("POST", "/v1/jobs/{job_id}/steps"): ("ingest", "/v1/jobs/job-1/steps", 200),
+    ("POST", "/v1/jobs/{job_id}/start"): ("ingest", "/v1/jobs/job-1/start", 200),
+    ("POST", "/v1/jobs/{job_id}/end"): ("ingest", "/v1/jobs/job-1/end", 200),
+    ("POST", "/v1/jobs/{job_id}/checkpoints"): ("ingest", "/v1/jobs/job-1/checkpoints", 200),
+    ("POST", "/v1/jobs/{job_id}/restarts"): ("ingest", "/v1/jobs/job-1/restarts", 200),
+    ("GET", "/v1/availability"): ("read", "/v1/availability", 200),
     ("GET", "/v1/jobs"): ("read", "/v1/jobs", 200),
     ("GET", "/v1/jobs/{job_id}"): ("read", "/v1/jobs/job-1", 200),
     ("GET", "/v1/stragglers"): ("read", "/v1/stragglers", 200),
@@ -194,6 +199,8 @@ def _call(
         kwargs["json"] = make_batch("node-a", gpus=1)
     elif key == ("POST", "/v1/jobs/{job_id}/steps"):
         kwargs["json"] = _STEPS
+    elif key[1].startswith("/v1/jobs/{job_id}/") and key[0] == "POST":
+        kwargs["json"] = _JOB_REPORTS[key[1].rsplit("/", 1)[1]]
     elif key == ("POST", "/v1/webhooks"):
         kwargs["json"] = {"name": f"hook-{secrets.token_hex(3)}", "kind": "generic",
                           "url": "http://127.0.0.1:9/hook", "secret": "s3cret"}  # fmt: skip
@@ -211,6 +218,14 @@ def _call(
     elif key == ("POST", "/v1/lifetimes/{serial}/events"):
         kwargs["json"] = {"kind": "failure", "installed_at": "2020-01-01T00:00:00Z"}
     return client.request(method, path, **kwargs)
+
+
+_JOB_REPORTS: dict[str, dict[str, Any]] = {
+    "start": {"started_at": "2026-11-01T00:00:00Z", "nodes": ["node-a"]},
+    "end": {"outcome": "completed", "ended_at": "2026-11-01T01:00:00Z"},
+    "checkpoints": {"started_at": "2026-11-01T00:30:00Z", "duration_s": 12.5},
+    "restarts": {"resumed_at": "2026-11-01T00:40:00Z", "lost_steps": 3},
+}
 
 
 def _seed_webhook(db: Database) -> int:

@@ -298,6 +298,39 @@ jobs = Table(
     Column("last_seen", UtcDateTime, nullable=False, index=True),
     Column("ranks", Integer, nullable=False),
     Column("nodes", Json, nullable=False, comment="node names the job reported from"),
+    # Issue 14: what the job says of its own start and end (POST /v1/jobs/{id}/start | end).
+    Column("started_at", UtcDateTime),
+    Column("ended_at", UtcDateTime),
+    Column("outcome", String(16), comment="completed | failed | cancelled; null while running"),
+    Column("end_reason", Text, comment="the job's own words on why it ended"),
+)
+
+# A checkpoint the job wrote (POST /v1/jobs/{id}/checkpoints); one per job and start time.
+job_checkpoints = Table(
+    "job_checkpoints",
+    metadata,
+    Column("id", BigId, primary_key=True, autoincrement=True),
+    Column("job_id", String(128), nullable=False),
+    Column("started_at", UtcDateTime, nullable=False),
+    Column("duration_s", Float, nullable=False),
+    Column("step", BigInteger),
+    UniqueConstraint("job_id", "started_at"),
+    Index("ix_job_checkpoints_started_at", "started_at"),
+)
+
+# A restart of the job from a checkpoint (POST /v1/jobs/{id}/restarts); one per resume time.
+job_restarts = Table(
+    "job_restarts",
+    metadata,
+    Column("id", BigId, primary_key=True, autoincrement=True),
+    Column("job_id", String(128), nullable=False),
+    Column("resumed_at", UtcDateTime, nullable=False),
+    Column("interrupted_at", UtcDateTime, comment="when the job stopped, if it says"),
+    Column("from_step", BigInteger),
+    Column("lost_steps", BigInteger, comment="steps done since the checkpoint, redone"),
+    Column("lost_s", Float, comment="seconds of work redone, if the job says"),
+    UniqueConstraint("job_id", "resumed_at"),
+    Index("ix_job_restarts_resumed_at", "resumed_at"),
 )
 
 # A node's straggler verdict within one job; open while the node is slow (ended_at null).

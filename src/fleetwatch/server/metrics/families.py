@@ -28,6 +28,8 @@ per scrape as text, after the registry's families, on the default page (D) or a 
 - risk and verdicts per node and fleet (D), per GPU (S): ``metrics/risk_exposition.py``;
 - step-time slowdown ratios (D) and slowness scores (S): ``metrics/straggler_exposition.py``;
 - evictions and the drain budget (D): ``metrics/eviction_exposition.py``;
+- availability, downtime, MTBF/MTTR, jobs, goodput and SLA over the last 7 days, fleet-wide
+  (D): ``metrics/availability_exposition.py``;
 - network adapter ports: fleet counts by state, degraded ports and the nodes with a port down or
   degraded (D), each port's state, rate and error counters (S): ``metrics/port_exposition.py``;
   host errors by kind and severity (D fleet-wide, S per node): ``metrics/exposition.py``.

@@ -4,7 +4,8 @@ The **default page** carries what only FleetWatch knows and what alerts read, an
 any fleet size (one series per node for a handful of families, one per GPU only where the GPU
 has a verdict): the process's own counters (ingest, background jobs, leadership, storage), node
 state, the fleet's event counters (host errors by kind and severity among them), port counts by
-state and the nodes with a port down or degraded, risk and verdicts, straggler ratios, evictions.
+state and the nodes with a port down or degraded, risk and verdicts, straggler ratios, evictions,
+and the fleet's availability figures over the last 7 days.
 
 A **shard** (``?shard=i&shards=n``) carries the per-GPU series and the per-node detail of its
 nodes (see :mod:`~fleetwatch.server.metrics.shards`): the GPUs' newest telemetry, identity and
@@ -23,6 +24,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from fleetwatch.config import ServerSettings
 from fleetwatch.server.db.session import Database
 from fleetwatch.server.judge.assessment import FleetAssessment
+from fleetwatch.server.metrics.availability_exposition import AvailabilityExposition
 from fleetwatch.server.metrics.eviction_exposition import render_evictions
 from fleetwatch.server.metrics.exposition import FleetExposition
 from fleetwatch.server.metrics.port_exposition import render_port_summary, render_ports
@@ -40,6 +42,7 @@ def default_page(
     snapshot: FleetAssessment | None,
     db: Database,
     settings: ServerSettings,
+    availability: AvailabilityExposition | None = None,
 ) -> str:
     return "".join(
         [
@@ -49,6 +52,7 @@ def default_page(
             render_risk(snapshot, settings.risk_horizons_h),
             render_straggler_ratios(db),
             render_evictions(db, settings.drain_budget_pct),
+            availability.render() if availability is not None else "",
         ]
     )
 

@@ -56,6 +56,10 @@ class JobRow:
     last_seen: datetime
     ranks: int
     nodes: list[str]
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
+    outcome: str | None = None
+    end_reason: str | None = None
 
 
 def store_steps(conn: Connection, job_id: str, rows: Sequence[dict[str, Any]]) -> JobRow:
@@ -91,7 +95,17 @@ def store_steps(conn: Connection, job_id: str, rows: Sequence[dict[str, Any]]) -
 
 
 def _job(row: Any) -> JobRow:
-    return JobRow(row.job_id, row.first_seen, row.last_seen, row.ranks, list(row.nodes))
+    return JobRow(
+        row.job_id,
+        row.first_seen,
+        row.last_seen,
+        row.ranks,
+        list(row.nodes),
+        row.started_at,
+        row.ended_at,
+        row.outcome,
+        row.end_reason,
+    )
 
 
 def list_jobs(conn: Connection, *, limit: int = 100) -> list[JobRow]:

@@ -13,6 +13,7 @@ from typing import Any
 from sqlalchemy import Connection, and_, func, or_, select
 
 from fleetwatch.config import ServerSettings
+from fleetwatch.reports.availability import compute_availability
 from fleetwatch.reports.rows import CONFIRM_WINDOW, WeekData
 from fleetwatch.reports.weekly import WeeklyReport, build_weekly
 from fleetwatch.reports.weeks import IsoWeek
@@ -30,6 +31,7 @@ from fleetwatch.server.db.tables import (
     risk_models,
     stragglers,
 )
+from fleetwatch.server.repo.availability_rows import load_period, sla_targets
 
 __all__ = ["compute_weekly", "load_week"]
 
@@ -37,6 +39,10 @@ __all__ = ["compute_weekly", "load_week"]
 _EVICTION_LOOKBACK = timedelta(days=60)
 # Every host-error severity that may drain (rules.host_errors decides which do, per kind).
 _INTERRUPTING = ("fatal", "non_fatal", "uncorrected")
+
+
+# The labels the report breaks MTBF and MTTR down by.
+REPORT_LABELS = ("sku", "rack")
 
 
 def compute_weekly(
@@ -48,12 +54,14 @@ def compute_weekly(
     now: datetime | None = None,
 ) -> WeeklyReport:
     """The report for ``week``; lifetimes still open at ``now`` are censored there (KM)."""
+    period = load_period(conn, week.start, week.end, settings=settings)
     return build_weekly(
         load_week(conn, week),
         load_week(conn, week.previous()),
         settings=settings,
         catalog=catalog,
         now=now or datetime.now(UTC),
+        availability=compute_availability(period, sla_targets(settings), by=REPORT_LABELS),
     )
 
 

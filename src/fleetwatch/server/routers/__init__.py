@@ -10,6 +10,7 @@ from fastapi import APIRouter
 
 from fleetwatch.server.routers import (
     advice,
+    availability,
     events,
     evictions,
     gpus,
@@ -44,6 +45,7 @@ _ROUTERS = (
     maintenance,
     webhooks,
     reports,
+    availability,
 )
 for _module in _ROUTERS:
     api_router.include_router(_module.router)

@@ -1,4 +1,5 @@
-"""Training jobs: step reports (agent scope), jobs and their straggler verdicts (read scope).
+"""Training jobs: step reports, start, end, checkpoints and restarts (agent scope); jobs, their
+outcome and straggler verdicts (read scope).
 
 Training processes report with an **agent** token (``fleetwatch token create --scope agent``),
 the same scope as node agents: reporting steps is telemetry, not reading the fleet. A batch is
@@ -8,26 +9,46 @@ validated whole before anything is stored: one bad step refuses the batch (422 n
 
 from __future__ import annotations
 
-from datetime import timedelta
+from collections.abc import Callable
+from datetime import datetime, timedelta
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Path, Query
 from fastapi.concurrency import run_in_threadpool
+from sqlalchemy import Connection
 
 from fleetwatch.config import ServerSettings
 from fleetwatch.errors import InvalidInput, NotFound
 from fleetwatch.models.stragglers import judge_window
+from fleetwatch.reports.job_failures import attribute_failure, failures_by_node
 from fleetwatch.server.db.base import utcnow
 from fleetwatch.server.db.session import Database
 from fleetwatch.server.deps import DatabaseDep, IngestAuth, ReadAuth, SettingsDep
+from fleetwatch.server.repo.job_outcomes import (
+    checkpoint_summary,
+    end_job,
+    node_failures,
+    restart_summary,
+    start_job,
+    store_checkpoint,
+    store_restart,
+)
 from fleetwatch.server.repo.jobs import get_job, list_jobs, list_stragglers, read_steps, store_steps
 from fleetwatch.server.schemas.common import error_responses
 from fleetwatch.server.schemas.fields import Text
 from fleetwatch.server.schemas.jobs import (
+    CheckpointReport,
+    CheckpointSummary,
+    HardwareFailure,
     JobDetailPublic,
+    JobEnd,
+    JobEventAccepted,
     JobPublic,
     JobsPublic,
+    JobStart,
     NodeStepStats,
+    RestartReport,
+    RestartSummary,
     StepsAccepted,
     StepsBatch,
     StragglerPublic,
@@ -80,6 +101,107 @@ async def post_steps(
     return await run_in_threadpool(_store, db, job_id, rows)
 
 
+def _not_future(settings: ServerSettings, **instants: datetime | None) -> None:
+    """422 naming each instant (``body.<name>``) later than the server's clock allows."""
+    latest = utcnow() + timedelta(seconds=settings.max_future_skew_s)
+    late = [name for name, ts in instants.items() if ts is not None and ts > latest]
+    if late:
+        problems = [{"loc": ["body", name], "msg": "in the future"} for name in late]
+        raise InvalidInput(f"{', '.join(late)}: in the future; nothing stored", problems)
+
+
+def _write(db: Database, work: Callable[[Connection], bool]) -> bool:
+    with db.write() as conn:
+        return work(conn)
+
+
+@router.post(
+    "/jobs/{job_id}/start",
+    response_model=JobEventAccepted,
+    summary="Report a training job's start and its nodes (agent token)",
+)
+async def post_start(
+    job_id: JobId, body: JobStart, db: DatabaseDep, settings: SettingsDep, _token: IngestAuth
+) -> JobEventAccepted:
+    """Idempotent: a repeat keeps the earliest start and adds any new nodes."""
+    _not_future(settings, started_at=body.started_at)
+
+    def work(conn: Connection) -> bool:
+        start_job(conn, job_id, body.started_at, body.nodes, body.ranks)
+        return True
+
+    return JobEventAccepted(job_id=job_id, stored=await run_in_threadpool(_write, db, work))
+
+
+@router.post(
+    "/jobs/{job_id}/end",
+    response_model=JobEventAccepted,
+    summary="Report how a training job ended: completed, failed or cancelled (agent token)",
+)
+async def post_end(
+    job_id: JobId, body: JobEnd, db: DatabaseDep, settings: SettingsDep, _token: IngestAuth
+) -> JobEventAccepted:
+    """The newest end replaces an earlier one (a requeued job ends again). 422 when
+    ``ended_at`` is before the job's reported start."""
+    _not_future(settings, ended_at=body.ended_at)
+
+    def work(conn: Connection) -> bool:
+        job = get_job(conn, job_id)
+        if job is not None and job.started_at is not None and body.ended_at < job.started_at:
+            problem = {"loc": ["body", "ended_at"], "msg": "before the job's start"}
+            raise InvalidInput(
+                f"ended_at: before the job's start ({job.started_at.isoformat()}); nothing stored",
+                [problem],
+            )
+        end_job(conn, job_id, body.ended_at, body.outcome, body.reason, body.nodes or ())
+        return True
+
+    return JobEventAccepted(job_id=job_id, stored=await run_in_threadpool(_write, db, work))
+
+
+@router.post(
+    "/jobs/{job_id}/checkpoints",
+    response_model=JobEventAccepted,
+    summary="Report a checkpoint the job wrote and how long it took (agent token)",
+)
+async def post_checkpoint(
+    job_id: JobId,
+    body: CheckpointReport,
+    db: DatabaseDep,
+    settings: SettingsDep,
+    _token: IngestAuth,
+) -> JobEventAccepted:
+    """Keyed by ``started_at``: a repeat answers ``stored: false``."""
+    _not_future(settings, started_at=body.started_at)
+    values = body.model_dump()
+    stored = await run_in_threadpool(_write, db, lambda c: store_checkpoint(c, job_id, values))
+    return JobEventAccepted(job_id=job_id, stored=stored)
+
+
+@router.post(
+    "/jobs/{job_id}/restarts",
+    response_model=JobEventAccepted,
+    summary="Report a restart from a checkpoint and the work it redid (agent token)",
+)
+async def post_restart(
+    job_id: JobId,
+    body: RestartReport,
+    db: DatabaseDep,
+    settings: SettingsDep,
+    _token: IngestAuth,
+) -> JobEventAccepted:
+    """Keyed by ``resumed_at``: a repeat answers ``stored: false``."""
+    _not_future(settings, resumed_at=body.resumed_at)
+    if body.interrupted_at is not None and body.interrupted_at > body.resumed_at:
+        raise InvalidInput(
+            "interrupted_at: after resumed_at; nothing stored",
+            [{"loc": ["body", "interrupted_at"], "msg": "after resumed_at"}],
+        )
+    values = body.model_dump()
+    stored = await run_in_threadpool(_write, db, lambda c: store_restart(c, job_id, values))
+    return JobEventAccepted(job_id=job_id, stored=stored)
+
+
 @router.get("/jobs", response_model=JobsPublic, summary="Recent training jobs")
 def get_jobs(
     db: DatabaseDep, _token: ReadAuth, limit: Annotated[int, Query(ge=1, le=10_000)] = 100
@@ -108,6 +230,16 @@ def get_job_detail(
         end = job.last_seen + timedelta(microseconds=1)
         steps = read_steps(conn, job_id, end - width, end)
         open_rows = list_stragglers(conn, job_id=job_id, active=True)
+        checkpoints = checkpoint_summary(conn, job_id)
+        restarts = restart_summary(conn, job_id)
+        failure = None
+        if job.outcome == "failed" and job.ended_at is not None:
+            before = timedelta(seconds=settings.job_failure_before_s)
+            after = timedelta(seconds=settings.job_failure_after_s)
+            found = node_failures(conn, job.ended_at - before, job.ended_at + after, job.nodes)
+            failure = attribute_failure(
+                job.nodes, job.ended_at, failures_by_node(found), before=before, after=after
+            )
     result = judge_window(steps, end - width, end, ratio=settings.straggler_ratio)
     stats: list[NodeStepStats] = []
     if result is not None:
@@ -130,6 +262,9 @@ def get_job_detail(
         job_median_ms=result.job_median_ms if result else None,
         node_stats=stats,
         stragglers=[StragglerPublic(**r) for r in open_rows],
+        hardware_failure=HardwareFailure(**vars(failure)) if failure else None,
+        checkpoints=CheckpointSummary(**checkpoints),
+        restarts=RestartSummary(**restarts),
     )
 
 
