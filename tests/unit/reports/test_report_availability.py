@@ -32,7 +32,7 @@ def test_weekly_availability_section_matches_the_rows_by_hand(
     assert fleet["failures"] == 3 and fleet["repairs"] == 2
     assert fleet["mttr_h"] == pytest.approx((30 + 4) / 2)
     assert fleet["mtbf_h"] == pytest.approx((504 - 82) / 3)
-    assert fleet["planned_known"] is False and fleet["planned_down_h"] is None
+    assert fleet["planned_known"] is True and fleet["planned_down_h"] == 0  # no window
     assert a["by"]["sku"]["A100"]["unplanned_down_h"] == pytest.approx(4)
     assert a["by"]["rack"]["r1"]["failures"] == 2
     assert a["slow_nodes"] == {"slow_nodes": 2, "share": pytest.approx(2 / 3)}

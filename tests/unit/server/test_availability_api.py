@@ -3,8 +3,6 @@ checked by hand; validation of since, until and by."""
 
 from __future__ import annotations
 
-import sys
-import types
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -16,7 +14,6 @@ from tests.conftest import bearer
 from fleetwatch.server.db.session import Database
 from fleetwatch.server.db.tables import evictions, gpu_lifetimes, gpus, nodes
 from fleetwatch.server.metrics.availability_exposition import PERIOD, AvailabilityExposition
-from fleetwatch.server.repo.availability_rows import MAINTENANCE_MODULE
 
 T0 = datetime(2026, 11, 2, tzinfo=UTC)  # the period: 100 hours from here
 H = timedelta(hours=1)
@@ -78,7 +75,7 @@ def test_availability_figures_from_stored_rows(
     fleet = out["fleet"]
     assert fleet["node_hours"] == 300
     assert fleet["unplanned_down_h"] == pytest.approx(10)
-    assert fleet["planned_known"] is False and fleet["planned_down_h"] is None
+    assert fleet["planned_known"] is True and fleet["planned_down_h"] == 0  # no window: 0 h
     assert fleet["infrastructure_availability"] == pytest.approx(290 / 300)
     assert fleet["failures"] == 2 and fleet["mttr_h"] == pytest.approx(5)
     assert fleet["mtbf_h"] == pytest.approx(145)
@@ -99,24 +96,24 @@ def test_availability_figures_from_stored_rows(
     assert out["sla"]["availability_met"] is False  # 0.967 < 0.99
 
 
-def test_availability_reads_maintenance_windows_through_the_hook(
-    client: TestClient, db: Database, tokens: dict[str, str], monkeypatch: pytest.MonkeyPatch
+def test_availability_counts_maintenance_windows_as_planned(
+    client: TestClient, db: Database, tokens: dict[str, str]
 ) -> None:
-    """The merged build's maintenance module, stood in for here: n2 in maintenance 30..40 h."""
-    seen: list[tuple[datetime, datetime]] = []
-
-    def maintenance_intervals(conn: Any, since: datetime, until: datetime) -> dict[str, Any]:
-        seen.append((since, until))
-        return {"n2": [(T0 + 30 * H, T0 + 40 * H)]}
-
-    fake = types.ModuleType(MAINTENANCE_MODULE)
-    fake.maintenance_intervals = maintenance_intervals  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, MAINTENANCE_MODULE, fake)
+    """n2 in a maintenance window from 30 h to 40 h, opened through /v1/maintenance; a window
+    after the period and one on another rack's selector outside it change nothing."""
     _fleet(db)
+    scheduler = bearer(tokens["scheduler"])
+    for body in (
+        {"nodes": ["n2"], "starts_at": (T0 + 30 * H).isoformat(),
+         "ends_at": (T0 + 40 * H).isoformat(), "reason": "firmware"},
+        {"nodes": ["n1"], "starts_at": (T0 + 120 * H).isoformat(),
+         "ends_at": (T0 + 130 * H).isoformat(), "reason": "later"},
+    ):  # fmt: skip
+        response = client.post("/v1/maintenance", json=body, headers=scheduler)
+        assert response.status_code in (200, 201), response.text
     fleet = client.get("/v1/availability", params=QUERY, headers=bearer(tokens["read"])).json()[
         "fleet"
     ]
-    assert seen == [(T0, T0 + 100 * H)]
     assert fleet["planned_known"] is True and fleet["planned_down_h"] == pytest.approx(10)
     assert fleet["planned_unplanned_ratio"] == pytest.approx(1.0)
     assert fleet["infrastructure_availability"] == pytest.approx(280 / 300)
@@ -168,7 +165,7 @@ def test_availability_on_metrics_matches_the_api(
         fleet["infrastructure_availability"], rel=1e-5
     )
     assert got['fleetwatch_fleet_downtime_hours{kind="unplanned"}'] == pytest.approx(10)
-    assert 'fleetwatch_fleet_downtime_hours{kind="planned"}' not in got  # unknown, not 0
+    assert got['fleetwatch_fleet_downtime_hours{kind="planned"}'] == 0  # no window: a known 0
     assert got["fleetwatch_jobs_success_ratio"] == 0.5
     assert got["fleetwatch_jobs_interrupted_by_hardware"] == 1
     assert got['fleetwatch_sla_met{target="recovery"}'] == 0

@@ -9,7 +9,6 @@ that reads them.
 
 from __future__ import annotations
 
-import importlib
 from collections import Counter
 from collections.abc import Sequence
 from datetime import datetime, timedelta
@@ -40,12 +39,12 @@ from fleetwatch.server.db.tables import (
     stragglers,
 )
 from fleetwatch.server.repo.job_outcomes import jobs_in, mean_step_s, node_failures
+from fleetwatch.server.repo.maintenance import maintenance_intervals
 
-__all__ = ["MAINTENANCE_MODULE", "load_period", "planned_intervals", "sla_targets"]
+__all__ = ["load_period", "planned_intervals", "sla_targets"]
 
 # Reports of checkpoints and restarts this long before the period may still overlap it.
 LOOKBACK = timedelta(days=7)
-MAINTENANCE_MODULE = "fleetwatch.server.repo.maintenance"
 
 
 def sla_targets(settings: ServerSettings) -> SlaTargets:
@@ -55,19 +54,11 @@ def sla_targets(settings: ServerSettings) -> SlaTargets:
 def planned_intervals(
     conn: Connection, since: datetime, until: datetime
 ) -> dict[str, list[Interval]] | None:
-    """Each node's planned downtime (maintenance windows) clipped to ``[since, until)``.
+    """Each node's planned downtime (its maintenance windows) clipped to ``[since, until)``.
 
-    MERGE HOOK: maintenance windows live in ``fleetwatch.server.repo.maintenance`` (another
-    branch, issue 14 item 1); its ``maintenance_intervals(conn, since, until)`` is called here
-    and nowhere else. None while this build has no maintenance windows: the figures then say
-    planned downtime is unknown (``planned_known: false``) instead of 0.
-    """
-    try:
-        module = importlib.import_module(MAINTENANCE_MODULE)
-    except ModuleNotFoundError:
-        return None
-    found: dict[str, list[Interval]] = module.maintenance_intervals(conn, since, until)
-    return found
+    Always known in this build (no window is a measured 0 h); the ``None`` the computation
+    accepts stays for callers that have no windows to give."""
+    return maintenance_intervals(conn, since, until)
 
 
 def _node_labels(
