@@ -38,6 +38,12 @@ the episode's counts and top reasons; the episode ends when the budget has room 
 one is open is kept in ``leader_state``, so a new leader does not announce it again). An Xid
 storm on every node (a bad driver roll-out) thus drains a few nodes and pages a person.
 
+Repeat offenders: a hardware eviction (one gated on validation, see
+:mod:`fleetwatch.server.repo.validations`) of a node that returned from a hardware eviction within
+``repeat_offender_days`` records that eviction in ``repeat_of``; it raises a ``repeat_offender``
+alert while open, is listed in the weekly report, and sorts first among candidates of its kind,
+so that when the drain budget is short its drain is the one that goes through.
+
 Dry run (``planner_dry_run``): evictions are created ``recommended`` with ``dry_run`` true.
 
 Every change is written to ``eviction_audit`` (actor ``planner``). With several workers or
@@ -73,6 +79,7 @@ from fleetwatch.server.repo.evictions import (
     create_eviction,
     expire_leases,
 )
+from fleetwatch.server.repo.validations import HARDWARE_KINDS, needs_validation, repeat_of
 
 __all__ = ["Candidate", "DrainCosts", "EvictionPlanner", "PlanResult", "PlannerState", "made_from"]
 
@@ -539,8 +546,20 @@ class EvictionPlanner:
             )
 
         paged: list[Candidate] = []
+        within = timedelta(days=settings.repeat_offender_days)
+        repeats = {
+            node: found
+            for node, cand in candidates.items()
+            if needs_validation(cand.kind, cand.reason)
+            and node not in still_open
+            and (found := repeat_of(conn, node, now=now, within=within, kinds=HARDWARE_KINDS))
+            is not None
+        }
+        # A repeat offender drains first among equals: under a full budget its drain is the one
+        # that goes through, and a node that failed again so soon is the likelier to fail again.
         ordered = sorted(
-            candidates.values(), key=lambda c: (_PRIORITY[c.kind], -(c.saving or 0.0), c.node)
+            candidates.values(),
+            key=lambda c: (_PRIORITY[c.kind], c.node not in repeats, -(c.saving or 0.0), c.node),
         )
         for cand in ordered:
             if cand.node in still_open or cand.node in cooling:
@@ -568,6 +587,7 @@ class EvictionPlanner:
                     dry_run=settings.planner_dry_run,
                     now=now,
                     detail=detail,
+                    repeat_of=repeats.get(cand.node),
                 )
             if not ok:
                 continue

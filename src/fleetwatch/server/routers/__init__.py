@@ -21,6 +21,7 @@ from fleetwatch.server.routers import (
     reports,
     risk,
     tokens,
+    validations,
     webhooks,
 )
 from fleetwatch.server.schemas.common import error_responses
@@ -40,6 +41,7 @@ _ROUTERS = (
     jobs,
     advice,
     evictions,
+    validations,
     webhooks,
     reports,
 )
