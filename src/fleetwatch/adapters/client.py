@@ -11,6 +11,7 @@ The contract (bearer token with scope ``scheduler``)::
     POST /v1/evictions/{id}/complete                   -> 200 eviction
     POST /v1/evictions/{id}/reject   {"reason": ...}   -> 200 eviction
     POST /v1/nodes/{name}/return     {"note": ...}     -> 200 | 404 no completed eviction
+                                                      | 409 not validated (hardware eviction)
 
 Errors: ``SchedulerApiError`` (a ``FleetWatchError``, exit code 4) for anything the server or the
 network refuses; ``EvictionConflict`` for a 409 on ack (someone else holds the lease).
@@ -29,7 +30,14 @@ from pydantic import BaseModel, ConfigDict
 
 from fleetwatch.errors import FleetWatchError
 
-__all__ = ["Eviction", "EvictionConflict", "EvictionList", "SchedulerApiError", "SchedulerClient"]
+__all__ = [
+    "Eviction",
+    "EvictionConflict",
+    "EvictionList",
+    "ReturnRefused",
+    "SchedulerApiError",
+    "SchedulerClient",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -46,6 +54,11 @@ class SchedulerApiError(FleetWatchError):
 
 class EvictionConflict(SchedulerApiError):
     """409: another scheduler adapter holds this eviction's lease."""
+
+
+class ReturnRefused(SchedulerApiError):
+    """409 on a return: the node was evicted for a hardware reason and has no passing
+    validation newer than the eviction (the message names what failed)."""
 
 
 class Eviction(BaseModel):
@@ -139,12 +152,15 @@ class SchedulerClient:
         return Eviction.model_validate(body)
 
     def return_node(self, node: str, note: str) -> bool:
-        """Tell FleetWatch the node is back in service; False if it had no completed eviction."""
+        """Tell FleetWatch the node is back in service; False if it had no completed eviction.
+        Raises ``ReturnRefused`` when the server's return gate refuses (no passing validation)."""
         try:
             self._call("POST", f"/v1/nodes/{quote(node, safe='')}/return", json={"note": note})
         except SchedulerApiError as exc:
             if exc.status_code == 404:
                 return False
+            if exc.status_code == 409:
+                raise ReturnRefused(str(exc), 409) from exc
             raise
         return True
 

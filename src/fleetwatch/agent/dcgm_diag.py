@@ -101,7 +101,8 @@ def parse_diag_output(text: str) -> DiagDocument:
 
 def results_of_test(test: dict[str, Any]) -> Iterator[CheckResult]:
     """One check per GPU (or per entity) that a test object reports on."""
-    name = _check_name(str(test.get("name") or "unnamed"))
+    raw_name = str(test.get("name") or "unnamed")
+    name = _check_name(raw_name)
     for result in test.get("results") or []:
         if not isinstance(result, dict):
             continue
@@ -111,7 +112,7 @@ def results_of_test(test: dict[str, Any]) -> Iterator[CheckResult]:
         if group is not None and str(group).upper() != "GPU":
             entity = result.get("entity_id")
             yield CheckResult(
-                name=_check_name(f"{name}/{str(group).lower()}{entity}"),
+                name=_check_name(f"{raw_name}/{str(group).lower()}{entity}"),
                 status=status,
                 message=message,
             )
