@@ -96,7 +96,7 @@ def return_blocker(conn: Connection, eviction: Row[Any]) -> str | None:
     since: datetime = eviction.created_at
     newest = conn.execute(
         select(node_validations)
-        .where(node_validations.c.node == eviction.node, node_validations.c.received_at > since)
+        .where(node_validations.c.node == eviction.node, node_validations.c.received_at >= since)
         .order_by(node_validations.c.received_at.desc(), node_validations.c.id.desc())
         .limit(1)
     ).first()

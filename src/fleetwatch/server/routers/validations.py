@@ -14,7 +14,9 @@ from fastapi import APIRouter, Query
 from fleetwatch.errors import InvalidInput
 from fleetwatch.server.db.base import utcnow
 from fleetwatch.server.deps import DatabaseDep, IngestAuth, ReadAuth
+from fleetwatch.server.repo.nodes import node_id_of
 from fleetwatch.server.repo.validations import list_validations, store_validation
+from fleetwatch.server.schemas.common import error_responses
 from fleetwatch.server.schemas.fields import Text
 from fleetwatch.server.schemas.validations import ValidationPublic, ValidationsPublic
 from fleetwatch.validation_wire import ValidationReport
@@ -47,6 +49,7 @@ def push_validation(
 @router.get(
     "/{name}/validations",
     response_model=ValidationsPublic,
+    responses=error_responses(404),
     summary="A node's validation results, newest first",
 )
 def read_validations(
@@ -55,6 +58,9 @@ def read_validations(
     _token: ReadAuth,
     limit: Annotated[int, Query(ge=1, le=1000)] = 20,
 ) -> ValidationsPublic:
+    """404 for a node the server has neither heard from nor received a validation of."""
     with db.read() as conn:
         found = list_validations(conn, name, limit=limit)
+        if not found:
+            node_id_of(conn, name=name)
     return ValidationsPublic(count=len(found), data=found)
