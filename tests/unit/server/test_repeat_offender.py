@@ -37,25 +37,28 @@ def _rows(db: Database) -> list[dict[str, Any]]:
         return [dict(r._mapping) for r in conn.execute(select(evictions).order_by(evictions.c.id))]
 
 
-def _evict_and_return(client: TestClient, push: Push, tokens: dict[str, str]) -> int:
-    """node-a: a fatal Xid, drained, validated, returned; the id of that eviction."""
-    assert push(_xid_batch("node-a", 79)).status_code == 200
+def _evict_and_return(
+    client: TestClient, push: Push, tokens: dict[str, str], node: str = "node-a"
+) -> int:
+    """``node``: a fatal Xid, drained, validated, returned; the id of that eviction."""
+    assert push(_xid_batch(node, 79)).status_code == 200
     _pass(client)
-    [row] = _rows(client.app.state.db)  # type: ignore[attr-defined]
+    [row] = [r for r in _rows(client.app.state.db) if r["node"] == node]  # type: ignore[attr-defined]
     sched = bearer(tokens["scheduler"])
     for step in ("ack", "complete"):
         assert client.post(f"/v1/evictions/{row['id']}/{step}", headers=sched).status_code == 200
     agent = bearer(tokens["agent"])
-    assert client.post("/v1/nodes/node-a/validations", json=make_validation(), headers=agent)
-    assert client.post("/v1/nodes/node-a/return", headers=sched).status_code == 200
+    validation = make_validation(node)
+    assert client.post(f"/v1/nodes/{node}/validations", json=validation, headers=agent)
+    assert client.post(f"/v1/nodes/{node}/return", headers=sched).status_code == 200
     return int(row["id"])
 
 
-def _fails_again(push: Push) -> None:
+def _fails_again(push: Push, node: str = "node-a") -> None:
     time.sleep(0.05)  # the new Xid is newer than the return
-    assert push(_xid_batch("node-a", 79, minutes_ago=0)).status_code == 200
+    assert push(_xid_batch(node, 79, minutes_ago=0)).status_code == 200
     time.sleep(0.05)
-    later = make_batch("node-a", gpus=2, ticks=1, interval_s=3600.0, start=utcnow())
+    later = make_batch(node, gpus=2, ticks=1, interval_s=3600.0, start=utcnow())
     assert push(later).status_code == 200
 
 
@@ -135,3 +138,23 @@ def test_weekly_report_lists_the_weeks_repeat_offenders() -> None:
             "reason_kind": "rule",
         }
     ]
+
+
+def test_a_repeat_offender_drains_first_when_the_budget_is_short(
+    client: TestClient, push: Push, db: Database, tokens: dict[str, str]
+) -> None:
+    """Two nodes, a budget of one drain: node-b (a repeat offender) drains, node-a is paged,
+    although by name and saving node-a would come first."""
+    ok = make_batch("node-a", gpus=2, ticks=1, interval_s=3600.0, start=utcnow())
+    assert push(ok).status_code == 200
+    first = _evict_and_return(client, push, tokens, node="node-b")
+    _fails_again(push, node="node-b")
+    _fails_again(push, node="node-a")
+    now = utcnow() + timedelta(hours=2)
+    assert _pass(client, now=now, settings={"drain_budget_pct": 1}).created == {
+        "pending": 1,
+        "paged": 1,
+    }
+    latest = {row["node"]: row for row in _rows(db) if row["id"] != first}
+    assert (latest["node-b"]["state"], latest["node-b"]["repeat_of"]) == ("pending", first)
+    assert (latest["node-a"]["state"], latest["node-a"]["repeat_of"]) == ("paged", None)
