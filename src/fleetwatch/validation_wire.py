@@ -35,8 +35,11 @@ __all__ = [
 
 CheckStatus = Literal["pass", "fail", "warn", "skip", "absent"]
 STATUSES: tuple[str, ...] = CheckStatus.__args__  # type: ignore[attr-defined]
-MAX_CHECKS = 4096  # 8 GPUs x ~30 DCGM tests x a few is far below; a runaway list is refused
+# 8 GPUs x (7 NVML checks + ~40 DCGM tests) is about 400: a runaway list is refused, and with the
+# bounds below a body stays under ~20 MB even at its worst.
+MAX_CHECKS = 2048
 _MAX_EVIDENCE_KEYS = 32
+_MAX_EVIDENCE_TEXT = 256
 _MAX_TEXT = 2000
 
 _Scalar = int | float | bool | str | None
@@ -64,8 +67,8 @@ def _check_evidence(value: dict[str, Any]) -> dict[str, Any]:
             raise ValueError("evidence names are 1 to 64 characters")
         if isinstance(item, str):
             _clean_text(item)
-            if len(item) > _MAX_TEXT:
-                raise ValueError(f"evidence {key!r} is longer than {_MAX_TEXT} characters")
+            if len(item) > _MAX_EVIDENCE_TEXT:
+                raise ValueError(f"evidence {key!r} is longer than {_MAX_EVIDENCE_TEXT} characters")
         elif item is not None and not isinstance(item, int | float | bool):
             raise ValueError(f"evidence {key!r} must be a number, a boolean, text or null")
     return value

@@ -83,7 +83,7 @@ def parse_diag_output(text: str) -> DiagDocument:
             or root.get("driver_version_detected")
         ),
     )
-    runtime_error = root.get("runtime_error")
+    runtime_error = root.get("runtime_error") or document.get("runtime_error")
     if runtime_error:
         out.checks.append(
             CheckResult(name="dcgm.diag", status="fail", message=_clip(f"{runtime_error}"))
