@@ -120,3 +120,29 @@ def test_validate_keeps_the_result_when_the_server_cannot_be_reached(tmp_path: P
     assert "could not push the result" in done.stderr
     kept = json.loads(done.stdout.strip().splitlines()[-1])
     assert kept["passed"] is True and len(kept["checks"]) > 8
+
+
+def test_a_validation_pushed_to_one_replica_opens_the_gate_on_another(
+    server_db: str, tmp_path: Path
+) -> None:
+    """Two server processes on one PostgreSQL: the gate reads the database, not a replica's
+    memory, so the node validated through one returns through the other."""
+    if server_db.startswith("sqlite"):
+        pytest.skip("several replicas need PostgreSQL")
+    url = server_db
+    agent_file = tmp_path / "agent.token"
+    agent_file.write_text(create_token(url, "agent", "node-v-agent") + "\n")
+    scheduler = create_token(url, "scheduler", "slurm")
+    eviction = _completed_eviction(url, "node-v")
+    with (
+        live_server(url, tmp_path) as first,
+        live_server(url, tmp_path) as second,
+        second.client(scheduler) as sched,
+    ):
+        for step in ("ack", "complete"):
+            assert sched.post(f"/v1/evictions/{eviction}/{step}").status_code == 200
+        assert sched.post("/v1/nodes/node-v/return").status_code == 409
+        done = _validate(first.url, agent_file, _node_snapshot(tmp_path, "healthy.json"))
+        assert done.returncode == 0, done.stderr
+        returned = sched.post("/v1/nodes/node-v/return")
+        assert returned.status_code == 200, returned.text
