@@ -87,3 +87,43 @@ def make_batch(
         "samples": samples,
         "events": events or [],
     }
+
+
+def make_validation(
+    node: str = "node-a", *, failing: tuple[str, ...] = (), gpus: int = 2, **overrides: Any
+) -> dict[str, Any]:
+    """A ``fleetwatch validate`` result as pushed: every NVML check passing on ``gpus`` GPUs,
+    except the check names in ``failing`` (failed on GPU 0)."""
+    now = datetime.now(UTC)
+    names = ("nvml.remapped_rows", "nvml.ecc_volatile", "nvml.pcie_link", "nvml.clocks_idle")
+    checks = [
+        {
+            "name": name,
+            "status": "fail" if name in failing and index == 0 else "pass",
+            "gpu_index": index,
+            "gpu_uuid": gpu_uuid(node, index),
+            "evidence": {},
+        }
+        for index in range(gpus)
+        for name in names
+    ]
+    report = {
+        "node": node,
+        "started_at": (now - timedelta(seconds=30)).isoformat(),
+        "finished_at": now.isoformat(),
+        "checks": checks,
+        "tools": {"fleetwatch": "test"},
+        "duration_s": 30.0,
+    }
+    report.update(overrides)
+    return report
+
+
+def store_validation_now(conn: Any, node: str, *, failing: tuple[str, ...] = ()) -> None:
+    """A validation of ``node`` received now, written straight to the database."""
+    from fleetwatch.server.db.base import utcnow
+    from fleetwatch.server.repo.validations import store_validation
+    from fleetwatch.validation_wire import ValidationReport
+
+    report = ValidationReport.model_validate(make_validation(node, failing=failing))
+    store_validation(conn, report, pushed_by="test-agent", now=utcnow())

@@ -42,6 +42,8 @@ class FakeSchedulerApi:
         self._changed = threading.Condition(self._lock)  # wakes long-polls
         self._closing = False
         self.waiting = 0  # long-polls held right now
+        # node -> the server's 409 message: the return gate (no passing validation) refuses it
+        self.unvalidated: dict[str, str] = {}
 
     def add(self, node: str, state: str = "pending", **fields: Any) -> dict[str, Any]:
         with self._lock:
@@ -148,6 +150,8 @@ class FakeSchedulerApi:
         ]
         if not done:
             return 404, {"message": f"node {node} has no completed eviction"}
+        if node in self.unvalidated:
+            return 409, {"message": self.unvalidated[node]}
         for eviction in done:
             eviction.update(state="returned", returned_at=_now(), detail=body.get("note"))
             self._mark(eviction["id"])

@@ -206,6 +206,13 @@ class ServerSettings(BaseSettings):
         ge=0,
         description="No new eviction of a node this soon after a rejection or a return",
     )
+    repeat_offender_days: float = Field(
+        default=30.0,
+        ge=0,
+        le=3650,
+        description="A node evicted for a hardware reason again this many days after a return "
+        "is a repeat offender: marked, alerted, reported, and drained first (0: off)",
+    )
     drain_budget_pct: float = Field(
         default=5.0,
         gt=0,

@@ -19,7 +19,7 @@ import pytest
 from fleetwatch.config import ServerSettings
 from fleetwatch.server.db.session import Database, make_engine
 from fleetwatch.server.repo.evictions import create_eviction
-from tests.factories import make_batch
+from tests.factories import make_batch, make_validation
 from tests.integration.live import create_token, fleetwatch, live_server
 
 
@@ -113,5 +113,12 @@ def test_live_fatal_xid_becomes_a_pending_eviction(server_db: str, tmp_path: Pat
             eviction = found[0]["id"]
             assert sched.post(f"/v1/evictions/{eviction}/ack").status_code == 200
             assert sched.post(f"/v1/evictions/{eviction}/complete").status_code == 200
+            # A hardware eviction: the node returns only after a passing validation.
+            refused = sched.post("/v1/nodes/node-live/return", json={"note": "reseated"})
+            assert refused.status_code == 409, refused.text
+            validated = push.post(
+                "/v1/nodes/node-live/validations", json=make_validation("node-live")
+            )
+            assert validated.status_code == 201, validated.text
             returned = sched.post("/v1/nodes/node-live/return", json={"note": "reseated"})
             assert returned.status_code == 200 and returned.json()["returned_at"]

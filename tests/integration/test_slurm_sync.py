@@ -32,6 +32,7 @@ import pytest
 from fleetwatch.config import ServerSettings
 from fleetwatch.server.db.session import Database, make_engine
 from fleetwatch.server.repo.evictions import create_eviction
+from tests.factories import make_validation
 from tests.faults.waiting import wait_for
 from tests.integration.live import (
     FLEETWATCH,
@@ -100,6 +101,16 @@ class Server:
     live: LiveServer
     database_url: str
     token: str
+    agent_token: str
+
+    def validate(self, node: str, *, failing: tuple[str, ...] = ()) -> None:
+        """What `fleetwatch validate` on the node pushes (tests/integration/test_validate_live.py
+        runs the command itself)."""
+        with self.live.client(self.agent_token) as http:
+            pushed = http.post(
+                f"/v1/nodes/{node}/validations", json=make_validation(node, failing=failing)
+            )
+        assert pushed.status_code == 201, pushed.text
 
 
 @contextmanager
@@ -108,10 +119,11 @@ def _server(root: Path) -> Iterator[Server]:
     url = f"sqlite:///{root / 'fleetwatch.db'}"
     fleetwatch("db", "upgrade", "--database-url", url)
     token = create_token(url, "scheduler", "slurm-adapter")
+    agent_token = create_token(url, "agent", "node-agents")
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("FLEETWATCH_SERVER_BACKGROUND_JOBS", "false")
         with live_server(url, root) as live:
-            yield Server(live, url, token)
+            yield Server(live, url, token, agent_token)
 
 
 @pytest.fixture(scope="module")
@@ -163,8 +175,22 @@ def test_slurm_sync_drains_in_slurmctld_completes_and_resumes_on_return(
     assert node["reason"] == "fleetwatch: xid 79 'GPU fell off the bus' second line"
     assert eviction(server, eviction_id)["state"] == "completed"
     assert "slurm sync pass: held 1, completed 1" in done.stderr
-    # An operator tells FleetWatch the node is repaired; the next pass resumes it in Slurm.
+    # An operator says the node is repaired, but it was drained for an Xid and has not passed
+    # `fleetwatch validate`: the return is refused and the node stays drained.
     with server.live.client(server.token) as http:
+        refused = http.post("/v1/nodes/gpu02/return", json={"note": "GPU reseated"})
+    assert refused.status_code == 409 and "no validation" in refused.json()["error"]
+    done = sync_once(server)
+    assert "DRAIN" in show("gpu02")["state"].split("+") and "released 0" in done.stderr
+    # A failing validation keeps it out; a passing one lets the return through, and the next
+    # pass resumes it in Slurm.
+    server.validate("gpu02", failing=("nvml.remapped_rows",))
+    with server.live.client(server.token) as http:
+        refused = http.post("/v1/nodes/gpu02/return", json={"note": "GPU reseated"})
+        assert refused.status_code == 409 and "nvml.remapped_rows" in refused.json()["error"]
+        sync_once(server)
+        assert "DRAIN" in show("gpu02")["state"].split("+")
+        server.validate("gpu02")
         assert http.post("/v1/nodes/gpu02/return", json={"note": "GPU reseated"}).status_code == 200
     done = sync_once(server)
     assert "DRAIN" not in show("gpu02")["state"] and show("gpu02")["reason"] == ""
@@ -197,6 +223,7 @@ def test_slurm_sync_loop_drains_and_resumes_at_once_with_a_60_s_interval(
                 lambda: eviction(server, eviction_id)["state"] == "completed",
                 30,
             )
+            server.validate("gpu05")
             with server.live.client(server.token) as http:
                 back = http.post("/v1/nodes/gpu05/return", json={"note": "GPU reseated"})
             assert back.status_code == 200, back.text
@@ -237,6 +264,15 @@ def test_slurm_sync_reports_a_node_an_operator_resumed_as_returned(
     eviction_id = seed(server, "gpu04")
     sync_once(server)
     assert show("gpu04")["reason"].startswith("fleetwatch:")
+    # The operator resumes it before it passed validation: FleetWatch refuses the return and
+    # the adapter drains it again; only validated nodes go back into service.
+    scontrol("update", "NodeName=gpu04", "State=RESUME")
+    done = sync_once(server)
+    assert "held again 1" in done.stderr and "returned 0" in done.stderr
+    assert "DRAIN" in show("gpu04")["state"].split("+")
+    assert show("gpu04")["reason"].startswith("fleetwatch:")
+    assert eviction(server, eviction_id)["state"] == "completed"
+    server.validate("gpu04")
     scontrol("update", "NodeName=gpu04", "State=RESUME")  # the operator, after the repair
     done = sync_once(server)
     returned = eviction(server, eviction_id)

@@ -11,6 +11,7 @@ The contract (bearer token with scope ``scheduler``)::
     POST /v1/evictions/{id}/complete                   -> 200 eviction
     POST /v1/evictions/{id}/reject   {"reason": ...}   -> 200 eviction
     POST /v1/nodes/{name}/return     {"note": ...}     -> 200 | 404 no completed eviction
+                                                      | 409 not validated (hardware eviction)
     GET  /v1/maintenance?state=upcoming&state=active&key_prefix=P -> {"count": n, "data": [...]}
     POST /v1/maintenance {"nodes": [...], "reason": ..., "key": ...} -> 201 window
     DELETE /v1/maintenance/{id}                        -> 200 window (ended now)
@@ -41,6 +42,7 @@ __all__ = [
     "EvictionConflict",
     "EvictionList",
     "MaintenanceWindow",
+    "ReturnRefused",
     "SchedulerApiError",
     "SchedulerClient",
 ]
@@ -60,6 +62,11 @@ class SchedulerApiError(FleetWatchError):
 
 class EvictionConflict(SchedulerApiError):
     """409: another scheduler adapter holds this eviction's lease."""
+
+
+class ReturnRefused(SchedulerApiError):
+    """409 on a return: the node was evicted for a hardware reason and has no passing
+    validation newer than the eviction (the message names what failed)."""
 
 
 class Eviction(BaseModel):
@@ -167,12 +174,15 @@ class SchedulerClient:
         return Eviction.model_validate(body)
 
     def return_node(self, node: str, note: str) -> bool:
-        """Tell FleetWatch the node is back in service; False if it had no completed eviction."""
+        """Tell FleetWatch the node is back in service; False if it had no completed eviction.
+        Raises ``ReturnRefused`` when the server's return gate refuses (no passing validation)."""
         try:
             self._call("POST", f"/v1/nodes/{quote(node, safe='')}/return", json={"note": note})
         except SchedulerApiError as exc:
             if exc.status_code == 404:
                 return False
+            if exc.status_code == 409:
+                raise ReturnRefused(str(exc), 409) from exc
             raise
         return True
 

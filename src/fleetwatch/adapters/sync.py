@@ -12,7 +12,10 @@ A pass, in order:
 2. ``completed`` and ``returned`` evictions, the newest per node only (an older eviction of a
    node evicted again says nothing about the node now):
    - ``completed`` whose node is free again in the scheduler (an operator resumed it) ->
-     ``POST /v1/nodes/{name}/return``: the repair happened;
+     ``POST /v1/nodes/{name}/return``: the repair happened. If the server refuses (409: evicted
+     for a hardware reason and no passing ``fleetwatch validate`` since), the node is held again:
+     only validated nodes go back into service, whoever resumed them. An admin's forced return
+     (``{"force": true, "reason": ...}``) is the way around the gate;
    - ``returned`` whose node FleetWatch still holds -> release it (resume/uncordon).
 
 Between passes the engine long-polls ``GET /v1/evictions?state=pending&state=returned&
@@ -47,7 +50,12 @@ from datetime import UTC, datetime
 from enum import Enum
 from typing import ClassVar, Protocol
 
-from fleetwatch.adapters.client import Eviction, EvictionConflict, SchedulerClient
+from fleetwatch.adapters.client import (
+    Eviction,
+    EvictionConflict,
+    ReturnRefused,
+    SchedulerClient,
+)
 from fleetwatch.adapters.maintenance import MaintenanceSource, sync_maintenance
 from fleetwatch.errors import FleetWatchError
 
@@ -98,6 +106,7 @@ class PassReport:
     released: list[str] = field(default_factory=list)
     windows_opened: list[str] = field(default_factory=list)  # maintenance keys
     windows_ended: list[str] = field(default_factory=list)
+    held_again: list[str] = field(default_factory=list)  # resumed by hand, not validated
     errors: list[str] = field(default_factory=list)
     seconds: float = 0.0
 
@@ -110,6 +119,7 @@ class PassReport:
             f"held {len(self.held)}, completed {len(self.completed)}, "
             f"rejected {len(self.rejected)}, skipped {len(self.skipped)}, "
             f"returned {len(self.returned)}, released {len(self.released)}, {windows}"
+            f"held again {len(self.held_again)}, "
             f"errors {len(self.errors)} in {self.seconds * 1000:.0f} ms"
         )
 
@@ -304,7 +314,20 @@ class SyncEngine:
             logger.info("dry run: node %s is back in %s: would report it returned", node, backend)
             return
         note = f"{backend}: node {node} is in service again (released outside FleetWatch)"
-        if self._client.return_node(node, note):
+        try:
+            returned = self._client.return_node(node, note)
+        except ReturnRefused as exc:
+            # Not validated: back out of service until `fleetwatch validate` passes on it.
+            self._backend.hold(eviction)
+            logger.warning(
+                "node %s was resumed in %s but FleetWatch refuses its return; held again: %s",
+                node,
+                backend,
+                exc,
+            )
+            report.held_again.append(node)
+            return
+        if returned:
             logger.info("node %s is back in service in %s: reported returned", node, backend)
             report.returned.append(node)
         else:

@@ -294,6 +294,17 @@ class Nvml:
         """
         yield from _watch(self, stop, kinds, timeout_ms, clock)
 
+    def device_read(self, index: int, function: str) -> Any:
+        """One reading the sample does not carry (``fleetwatch validate``: the maximum PCIe link),
+        by pynvml function name; :class:`FieldNotSupported` when this nvidia-ml-py or GPU lacks
+        it, :class:`DeviceLost` when the GPU does not answer."""
+        fn = getattr(self.lib, function, None)
+        if fn is None:
+            raise FieldNotSupported(function, f"this nvidia-ml-py has no {function}")
+        handle = self._handle(index)
+        result: Any = self._call(fn, handle, index=index, uuid=self._uuids.get(index))
+        return result
+
     # -- NVML calls and error mapping -------------------------------------------------------
 
     def _call(

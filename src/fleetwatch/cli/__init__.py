@@ -100,6 +100,7 @@ def _register() -> None:
         secrets_cmd,
         server_cmds,
         sim_cmd,
+        validate_cmd,
         webhooks_cmd,
     )
 
@@ -109,6 +110,7 @@ def _register() -> None:
     main.add_command(config_cmd.config)
     main.add_command(demo_cmd.demo)
     main.add_command(agent_cmd.agent)
+    main.add_command(validate_cmd.validate)
     main.add_command(parse_cmd.parse)
     main.add_command(sim_cmd.sim)
     main.add_command(model_cmd.model)

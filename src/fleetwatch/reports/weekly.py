@@ -291,7 +291,26 @@ def _offenders(d: WeekData) -> dict[str, Any]:
         "rack": _top(by_rack),
         "sku": _top(sku, sku_h),
         "driver": _top(driver, driver_h),
+        "repeat": _repeat_offenders(d),
     }
+
+
+def _repeat_offenders(d: WeekData) -> list[dict[str, Any]]:
+    """Nodes evicted for hardware again within repeat_offender_days of a return, this week."""
+    rows = [
+        {
+            "node": e.node,
+            "eviction_id": e.id,
+            "repeat_of": e.repeat_of,
+            "evicted_at": e.created_at.isoformat(),
+            "reason_kind": e.reason_kind,
+        }
+        for e in d.evictions
+        if getattr(e, "repeat_of", None) is not None
+        and not e.dry_run
+        and within(e.created_at, d.start, d.end)
+    ]
+    return sorted(rows, key=lambda row: (row["evicted_at"], row["eviction_id"]))
 
 
 def _stragglers(d: WeekData) -> dict[str, Any]:

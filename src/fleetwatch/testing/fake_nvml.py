@@ -11,7 +11,8 @@ A snapshot is one GPU as a dict (``tests/fixtures/nvml/*.json`` holds whole node
      "enforced_power_limit_mw": 700000, "total_energy_mj": 1234567, "fan_speed_pct": 30,
      "clocks_mhz": {"sm": 1980, "mem": 2619}, "clocks_event_reasons": 1,
      "violation_ns": {"power": 0, "thermal": 0}, "utilization_pct": {"gpu": 97, "memory": 40},
-     "memory_bytes": {"total": ..., "used": ..., "free": ...}, "pcie": {"gen": 5, "width": 16},
+     "memory_bytes": {"total": ..., "used": ..., "free": ...},
+     "pcie": {"gen": 5, "width": 16, "max_gen": 5, "max_width": 16},
      "pcie_replay_counter": 0,
      "ecc_errors": {"volatile": {"corrected": 0, "uncorrected": 0}, "aggregate": {...}},
      "retired_pages": {"sbe": [addresses], "dbe": [], "pending": 0},
@@ -334,6 +335,12 @@ class FakePynvml(FakeMigDevices, PynvmlConstants):
 
     def nvmlDeviceGetCurrPcieLinkWidth(self, handle: FakeDeviceHandle) -> int:
         return int(self._get("nvmlDeviceGetCurrPcieLinkWidth", handle, "pcie", "width"))
+
+    def nvmlDeviceGetMaxPcieLinkGeneration(self, handle: FakeDeviceHandle) -> int:
+        return int(self._get("nvmlDeviceGetMaxPcieLinkGeneration", handle, "pcie", "max_gen"))
+
+    def nvmlDeviceGetMaxPcieLinkWidth(self, handle: FakeDeviceHandle) -> int:
+        return int(self._get("nvmlDeviceGetMaxPcieLinkWidth", handle, "pcie", "max_width"))
 
     def nvmlDeviceGetPcieReplayCounter(self, handle: FakeDeviceHandle) -> int:
         return int(self._get("nvmlDeviceGetPcieReplayCounter", handle, "pcie_replay_counter"))

@@ -280,6 +280,25 @@ def test_k8s_sync_operator_uncordon_returns_the_node_then_cleans_up(
     assert kube.nodes["node-a"]["metadata"]["annotations"] == {}
 
 
+def test_k8s_sync_cordons_again_a_node_uncordoned_before_it_passed_validation(
+    runner: CliRunner, api: FakeSchedulerApi, kube: FakeKubeApi, kubeconfig: Path
+) -> None:
+    ours = {"key": TAINT_KEY, "value": "rule", "effect": "NoSchedule"}
+    kube.add("node-a", taints=[ours], annotations={EVICTION_ANNOTATION: "1"})  # uncordoned
+    eviction = api.add("node-a", state="completed")
+    api.unvalidated["node-a"] = "node node-a has no validation newer than the eviction"
+    result = sync(runner, api, kubeconfig)
+    assert result.exit_code == 0, result.output
+    assert eviction["state"] == "completed"
+    assert kube.nodes["node-a"]["spec"]["unschedulable"] is True  # out of service again
+    assert [t["key"] for t in kube.nodes["node-a"]["spec"]["taints"]] == [TAINT_KEY]
+    # Validated: the operator's next uncordon is reported as a return.
+    del api.unvalidated["node-a"]
+    kube.nodes["node-a"]["spec"] = {"taints": [ours]}
+    assert sync(runner, api, kubeconfig).exit_code == 0
+    assert eviction["state"] == "returned"
+
+
 def test_k8s_sync_ignores_marks_of_another_eviction(
     runner: CliRunner, api: FakeSchedulerApi, kube: FakeKubeApi, kubeconfig: Path
 ) -> None:

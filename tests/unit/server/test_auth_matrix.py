@@ -19,7 +19,7 @@ from fastapi.routing import iter_route_contexts
 from fastapi.testclient import TestClient
 from sqlalchemy import select, update
 from tests.conftest import bearer
-from tests.factories import gpu_uuid, make_batch
+from tests.factories import gpu_uuid, make_batch, make_validation, store_validation_now
 
 from fleetwatch.errors import AuthError
 from fleetwatch.server.auth import authenticate, create_token, revoke_token
@@ -98,6 +98,8 @@ ENDPOINTS: dict[tuple[str, str], tuple[str, str, int]] = {
         200,
     ),
     ("POST", "/v1/nodes/{name}/return"): ("schedule", "/v1/nodes/node-a/return", 200),
+    ("POST", "/v1/nodes/{name}/validations"): ("ingest", "/v1/nodes/node-a/validations", 201),
+    ("GET", "/v1/nodes/{name}/validations"): ("read", "/v1/nodes/node-a/validations", 200),
     ("POST", "/v1/evictions/{eviction_id}/approve"): (
         "admin",
         "/v1/evictions/{paged}/approve",
@@ -211,6 +213,8 @@ def _call(
     elif key == ("POST", "/v1/inventory/import"):
         kwargs["content"] = b"SN,location,insert,remove,event\nSN-1,c1-1c0s0n0,2020-01-01,,\n"
         kwargs["headers"] = {**headers, "Content-Type": "text/csv"}
+    elif key == ("POST", "/v1/nodes/{name}/validations"):
+        kwargs["json"] = make_validation("node-a")
     elif key == ("POST", "/v1/evictions/{eviction_id}/reject"):
         kwargs["json"] = {"reason": "maintenance window"}
     elif key == ("POST", "/v1/evictions/{eviction_id}/approve"):
@@ -263,6 +267,8 @@ def _seed_eviction(db: Database, path: str, headers: dict[str, str]) -> str:
             .where(evictions.c.id == eviction_id)
             .values(state=state, claimed_by=claimer, lease_expires_at=now + timedelta(minutes=5))
         )
+        if path.endswith("/return"):
+            store_validation_now(conn, "node-a")  # the return gate opens for a validated node
     return path.format(pending=eviction_id, acked=eviction_id, paged=eviction_id)
 
 

@@ -148,7 +148,7 @@ def column_bounds() -> dict[str, int]:
     w = wire_bounds()
     eviction_states = (*OPEN_STATES, "rejected", "cancelled", "returned")
     alert_kinds = (*get_args(Verdict.__annotations__["kind"]), "unreachable", "straggler",
-                   "drain_budget", "wear_out")  # fmt: skip
+                   "drain_budget", "wear_out", "repeat_offender")  # fmt: skip
     return {
         "nodes.name": w["node"],
         "nodes.agent_version": w["agent_version"],
@@ -207,6 +207,8 @@ def column_bounds() -> dict[str, int]:
         "evictions.state": _vocabulary(*eviction_states),
         "evictions.reason_kind": _vocabulary("rule", "risk", "straggler"),
         "evictions.claimed_by": w["token_name"],
+        "node_validations.node": w["node"],
+        "node_validations.pushed_by": w["token_name"],
         "eviction_audit.node": w["node"],
         "eviction_audit.from_state": _vocabulary(*eviction_states),
         "eviction_audit.to_state": _vocabulary(*eviction_states),

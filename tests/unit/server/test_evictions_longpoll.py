@@ -16,6 +16,7 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import create_engine
 from tests.conftest import bearer
+from tests.factories import store_validation_now
 
 from fleetwatch.config import ServerSettings
 from fleetwatch.server.act.eviction_watch import EvictionWatch
@@ -45,6 +46,7 @@ def _return(database_url: str, node: str) -> None:
     engine = create_engine(database_url)
     try:
         with Database(engine).write() as conn:
+            store_validation_now(conn, node)  # the gate: a passing validation first
             return_node(conn, node, actor="ops", note="repaired", now=utcnow())
     finally:
         engine.dispose()

@@ -16,7 +16,7 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import insert, select
 from tests.conftest import bearer
-from tests.factories import gpu_uuid, make_batch
+from tests.factories import gpu_uuid, make_batch, make_validation
 from tests.unit.server.conftest import Push
 from tests.unit.server.test_risk_api import _store_model, _xid_batch
 
@@ -125,6 +125,9 @@ def test_planner_after_a_return_old_evidence_does_not_drain_again(
     sched = bearer(tokens["scheduler"])
     for step in ("ack", "complete"):
         assert client.post(f"/v1/evictions/{row['id']}/{step}", headers=sched).status_code == 200
+    agent = bearer(tokens["agent"])
+    validated = client.post("/v1/nodes/node-a/validations", json=make_validation(), headers=agent)
+    assert validated.status_code == 201, validated.text
     assert client.post("/v1/nodes/node-a/return", headers=sched).status_code == 200
     # An hourly reporter from now on, so that two hours ahead the node is not unreachable.
     hourly = make_batch("node-a", gpus=2, ticks=1, interval_s=3600.0, start=utcnow())

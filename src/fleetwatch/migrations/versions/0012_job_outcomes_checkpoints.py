@@ -1,7 +1,7 @@
 """jobs: start, end and outcome; job_checkpoints; job_restarts
 
 Revision ID: 0012
-Revises: 0010
+Revises: 0011
 Create Date: 2026-12-01 17:15:00.000000
 
 Issue 14, "jobs and their outcome": a job says when it started and ended and how (completed,
@@ -18,7 +18,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0012"
-down_revision: str | None = "0010"
+down_revision: str | None = "0011"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -45,6 +45,12 @@ is planned). A hardware fault that takes a GPU out (a fatal Xid, an uncorrectabl
 fatal SXid, an uncorrected AER) still makes its eviction: the node must not go back into service
 with it when the window ends. After a window, silence counts from its end.
 
+Repeat offenders: a hardware eviction (one gated on validation, see
+:mod:`fleetwatch.server.repo.validations`) of a node that returned from a hardware eviction within
+``repeat_offender_days`` records that eviction in ``repeat_of``; it raises a ``repeat_offender``
+alert while open, is listed in the weekly report, and sorts first among candidates of its kind,
+so that when the drain budget is short its drain is the one that goes through.
+
 Dry run (``planner_dry_run``): evictions are created ``recommended`` with ``dry_run`` true.
 
 Every change is written to ``eviction_audit`` (actor ``planner``). With several workers or
@@ -83,6 +89,7 @@ from fleetwatch.server.repo.evictions import (
 )
 from fleetwatch.server.repo.maintenance import load_planned
 from fleetwatch.server.repo.nodes import unheard_nodes
+from fleetwatch.server.repo.validations import HARDWARE_KINDS, needs_validation, repeat_of
 
 __all__ = ["Candidate", "DrainCosts", "EvictionPlanner", "PlanResult", "PlannerState", "made_from"]
 
@@ -570,8 +577,20 @@ class EvictionPlanner:
             )
 
         paged: list[Candidate] = []
+        within = timedelta(days=settings.repeat_offender_days)
+        repeats = {
+            node: found
+            for node, cand in candidates.items()
+            if needs_validation(cand.kind, cand.reason)
+            and node not in still_open
+            and (found := repeat_of(conn, node, now=now, within=within, kinds=HARDWARE_KINDS))
+            is not None
+        }
+        # A repeat offender drains first among equals: under a full budget its drain is the one
+        # that goes through, and a node that failed again so soon is the likelier to fail again.
         ordered = sorted(
-            candidates.values(), key=lambda c: (_PRIORITY[c.kind], -(c.saving or 0.0), c.node)
+            candidates.values(),
+            key=lambda c: (_PRIORITY[c.kind], c.node not in repeats, -(c.saving or 0.0), c.node),
         )
         for cand in ordered:
             if cand.node in still_open or cand.node in cooling:
@@ -599,6 +618,7 @@ class EvictionPlanner:
                     dry_run=settings.planner_dry_run,
                     now=now,
                     detail=detail,
+                    repeat_of=repeats.get(cand.node),
                 )
             if not ok:
                 continue

@@ -393,6 +393,12 @@ evictions = Table(
     Column("completed_at", UtcDateTime),
     Column("returned_at", UtcDateTime),
     Column("detail", Text, comment="rejection reason or return note"),
+    Column(
+        "repeat_of",
+        Integer,
+        comment="a hardware eviction within repeat_offender_days of this node's last "
+        "return: the eviction it returned from",
+    ),
     Index("ix_evictions_state", "state"),
     Index("ix_evictions_node_state", "node", "state"),
 )
@@ -409,6 +415,27 @@ eviction_audit = Table(
     Column("to_state", String(16), nullable=False),
     Column("actor", String(128), nullable=False, comment="planner, or the token name"),
     Column("detail", Json),
+)
+
+# One `fleetwatch validate` run pushed by a node: the return-to-service gate reads the newest
+# passing one (server/repo/validations.py). received_at is the server's clock, so "newer than the
+# eviction" never depends on the node's.
+node_validations = Table(
+    "node_validations",
+    metadata,
+    Column("id", BigId, primary_key=True, autoincrement=True),
+    Column("node", String(253), nullable=False),
+    Column("received_at", UtcDateTime, nullable=False),
+    Column("started_at", UtcDateTime, nullable=False, comment="the node's clock"),
+    Column("finished_at", UtcDateTime, nullable=False, comment="the node's clock"),
+    Column("passed", Boolean, nullable=False),
+    Column("failed", Json, nullable=False, comment="labels of the failed checks"),
+    Column("checks", Json, nullable=False),
+    Column("tools", Json, nullable=False, comment="fleetwatch, driver, dcgm versions"),
+    Column("dcgm_level", SmallInteger),
+    Column("duration_s", Float, nullable=False),
+    Column("pushed_by", String(128), nullable=False, comment="the token name"),
+    Index("ix_node_validations_node_received", "node", "received_at"),
 )
 
 # --- Tell: alerts and their delivery to on-call ----------------------------------------------

@@ -32,6 +32,7 @@ from sqlalchemy import Connection, Row, and_, func, insert, or_, select, text, u
 
 from fleetwatch.errors import Conflict, NotFound
 from fleetwatch.server.db.tables import eviction_audit, evictions
+from fleetwatch.server.repo.validations import return_blocker
 from fleetwatch.server.schemas.evictions import AuditPublic, EvictionDetail, EvictionPublic
 
 __all__ = [
@@ -156,10 +157,12 @@ def create_eviction(
     now: datetime,
     actor: str = "planner",
     detail: str | None = None,
+    repeat_of: int | None = None,
 ) -> int:
     eviction_id = conn.execute(
         insert(evictions)
         .values(
+            repeat_of=repeat_of,
             node=node,
             state=state,
             reason_kind=reason_kind,
@@ -181,7 +184,8 @@ def create_eviction(
         from_state=None,
         to_state=state,
         actor=actor,
-        detail={"reason_kind": reason_kind, "reason": reason},
+        detail={"reason_kind": reason_kind, "reason": reason}
+        | ({"repeat_of": repeat_of} if repeat_of is not None else {}),
     )
     _announce(conn)
     return int(eviction_id)
@@ -361,9 +365,20 @@ def approve_eviction(
 
 
 def return_node(
-    conn: Connection, node: str, *, actor: str, note: str | None, now: datetime
+    conn: Connection,
+    node: str,
+    *,
+    actor: str,
+    note: str | None,
+    now: datetime,
+    force_reason: str | None = None,
 ) -> EvictionPublic:
-    """The node is back in service: its completed eviction gets ``returned_at`` (MTTR)."""
+    """The node is back in service: its completed eviction gets ``returned_at`` (MTTR).
+
+    A hardware eviction returns only after a passing validation newer than it
+    (:func:`fleetwatch.server.repo.validations.return_blocker`); else 409 saying what is missing
+    or which checks failed, unless ``force_reason`` is given (an admin's decision, audited with
+    what it overrode)."""
     seen = conn.execute(
         select(evictions)
         .where(evictions.c.node == node, evictions.c.state == "completed")
@@ -372,15 +387,24 @@ def return_node(
     ).first()
     if seen is None:
         raise NotFound("completed eviction of node", node)
+    blocker = return_blocker(conn, seen)
+    if blocker is not None and force_reason is None:
+        raise Conflict(
+            f'{blocker}. An admin may return it anyway with {{"force": true, "reason": "..."}}',
+            seen.state,
+        )
+    audit: dict[str, Any] = {"note": note} if note else {}
+    if blocker is not None and force_reason is not None:
+        audit.update(forced=force_reason, blocked_by=blocker)
     won = _change(
         conn,
         seen,
         to_state="returned",
         actor=actor,
         now=now,
-        audit={"note": note} if note else None,
+        audit=audit or None,
         returned_at=now,
-        detail=note,
+        detail=note if blocker is None or force_reason is None else f"forced: {force_reason}",
     )
     if not won:
         raise _refuse(_row(conn, seen.id), "returned", now)

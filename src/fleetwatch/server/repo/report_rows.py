@@ -120,6 +120,7 @@ def _evictions(conn: Connection, start: datetime, end: datetime) -> list[Any]:
         ev.created_at,
         ev.completed_at,
         ev.returned_at,
+        ev.repeat_of,
     )
     recent_or_still_out = or_(
         ev.created_at >= start - _EVICTION_LOOKBACK,

@@ -23,6 +23,7 @@ from fleetwatch.server.routers import (
     reports,
     risk,
     tokens,
+    validations,
     webhooks,
 )
 from fleetwatch.server.schemas.common import error_responses
@@ -43,6 +44,7 @@ _ROUTERS = (
     advice,
     evictions,
     maintenance,
+    validations,
     webhooks,
     reports,
     availability,

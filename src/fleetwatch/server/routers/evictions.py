@@ -20,6 +20,7 @@ from fastapi import APIRouter, Body, Query, Request
 from fastapi.concurrency import run_in_threadpool
 
 from fleetwatch.server.act.eviction_watch import EvictionWatch
+from fleetwatch.server.auth import Permission, check_permission
 from fleetwatch.server.db.base import utcnow
 from fleetwatch.server.db.session import Database
 from fleetwatch.server.deps import AdminAuth, DatabaseDep, ReadAuth, SchedulerAuth
@@ -206,10 +207,20 @@ def approve(
         return approve_eviction(conn, eviction_id, actor=token.name, note=body.note, now=utcnow())
 
 
+_RETURN_ERRORS = error_responses(
+    404,
+    described={
+        409: "The node was evicted for a hardware reason and has no passing validation newer "
+        "than the eviction (the message names the failed checks), or its eviction is not "
+        "completed"
+    },
+)
+
+
 @router.post(
     "/nodes/{name}/return",
     response_model=EvictionPublic,
-    responses=_CHANGE_ERRORS,
+    responses=_RETURN_ERRORS,
     summary="The drained node is back in service (records returned_at)",
 )
 def return_to_service(
@@ -218,7 +229,20 @@ def return_to_service(
     token: SchedulerAuth,
     body: Annotated[ReturnBody | None, Body()] = None,
 ) -> EvictionPublic:
+    """A node evicted for a hardware reason (a rule verdict other than unreachable, or risk)
+    returns only after `fleetwatch validate` on it pushed a passing result newer than the
+    eviction; until then 409 names what failed. An admin token may force the return with
+    `{"force": true, "reason": "..."}`; the audit log records who, why and what was overridden
+    (403 for any other token)."""
+    body = body or ReturnBody()
+    if body.force:
+        check_permission(token.scope, Permission.ADMIN)
     with db.write() as conn:
         return return_node(
-            conn, name, actor=token.name, note=(body or ReturnBody()).note, now=utcnow()
+            conn,
+            name,
+            actor=token.name,
+            note=body.note,
+            now=utcnow(),
+            force_reason=body.reason if body.force else None,
         )

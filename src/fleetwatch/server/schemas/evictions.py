@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 from fleetwatch.server.schemas.fields import Text
 
@@ -58,6 +58,11 @@ class EvictionPublic(BaseModel):
     completed_at: datetime | None
     returned_at: datetime | None
     detail: str | None = Field(description="the rejection reason or the return note")
+    repeat_of: int | None = Field(
+        default=None,
+        description="a repeat offender: this hardware eviction came within "
+        "repeat_offender_days of the node's return from that eviction",
+    )
 
 
 class EvictionsPublic(BaseModel):
@@ -97,3 +102,17 @@ class ApproveBody(BaseModel):
 
 class ReturnBody(BaseModel):
     note: Text | None = Field(default=None, max_length=2000, description="what was done")
+    force: bool = Field(
+        default=False,
+        description="return a node evicted for a hardware reason without a passing validation "
+        "(admin token only; needs `reason`, which is audited)",
+    )
+    reason: Text | None = Field(
+        default=None, min_length=1, max_length=2000, description="why it is forced"
+    )
+
+    @model_validator(mode="after")
+    def _force_needs_reason(self) -> ReturnBody:
+        if self.force and not (self.reason or "").strip():
+            raise ValueError("reason is required with force: who decided it and why")
+        return self

@@ -24,7 +24,8 @@ all its members have. Alertmanager gets every firing alert again every ``alertma
 
 Filters of a subscription: ``min_severity`` (info < warning < critical < fatal), ``clusters``
 (the node label ``cluster``), ``kinds`` (alert kinds: xid, health, unreachable, straggler,
-drain_budget, wear_out). Fleet-wide alerts have no cluster and pass a cluster filter.
+drain_budget, wear_out, repeat_offender). Fleet-wide alerts have no cluster and pass a cluster
+filter.
 """
 
 from __future__ import annotations

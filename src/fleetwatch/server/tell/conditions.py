@@ -6,6 +6,8 @@
 ``node:<name>:<rule>``                a host verdict about the node (NVSwitch, CPU, memory)
 ``node:<name>:unreachable``           nothing from the node for its unreachable deadline
 ``node:<name>:straggler``             an open hardware straggler on the node
+``node:<name>:repeat_offender``       an open hardware eviction of a node that came within
+                                      ``repeat_offender_days`` of its return (``repeat_of``)
 ``fleet:drain_budget``                an eviction is ``paged``: the drain budget is exhausted
 ``fleet:wear_out:<group>``            a wear-out onset within ``alert_wear_out_hold_s``
 ====================================  =========================================================
@@ -31,6 +33,7 @@ from fleetwatch.server.db.tables import events, evictions, gpus, nodes, straggle
 from fleetwatch.server.judge.assessment import FleetAssessment
 from fleetwatch.server.judge.liveness import node_state
 from fleetwatch.server.judge.planned import Planned, caused_by_maintenance
+from fleetwatch.server.repo.evictions import OPEN_STATES
 
 __all__ = ["Condition", "derive_conditions"]
 
@@ -161,6 +164,7 @@ def derive_conditions(
             row.node,
             cluster=clusters.get(row.node),
         )
+    found.update(_repeat_offenders(conn, clusters, settings))
     paged = list(
         conn.execute(select(evictions.c.node).where(evictions.c.state == "paged")).scalars()
     )
@@ -204,6 +208,51 @@ def derive_conditions(
             onset.message or f"wear-out onset in {group}",
             "investigate",
             {"rule": "wear_out_onset", "at": _iso(onset.ts), **(onset.details or {})},
+        )
+    return found
+
+
+def _repeat_offenders(
+    conn: Connection, clusters: dict[str, str | None], settings: ServerSettings
+) -> dict[str, Condition]:
+    """Open evictions marked ``repeat_of``: the node failed again soon after a return."""
+    previous = evictions.alias("previous")
+    rows = conn.execute(
+        select(
+            evictions.c.id,
+            evictions.c.node,
+            evictions.c.reason,
+            evictions.c.created_at,
+            evictions.c.repeat_of,
+            previous.c.returned_at,
+            previous.c.reason.label("previous_reason"),
+        )
+        .join(previous, previous.c.id == evictions.c.repeat_of)
+        .where(evictions.c.state.in_(OPEN_STATES))
+        .order_by(evictions.c.id)
+    )
+    found = {}
+    for row in rows:
+        key = f"node:{row.node}:repeat_offender"
+        back_for = (row.created_at - row.returned_at).total_seconds() / 86400.0
+        found[key] = Condition(
+            key,
+            "repeat_offender",
+            "warning",
+            f"node {row.node} is a repeat offender: evicted again {back_for:.1f} days after its "
+            f"return (within {settings.repeat_offender_days:g}): {row.reason}",
+            "drain_inspect",
+            {
+                "rule": "repeat_offender",
+                "eviction_id": row.id,
+                "repeat_of": row.repeat_of,
+                "returned_at": _iso(row.returned_at),
+                "evicted_again_at": _iso(row.created_at),
+                "days_in_service": round(back_for, 2),
+                "previous_reason": row.previous_reason,
+            },
+            row.node,
+            cluster=clusters.get(row.node),
         )
     return found
 
