@@ -447,7 +447,6 @@ class FleetJudge:
             found: dict[str, list[Verdict]] = defaultdict(list)
             with self.guard.item(None, f"node id {node_id}") as ok:
                 self._judge_node(
-                    windows,
                     members,
                     node_events.get(node_id, []),
                     as_of[node_id],
@@ -456,6 +455,7 @@ class FleetJudge:
                     found,
                     where,
                     judged,
+                    windows,
                 )
             if ok:
                 for uuid, verdicts in found.items():
@@ -486,7 +486,6 @@ class FleetJudge:
 
     def _judge_node(
         self,
-        windows: SampleWindows,
         members: list[_Gpu],
         evs: list[Event],
         at: datetime,
@@ -495,6 +494,7 @@ class FleetJudge:
         out: dict[str, list[Verdict]],
         where: NDArray[np.int64],
         judged: NDArray[np.bool_],
+        windows: SampleWindows,
     ) -> None:
         # Events after ``at`` stay: a node_boot is stamped on the server's clock, and an Xid
         # logged after the newest sample still happened.
