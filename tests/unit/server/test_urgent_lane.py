@@ -5,6 +5,7 @@ databases; the NOTIFY payload on PostgreSQL."""
 
 from __future__ import annotations
 
+import threading
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -40,6 +41,7 @@ from fleetwatch.server.jobs.urgent import UrgentNodes
 from fleetwatch.server.judge import assessor as assessor_module
 from fleetwatch.server.judge.assessment import FleetAssessment, GpuAssessment
 from fleetwatch.server.judge.assessor import Assessor
+from fleetwatch.server.judge.judging import FleetJudge
 from fleetwatch.server.metrics.families import ServerMetrics
 from fleetwatch.server.secret_box import SecretBox
 from fleetwatch.server.tell.alerting import Alerter
@@ -347,3 +349,40 @@ def test_the_urgent_job_runs_on_a_poke_in_the_app(make_client: Any, tokens: dict
     wait_for("the eviction of node-x", evicted, timeout=120)
     wait_for("the urgent pass counted", lambda: count("urgent") > urgent_before, timeout=60)
     assert count("assessment") == whole_before
+
+
+def test_a_targeted_pass_does_not_wait_for_a_whole_fleet_pass_in_progress(
+    push: Push, db: Database, settings: ServerSettings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The whole-fleet pass is held after it read the events; node-x's fatal Xid stored then is
+    judged by a targeted pass meanwhile, and the whole-fleet snapshot, which has not seen it,
+    is published with node-x's targeted GPUs patched in."""
+    assessor = _assessor(db, settings)
+    for node in ("node-x", "node-y"):
+        assert push(make_batch(node, gpus=2, ticks=1)).status_code == 200
+    assessor.run_once()
+    read, release = threading.Event(), threading.Event()
+    real = FleetJudge._load_events
+
+    def held(self: FleetJudge, *args: Any, **kwargs: Any) -> Any:
+        found = real(self, *args, **kwargs)
+        if kwargs.get("node_ids") is None:  # the whole-fleet pass
+            read.set()
+            assert release.wait(120), "the test never released the whole-fleet pass"
+        return found
+
+    monkeypatch.setattr(FleetJudge, "_load_events", held)
+    whole = threading.Thread(target=assessor.run_once)
+    whole.start()
+    try:
+        assert read.wait(120)
+        assert push(_xid_batch("node-x", 79, minutes_ago=0.1)).status_code == 200
+        patched = assessor.run_nodes({"node-x"})
+        assert "xid79_off_bus" in _rules(patched, "node-x")
+    finally:
+        release.set()
+        whole.join(120)
+    latest = assessor.latest
+    assert latest is not None and latest.at == patched.at
+    assert latest.whole_at > patched.whole_at  # the new whole-fleet pass, patched
+    assert "xid79_off_bus" in _rules(latest, "node-x")

@@ -187,7 +187,6 @@ class BackgroundJobs:
         self.waker.poke()  # a new leader judges and plans at once, not one interval later
 
     def _assess_then_act(self) -> None:
-        self.urgent.clear()  # this pass judges what was stored before it
         self.assessor.run_once()
         if self.is_leader:  # a replica's snapshot answers its requests; the leader plans, alerts
             self._act(self.planner.run_once)

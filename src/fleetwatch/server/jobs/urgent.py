@@ -4,10 +4,9 @@ port event) wait for a targeted pass, rather than for a pass over the whole flee
 Ingest adds a node (here, or on any replica through the leader's NOTIFY: see
 :mod:`fleetwatch.server.jobs.leader`); the ``urgent`` job takes the nodes waiting, judges their GPUs
 alone, patches the newest snapshot, and on the leader plans and alerts at once (see
-:mod:`fleetwatch.server.jobs.registry`). The whole-fleet pass covers every node: when it starts,
-the nodes waiting are dropped (their events were stored before it read), and more than
-:data:`MAX_URGENT_NODES` at once (an Xid storm) ask for the whole fleet's pass instead, which costs
-less per node.
+:mod:`fleetwatch.server.jobs.registry`), without waiting for a whole-fleet pass in progress. More
+than :data:`MAX_URGENT_NODES` waiting at once (an Xid storm) ask for the whole fleet's pass
+instead, which costs less per node.
 """
 
 from __future__ import annotations
@@ -49,7 +48,3 @@ class UrgentNodes:
             taken = frozenset(self._waiting)
             self._waiting.clear()
         return taken
-
-    def clear(self) -> None:
-        """A whole-fleet pass starts: it judges whatever was stored before it."""
-        self.take()

@@ -23,9 +23,10 @@ Samples older than a GPU's newest judged sample are stored but not judged live: 
 
 from __future__ import annotations
 
+import threading
 from collections import defaultdict
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
@@ -202,6 +203,9 @@ class FleetJudge:
         self.windows = SampleWindows(JUDGED_FIELDS, kinds)
         self._last_id: int | None = None
         self._oldest_us: int | None = None  # the oldest node's newest sample, at the last pass
+        # Held while a whole-fleet pass changes what a targeted pass copies: the GPUs known, the
+        # windows, the read position.
+        self._state = threading.Lock()
 
     def _load_gpus(self, conn: Connection) -> dict[int, tuple[str, datetime, float]]:
         for row in conn.execute(select(*_GPU_COLUMNS)):
@@ -213,14 +217,13 @@ class FleetJudge:
             )
         }
 
-    def _load_gpus_of(self, conn: Connection, node_ids: Sequence[int]) -> dict[int, list[_Gpu]]:
-        """The GPUs on the nodes ``node_ids`` now, by node (refreshed as :meth:`_load_gpus`
-        refreshes every GPU)."""
-        by_node: dict[int, list[_Gpu]] = {node_id: [] for node_id in node_ids}
-        query = select(*_GPU_COLUMNS).where(gpus.c.node_id.in_(node_ids)).order_by(gpus.c.id)
-        for row in conn.execute(query):
-            by_node[row.node_id].append(self._known(row))
-        return by_node
+    def _copy_of(self, row: Any) -> _Gpu:
+        """A GPU as :meth:`_load_gpus` would refresh it, as a copy: a whole-fleet pass may be
+        reading the one it holds. A GPU new to this judge gets its slot (call under _state)."""
+        gpu = self._gpus.get(row.uuid)
+        if gpu is None:
+            return replace(self._known(row))
+        return replace(gpu, node_id=row.node_id, last_seen=row.last_seen)
 
     def _known(self, row: Any) -> _Gpu:
         gpu = self._gpus.get(row.uuid)
@@ -270,22 +273,27 @@ class FleetJudge:
             self.windows.add(slots, columns[2], columns[3], columns[4:])
 
     def _load_samples_of(
-        self, conn: Connection, now: datetime, windows: SampleWindows, members: Sequence[_Gpu]
+        self,
+        conn: Connection,
+        now: datetime,
+        windows: SampleWindows,
+        members: Sequence[_Gpu],
+        last_id: int | None,
     ) -> None:
-        """What :meth:`_load_samples` would add to the windows of ``members``, added to
-        ``windows`` (their copy) and compacted the same way; the read position stays."""
+        """What :meth:`_load_samples` would add to the windows of ``members`` (from the read
+        position ``last_id``), added to ``windows`` (their copy) and compacted the same way."""
         if not members:
             return
         slot_of = {gpu.uuid: gpu.slot for gpu in members}
         ids = select(gpus.c.id).where(gpus.c.uuid.in_(sorted(slot_of)))
         query = _judged_samples().where(gpu_samples.c.gpu_id.in_(ids.scalar_subquery()))
-        if self._last_id is None:
+        if last_id is None:
             newest = conn.execute(select(func.max(gpus.c.latest_ts))).scalar()
             if newest is None:
                 return
             query = query.where(gpu_samples.c.ts >= newest - self.history)
         else:
-            query = query.where(gpu_samples.c.id > self._last_id - _ID_OVERLAP)
+            query = query.where(gpu_samples.c.id > last_id - _ID_OVERLAP)
             # Samples no newer than their window's newest are skipped when merged: when every
             # GPU has a window, the oldest of those bounds the read (and lets it use an index).
             newest_us = windows.newest_us()
@@ -363,18 +371,19 @@ class FleetJudge:
 
     def judge(self, conn: Connection, now: datetime) -> dict[str, list[Verdict]]:
         """Verdicts per GPU UUID as of ``now`` (GPUs without verdicts are absent)."""
-        node_info = self._load_gpus(conn)
-        self._load_samples(conn, now)
+        with self._state:  # what a targeted pass reads meanwhile (judge_nodes)
+            node_info = self._load_gpus(conn)
+            self._load_samples(conn, now)
+            known = list(self._gpus.values())
         by_node: dict[int, list[_Gpu]] = defaultdict(list)
-        for gpu in self._gpus.values():
+        for gpu in known:
             by_node[gpu.node_id].append(gpu)
-        where, newest = self._newest_per_node(self.windows, by_node)
-        known = [us for us in newest.values() if us is not None]
-        self._oldest_us = min(known, default=None)
+        where, newest = self._newest_per_node(self.windows, by_node, len(known))
+        self._oldest_us = min((us for us in newest.values() if us is not None), default=None)
         as_of = {node_id: self._as_of(us, now) for node_id, us in newest.items()}
         since = min(as_of.values(), default=now) - self.xid_lookback
         node_events = self._load_events(conn, since, now)
-        judged = self._screen(where, node_events)
+        judged = self._screen(where, node_events, known)
         return self._judge_nodes(
             self.windows, by_node, node_events, as_of, node_info, now, where, judged
         )
@@ -390,7 +399,10 @@ class FleetJudge:
         Events are read from the time the full pass would read them from (the oldest ``as_of``
         of any node, which is a silent node's, known from the last full pass): a ``gpu_lost``
         is judged however old it is among what was read, so the same start gives the same
-        verdicts. Call after :meth:`judge` has run once; without it, judge the fleet."""
+        verdicts. Call after :meth:`judge` has run once; without it, judge the fleet.
+
+        Safe beside a :meth:`judge` in another thread (one targeted pass at a time): it waits
+        only while that pass reads new samples into the windows, then copies what it needs."""
         node_info = {
             row.id: (row.name, row.last_seen, row.interval_s)
             for row in conn.execute(
@@ -399,13 +411,19 @@ class FleetJudge:
                 )
             )
         }
-        by_node = self._load_gpus_of(conn, list(node_info))
-        members = [gpu for group in by_node.values() for gpu in group]
-        windows = self.windows.subset([gpu.slot for gpu in members])
-        self._load_samples_of(conn, now, windows, members)
-        where, newest = self._newest_per_node(windows, by_node)
+        query = select(*_GPU_COLUMNS).where(gpus.c.node_id.in_(list(node_info)))
+        rows = conn.execute(query.order_by(gpus.c.id)).all()
+        by_node: dict[int, list[_Gpu]] = {node_id: [] for node_id in node_info}
+        with self._state:
+            for row in rows:
+                by_node[row.node_id].append(self._copy_of(row))
+            members = [gpu for group in by_node.values() for gpu in group]
+            windows = self.windows.subset([gpu.slot for gpu in members])
+            last_id, oldest_us, size = self._last_id, self._oldest_us, len(self._gpus)
+        self._load_samples_of(conn, now, windows, members, last_id)
+        where, newest = self._newest_per_node(windows, by_node, size)
         as_of = {node_id: self._as_of(us, now) for node_id, us in newest.items()}
-        oldest = now if self._oldest_us is None else self._as_of(self._oldest_us, now)
+        oldest = now if oldest_us is None else self._as_of(oldest_us, now)
         since = min([*as_of.values(), oldest]) - self.xid_lookback
         node_events = self._load_events(conn, since, now, node_ids=list(node_info))
         # Every window of these few GPUs: the screen only spares the rules' time, it never
@@ -417,11 +435,11 @@ class FleetJudge:
         return verdicts, {gpu.uuid for gpu in members}
 
     def _newest_per_node(
-        self, windows: SampleWindows, by_node: Mapping[int, list[_Gpu]]
+        self, windows: SampleWindows, by_node: Mapping[int, list[_Gpu]], size: int
     ) -> tuple[NDArray[np.int64], dict[int, int | None]]:
-        """Each GPU's window (a position in ``windows.slots``, -1 for none) and each node's
-        newest sample time (microseconds; None: no sample)."""
-        where = np.full(len(self._gpus), -1, np.int64)
+        """Each GPU's window (a position in ``windows.slots``, -1 for none; ``size``: the slots
+        known) and each node's newest sample time (microseconds; None: no sample)."""
+        where = np.full(size, -1, np.int64)
         where[windows.slots] = np.arange(windows.slots.size)
         newest = windows.newest_us().tolist()
         return where, {
@@ -463,13 +481,16 @@ class FleetJudge:
         return {uuid: verdicts for uuid, verdicts in out.items() if verdicts}
 
     def _screen(
-        self, where: NDArray[np.int64], node_events: Mapping[int, list[Event]]
+        self,
+        where: NDArray[np.int64],
+        node_events: Mapping[int, list[Event]],
+        known: Sequence[_Gpu],
     ) -> NDArray[np.bool_]:
         """Per window: whether the health rules must look at it (rules.health_screen), or it
         names a GPU lost from the bus, or holds a value the screen cannot read exactly."""
         w = self.windows
         slowdown_of: dict[str | None, float] = {}
-        by_slot = {gpu.slot: gpu for gpu in self._gpus.values()}
+        by_slot = {gpu.slot: gpu for gpu in known}
         names = [by_slot[slot].name for slot in w.slots.tolist()]
         for name in set(names):
             slowdown_of[name] = self.thresholds.slowdown_for(name)[0]

@@ -166,7 +166,13 @@ class SampleWindows:
         self.merge()
         out = SampleWindows(self.fields, self._kinds)
         wanted = np.asarray(sorted(set(slots)), dtype=np.int64)
-        keep = np.isin(self.slot, wanted)
+        # The windows are sorted by slot: each wanted one is a range of the arrays.
+        at = np.searchsorted(self.slots, wanted)
+        found = at < self.slots.size
+        found[found] &= self.slots[at[found]] == wanted[found]
+        bounds = zip(self.starts[at[found]].tolist(), self.ends[at[found]].tolist(), strict=True)
+        ranges = [np.arange(a, b) for a, b in bounds]
+        keep = np.concatenate(ranges) if ranges else np.empty(0, np.int64)
         boots = self.boot[keep]
         for code in np.unique(boots).tolist():
             out._boot_code(self._boots[code])
