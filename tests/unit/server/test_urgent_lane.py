@@ -6,6 +6,7 @@ databases; the NOTIFY payload on PostgreSQL."""
 from __future__ import annotations
 
 import threading
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -386,3 +387,34 @@ def test_a_targeted_pass_does_not_wait_for_a_whole_fleet_pass_in_progress(
     assert latest is not None and latest.at == patched.at
     assert latest.whole_at > patched.whole_at  # the new whole-fleet pass, patched
     assert "xid79_off_bus" in _rules(latest, "node-x")
+
+
+class _AgeBundle:
+    """A stand-in risk model: p = age in days / 100 (what matters is which GPUs get scored)."""
+
+    def __init__(self) -> None:
+        self.scored: list[int] = []
+
+    def score(self, units: Any, horizon_days: float) -> Any:
+        self.scored.append(len(units))
+        p = [float(a) / 100 for a in units["age_days"]]
+        return type("Scores", (), {"probability": p, "model": [None] * len(p),
+                                   "factors": [()] * len(p)})()  # fmt: skip
+
+
+def test_patched_snapshot_scores_only_the_fresh_gpus() -> None:
+    at = datetime(2026, 1, 1, tzinfo=UTC)
+    bundle = _AgeBundle()
+    gpus = [_gpu("a", 0), _gpu("b", 0), _gpu("b", 1), _gpu("c", 0)]
+    base = FleetAssessment(at, gpus, bundle, 1)  # type: ignore[arg-type]
+    base.risks(1.0)
+    fresh = [replace(_gpu("b", 1), age_days=50.0), _gpu("z", 0)]
+    patched = base.patched(at + timedelta(seconds=5), {"b", "z"}, fresh)
+    assert bundle.scored == [4, 2]  # the fleet once, then the two fresh GPUs only
+    carried = patched.risks(1.0)
+    assert bundle.scored == [4, 2]
+    again = FleetAssessment(patched.at, patched.gpus, bundle, 1).risks(1.0)  # type: ignore[arg-type]
+    assert [(r.gpu, r.probability, r.basis) for r in carried] == [
+        (r.gpu, r.probability, r.basis) for r in again
+    ]
+    assert [r.probability for r in carried] == [0.01, 0.5, 0.01, 0.01]

@@ -43,6 +43,7 @@ __all__ = [
 _DAY_S = 86400.0
 FEATURES_SINCE = timedelta(days=30)  # GPUs with a rollup this recent get covariates
 T = TypeVar("T")
+U = TypeVar("U")
 
 
 @dataclass(frozen=True)
@@ -105,23 +106,27 @@ class FleetAssessment:
     def patched(self, at: datetime, names: Collection[str], fresh: list[GpuAssessment]) -> Self:
         """This snapshot with the nodes ``names`` judged anew at ``at``: their GPUs replaced by
         ``fresh`` (a GPU no longer there dropped, a new one added), every other GPU as it was.
-        Scores are not carried over: the new snapshot scores its GPUs when asked."""
+        The risks already scored are carried over for the other GPUs (their assessments are the
+        same objects); only ``fresh`` is scored."""
         names = frozenset(names)
-        fresh_by_node: dict[str, list[GpuAssessment]] = {}
-        for gpu in fresh:
-            fresh_by_node.setdefault(gpu.node, []).append(gpu)
-        merged: list[GpuAssessment] = []
-        for gpu in self.gpus:
-            if gpu.node not in names:
-                merged.append(gpu)
-            elif gpu.node in fresh_by_node:  # where the node's GPUs were, in the same order
-                merged.extend(fresh_by_node.pop(gpu.node))
-        for node in sorted(fresh_by_node):  # nodes this snapshot did not have
-            merged.extend(fresh_by_node[node])
         nodes_at = {**self.nodes_at, **dict.fromkeys(names, at)}
-        return type(self)(
-            at, merged, self.bundle, self.model_version, fleet_at=self.whole_at, nodes_at=nodes_at
+        out = type(self)(
+            at,
+            _merged(self.gpus, names, fresh, lambda g: g.node),
+            self.bundle,
+            self.model_version,
+            fleet_at=self.whole_at,
+            nodes_at=nodes_at,
         )
+        with self._lock:
+            scored = dict(self._scores)
+        if scored:
+            new = type(self)(at, fresh, self.bundle, self.model_version)
+            out._scores = {
+                h: _merged(risks, names, new.risks(h), lambda r: r.gpu.node)
+                for h, risks in scored.items()
+            }
+        return out
 
     def memo(self, key: str, compute: Callable[[], T]) -> T:
         """``compute()`` once per snapshot (the /metrics text of its risks, say)."""
@@ -183,6 +188,26 @@ class FleetAssessment:
             p = 1.0 - float(np.prod([1.0 - q for q in known])) if known else None
             out[node] = (p, members)
         return out
+
+
+def _merged(
+    items: Sequence[U], names: frozenset[str], fresh: Sequence[U], node_of: Callable[[U], str]
+) -> list[U]:
+    """``items`` with those of the nodes ``names`` replaced by ``fresh``: each node's where its
+    old ones were, a node new to ``items`` at the end (by name)."""
+    fresh_by_node: dict[str, list[U]] = {}
+    for item in fresh:
+        fresh_by_node.setdefault(node_of(item), []).append(item)
+    merged: list[U] = []
+    for item in items:
+        node = node_of(item)
+        if node not in names:
+            merged.append(item)
+        elif node in fresh_by_node:
+            merged.extend(fresh_by_node.pop(node))
+    for node in sorted(fresh_by_node):
+        merged.extend(fresh_by_node[node])
+    return merged
 
 
 def risk_order(risk: GpuRisk) -> tuple[float, str, int]:
