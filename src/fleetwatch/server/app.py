@@ -156,6 +156,7 @@ def create_app(
         app.state.refitter = jobs.refitter
         app.state.waker = jobs.waker
         app.state.urgent = jobs.urgent
+        app.state.is_leader = lambda: jobs.is_leader
         app.state.outbox_waker = jobs.outbox_waker
         metrics.track_leader(settings.role, lambda: jobs.is_leader)
         risk_prefetch = RiskPrefetch(lambda: jobs.assessor.latest, settings.risk_horizons_h)

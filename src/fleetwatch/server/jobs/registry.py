@@ -38,6 +38,7 @@ import asyncio
 import functools
 import logging
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 
 from prometheus_client import Counter, Histogram
@@ -90,6 +91,7 @@ class BackgroundJobs:
         self.waker = Waker()  # the whole-fleet assessment's
         self.urgent_waker = Waker()  # the urgent lane's: a fatal Xid or a lost GPU
         self.urgent = UrgentNodes(self.urgent_waker, self.waker)
+        self._urgent_thread = ThreadPoolExecutor(1, thread_name_prefix="urgent-lane")
         self.outbox_waker = Waker()  # the webhook delivery's: an alert queued
         self.assessor = Assessor(
             db, settings, self.catalog, thresholds, guard=self._guard("assessment")
@@ -119,7 +121,13 @@ class BackgroundJobs:
         return [
             Job("assessment", s.assess_interval_s, self._assess_then_act, waker=self.waker),
             # Run by its pokes; every node added pokes it, so its timer has nothing to find.
-            Job("urgent", URGENT_IDLE_S, self._urgent_pass, waker=self.urgent_waker),
+            Job(
+                "urgent",
+                URGENT_IDLE_S,
+                self._urgent_pass,
+                waker=self.urgent_waker,
+                executor=self._urgent_thread,
+            ),
         ]
 
     def leader_jobs(self) -> list[Job]:
@@ -178,6 +186,7 @@ class BackgroundJobs:
         await self.scheduler.stop()
         await asyncio.to_thread(self.refitter.wait, 60.0)  # before the engine is disposed
         await asyncio.to_thread(self.outbox.close)
+        await asyncio.to_thread(self._urgent_thread.shutdown)  # a pass in flight ends first
 
     def _leadership_changed(self, leading: bool) -> None:
         if not leading:

@@ -194,8 +194,10 @@ async def ingest(request: Request, _token: IngestAuth) -> IngestResponse:
         )
         if urgent_node is not None:
             request.app.state.urgent.add([urgent_node])  # this process's own snapshot
-            # The leader may be another process or replica: tell it through the database.
-            await run_in_threadpool(notify_wake, request.app.state.db.engine, [urgent_node])
+            # The leader may be another process or replica: tell it through the database (the
+            # leader itself would only judge the node twice).
+            if not request.app.state.is_leader():
+                await run_in_threadpool(notify_wake, request.app.state.db.engine, [urgent_node])
     except InvalidInput as exc:
         metrics.ingest_batches.labels("rejected").inc()
         metrics.ingest_rejections.labels(str(status_for(exc))).inc()
