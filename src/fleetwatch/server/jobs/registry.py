@@ -25,9 +25,10 @@ refit          ``refit_interval_s`` (0: never)  leader    on ``POST /v1/models/r
 With ``background_jobs`` off nothing runs; with ``--role api`` a process never leads. The urgent
 lane (:mod:`fleetwatch.server.jobs.urgent`) patches the newest snapshot with the nodes of urgent
 events and, on the leader, plans for those nodes (:meth:`EvictionPlanner.run_for`) and alerts at
-once. Its passes are counted and timed as job ``urgent`` (``fleetwatch_background_pass_seconds``,
-with the wait for a whole-fleet pass in progress; a run that finds nothing, at the start or once
-an hour, takes about 0 s). Each assessment is per process (every replica answers ``/v1/risk``
+once, in a thread of its own, beside a whole-fleet pass in progress (its plan waits for a
+whole-fleet plan in progress). Its passes are counted and timed as job ``urgent``
+(``fleetwatch_background_pass_seconds``; a run that finds nothing, at the start or once an hour,
+takes about 0 s). Each assessment is per process (every replica answers ``/v1/risk``
 from its own snapshot); the planner and the alerts of a new leader first wait for an assessment
 of its own, as a standby's snapshot may predate what the old leader acted on.
 """
