@@ -42,6 +42,12 @@ Dry run (``planner_dry_run``): evictions are created ``recommended`` with ``dry_
 
 Every change is written to ``eviction_audit`` (actor ``planner``). With several workers or
 replicas, one pass at a time runs: the pass holds a PostgreSQL advisory lock.
+
+The urgent lane (:mod:`fleetwatch.server.jobs.urgent`) plans for a few nodes at once with
+:meth:`EvictionPlanner.run_for`: their rule evictions only, under the same lock, dedup, cooldown
+and budget; everything else waits for the whole-fleet pass. Evidence times are per node
+(:meth:`FleetAssessment.judged_at`): a snapshot patched for those nodes is as old as its
+whole-fleet pass for the others.
 """
 
 from __future__ import annotations
