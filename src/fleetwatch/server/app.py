@@ -157,6 +157,8 @@ def create_app(
         app.state.outbox = jobs.outbox
         app.state.refitter = jobs.refitter
         app.state.waker = jobs.waker
+        app.state.urgent = jobs.urgent
+        app.state.is_leader = lambda: jobs.is_leader
         app.state.outbox_waker = jobs.outbox_waker
         metrics.track_leader(settings.role, lambda: jobs.is_leader)
         risk_prefetch = RiskPrefetch(lambda: jobs.assessor.latest, settings.risk_horizons_h)

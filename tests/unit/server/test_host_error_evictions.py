@@ -143,7 +143,9 @@ def test_draining_host_errors_wake_the_planner_at_ingest(
     push: Push, monkeypatch: pytest.MonkeyPatch, path: Path, kind: str, severity: str, urgent: bool
 ) -> None:
     woken: list[object] = []
-    monkeypatch.setattr(ingest_route, "notify_wake", woken.append)
+    monkeypatch.setattr(
+        ingest_route, "notify_wake", lambda engine, nodes=None: woken.append(engine)
+    )
     assert push(_batch("node-w", _wire(_parsed(path, kind, severity)))).status_code == 200
     assert len(woken) == (1 if urgent else 0)
 

@@ -165,7 +165,9 @@ def test_a_port_down_or_a_flap_at_its_limit_wakes_the_planner_at_ingest(
     push: Push, monkeypatch: pytest.MonkeyPatch, readings: list[dict[str, Any]], wakes: int
 ) -> None:
     woken: list[object] = []
-    monkeypatch.setattr(ingest_route, "notify_wake", woken.append)
+    monkeypatch.setattr(
+        ingest_route, "notify_wake", lambda engine, nodes=None: woken.append(engine)
+    )
     assert set(_push_readings(push, "node-w", readings)) == {200}
     assert len(woken) == wakes
 

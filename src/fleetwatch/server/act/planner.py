@@ -55,6 +55,12 @@ Dry run (``planner_dry_run``): evictions are created ``recommended`` with ``dry_
 
 Every change is written to ``eviction_audit`` (actor ``planner``). With several workers or
 replicas, one pass at a time runs: the pass holds a PostgreSQL advisory lock.
+
+The urgent lane (:mod:`fleetwatch.server.jobs.urgent`) plans for a few nodes at once with
+:meth:`EvictionPlanner.run_for`: their rule evictions only, under the same lock, dedup, cooldown
+and budget; everything else waits for the whole-fleet pass. Evidence times are per node
+(:meth:`FleetAssessment.judged_at`): a snapshot patched for those nodes is as old as its
+whole-fleet pass for the others.
 """
 
 from __future__ import annotations
@@ -63,6 +69,7 @@ import logging
 import math
 import threading
 from collections import Counter
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -181,13 +188,16 @@ def rule_candidates(
     costs: DrainCosts,
     returned: dict[str, datetime],
     planned: Planned | None = None,
+    only: Collection[str] | None = None,
 ) -> dict[str, Candidate]:
-    """Nodes with a GPU that a rule takes out of service, on evidence newer than a repair; in a
-    maintenance window, only a hardware fault counts (``server.judge.planned``)."""
-    gpu_count = Counter(g.node for g in snapshot.gpus)
+    """Nodes with a GPU that a rule takes out of service, on evidence newer than a repair (of
+    the nodes ``only``, if given); in a maintenance window, only a hardware fault counts
+    (``server.judge.planned``)."""
+    members = snapshot.gpus if only is None else [g for g in snapshot.gpus if g.node in only]
+    gpu_count = Counter(g.node for g in members)
     planned = planned or Planned()
     failing: dict[str, list[tuple[GpuAssessment, list[Verdict]]]] = {}
-    for gpu in snapshot.gpus:
+    for gpu in members:
         since = returned.get(gpu.node)
         takes_out = stands_in_maintenance if planned.covers(gpu.node) else _takes_out
         out = [
@@ -218,7 +228,7 @@ def rule_candidates(
                 for g, vs in items
             ],
             "node_gpus": gpu_count[node],
-            "assessed_at": snapshot.at.isoformat(),
+            "assessed_at": snapshot.judged_at(node).isoformat(),
         }
         found[node] = Candidate(
             node, "rule", reason, first.rule, evidence, round(costs.saving(1.0, gpu_count[node]), 2)
@@ -327,7 +337,7 @@ def risk_candidates(
             "failure_cost_usd": failure,
             "drain_cost_usd": drain,
             "break_even_probability": break_even,
-            "assessed_at": snapshot.at.isoformat(),
+            "assessed_at": snapshot.judged_at(node).isoformat(),
             "gpus": [
                 {
                     "uuid": r.gpu.uuid,
@@ -477,16 +487,78 @@ class EvictionPlanner:
             )
         return result
 
+    def run_for(self, names: Collection[str], now: datetime | None = None) -> PlanResult:
+        """The urgent lane's pass (after a targeted assessment of the nodes ``names``): create
+        the rule evictions of those nodes at once, under the same lock, dedup, cooldown and
+        fleet drain budget as :meth:`run_once`. It only adds: cancelling what cleared, lease
+        expiry, risk streaks, stragglers and unreachable nodes are left to the whole-fleet
+        pass. An open eviction whose reason has cleared still counts against the budget until
+        that pass cancels it, so the budget is never exceeded, only spent cautiously."""
+        now = now or datetime.now(UTC)
+        snapshot = self.assessor.current()
+        with self._lock, self.db.write() as conn:
+            if not try_transaction_lock(conn, LockKey.PLANNER):
+                return PlanResult(skipped=True)
+            result = self._plan_nodes(conn, snapshot, frozenset(names), now)
+        if result.created:
+            logger.info(
+                "planner (urgent, %d nodes): created %s; %d of %d budget draining",
+                len(names),
+                dict(result.created),
+                result.draining,
+                result.budget,
+            )
+        return result
+
+    def _plan_nodes(
+        self, conn: Connection, snapshot: FleetAssessment, names: frozenset[str], now: datetime
+    ) -> PlanResult:
+        kept = PlannerState.load(conn)
+        stored = kept.as_json()
+        result = PlanResult()
+        returned: dict[str, datetime] = {
+            row.node: row.at
+            for row in conn.execute(
+                select(evictions.c.node, func.max(evictions.c.returned_at).label("at"))
+                .where(evictions.c.returned_at.is_not(None), evictions.c.node.in_(sorted(names)))
+                .group_by(evictions.c.node)
+            )
+        }
+        # A node in a maintenance window drains for a hardware fault only, as in the full pass.
+        planned = load_planned(conn, now)
+        rules = rule_candidates(snapshot, self.costs, returned, planned, only=names)
+        open_rows = conn.execute(select(evictions).where(evictions.c.state.in_(OPEN_STATES))).all()
+        cooling = set(
+            conn.execute(
+                select(evictions.c.node).where(
+                    evictions.c.node.in_(sorted(names)),
+                    evictions.c.state.in_(("rejected", "returned")),
+                    evictions.c.updated_at
+                    > now - timedelta(seconds=self.settings.eviction_cooldown_s),
+                )
+            ).scalars()
+        )
+        known = conn.execute(select(func.count()).select_from(nodes)).scalar_one()
+        result.budget = max(1, math.floor(known * self.settings.drain_budget_pct / 100.0))
+        result.draining = sum(1 for row in open_rows if row.state in DRAINING_STATES)
+        paged_open = any(row.state == "paged" for row in open_rows)
+        still_open = {row.node for row in open_rows}
+        self._create(conn, rules, still_open | cooling, result, kept, known, paged_open, now)
+        if kept.as_json() != stored:
+            save_state(conn, _STATE, kept.as_json(), now)
+        return result
+
     def _risk(
         self, snapshot: FleetAssessment, kept: PlannerState
     ) -> tuple[dict[str, Candidate], dict[str, Candidate]]:
         """(risk candidates now, those seen on enough consecutive assessments)."""
         now_risky = risk_candidates(snapshot, self.costs, self.settings.drain_horizon_h)
-        # Count assessments, not planner passes; one older than the last counted (a standby's
-        # snapshot) is not the next one.
-        if kept.assessed_at is None or snapshot.at > kept.assessed_at:
+        # Count assessments of the whole fleet, not planner passes nor targeted passes (a
+        # snapshot patched for a few nodes is the same count); one older than the last counted
+        # (a standby's snapshot) is not the next one.
+        if kept.assessed_at is None or snapshot.whole_at > kept.assessed_at:
             kept.streaks = {n: kept.streaks.get(n, 0) + 1 for n in now_risky}
-            kept.assessed_at = snapshot.at
+            kept.assessed_at = snapshot.whole_at
         ready = {n: c for n, c in now_risky.items() if kept.streaks.get(n, 0) >= _RISK_PASSES}
         return now_risky, ready
 
@@ -547,7 +619,8 @@ class EvictionPlanner:
             reason_left |= row.reason.startswith("node_unreachable") and row.node in unheard
             unknown = row.reason_kind != "straggler" and row.node not in gpu_count
             made = made_from(row)
-            unseen = made is not None and snapshot.at < made  # this snapshot predates its evidence
+            # This snapshot's view of the node predates the eviction's evidence.
+            unseen = made is not None and snapshot.judged_at(row.node) < made
             cancelled = False
             if not reason_left and not unknown and not unseen:
                 # One eviction per item (a savepoint each; cancellations are few): a failing one
@@ -571,18 +644,36 @@ class EvictionPlanner:
         result.draining = sum(
             1 for row in open_rows if row.state in DRAINING_STATES and row.node in still_open
         )
-        if kept.episode is None:  # nothing stored (a database from before leader_state)
-            kept.episode = result.draining >= result.budget and any(
-                row.state == "paged" for row in open_rows
-            )
+        paged_open = any(row.state == "paged" for row in open_rows)
+        self._create(conn, candidates, still_open | cooling, result, kept, known, paged_open, now)
+        if kept.as_json() != stored:
+            save_state(conn, _STATE, kept.as_json(), now)
+        return result
 
+    def _create(
+        self,
+        conn: Connection,
+        candidates: dict[str, Candidate],
+        skip: set[str],
+        result: PlanResult,
+        kept: PlannerState,
+        known: int,
+        paged_open: bool,
+        now: datetime,
+    ) -> None:
+        """Create the evictions of ``candidates`` (but for the nodes ``skip``: open or cooling
+        down), strongest first, ``pending`` while the drain budget has room, else ``paged``, and
+        open the budget episode (its event) or end it."""
+        settings = self.settings
+        if kept.episode is None:  # nothing stored (a database from before leader_state)
+            kept.episode = result.draining >= result.budget and paged_open
         paged: list[Candidate] = []
         within = timedelta(days=settings.repeat_offender_days)
         repeats = {
             node: found
             for node, cand in candidates.items()
             if needs_validation(cand.kind, cand.reason)
-            and node not in still_open
+            and node not in skip
             and (found := repeat_of(conn, node, now=now, within=within, kinds=HARDWARE_KINDS))
             is not None
         }
@@ -593,7 +684,7 @@ class EvictionPlanner:
             key=lambda c: (_PRIORITY[c.kind], c.node not in repeats, -(c.saving or 0.0), c.node),
         )
         for cand in ordered:
-            if cand.node in still_open or cand.node in cooling:
+            if cand.node in skip:
                 continue
             detail = None
             if settings.planner_dry_run:
@@ -634,9 +725,6 @@ class EvictionPlanner:
             kept.episode = bool(ok)
         elif not paged and result.draining < result.budget:
             kept.episode = False
-        if kept.as_json() != stored:
-            save_state(conn, _STATE, kept.as_json(), now)
-        return result
 
     def _budget_event(
         self,

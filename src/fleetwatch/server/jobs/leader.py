@@ -8,15 +8,19 @@ if the lock may still look held to the database for a moment.
 
 The same connection LISTENs on :data:`WAKE_CHANNEL`: any replica that stores a fatal Xid sends
 ``NOTIFY`` after its commit, and the leader pokes its waker, so the drain and the alert do not
-wait for the next tick. On SQLite there is one process, which is always the leader.
+wait for the next tick. The payload names the nodes (a JSON list, :func:`wake_payload`), for the
+urgent lane's targeted pass (:mod:`fleetwatch.server.jobs.urgent`); an empty one (too many names
+for NOTIFY's 8000 bytes, or a sender that names none) wakes the whole fleet's pass. On SQLite
+there is one process, which is always the leader.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING
 
 from sqlalchemy import Engine, text
@@ -32,13 +36,16 @@ __all__ = [
     "WAKE_CHANNEL",
     "LeaderElector",
     "notify_wake",
+    "parse_wake",
     "single_process_problem",
+    "wake_payload",
 ]
 
 logger = logging.getLogger(__name__)
 
 LEADER_LOCK = int(LockKey.LEADER)  # the one key every process competes for
 WAKE_CHANNEL = "fleetwatch_wake"
+MAX_PAYLOAD_BYTES = 7900  # PostgreSQL refuses a NOTIFY payload of 8000 bytes or more
 # A leader cut off by the network (no reset, no answer) notices within about 10 s and stops
 # leading; the database frees its lock on its own keepalive settings (tcp_keepalives_*).
 _KEEPALIVE = {
@@ -68,15 +75,38 @@ def single_process_problem(settings: ServerSettings) -> str | None:
     return None
 
 
-def notify_wake(engine: Engine) -> None:
-    """Wake the leader, wherever it runs: ``NOTIFY fleetwatch_wake`` (nothing on SQLite, where
-    this process is the leader and its own waker is poked). A lost wake-up only waits for the
-    leader's next tick, so a failure is logged, not raised."""
+def wake_payload(names: Collection[str] | None) -> str:
+    """The NOTIFY payload naming ``names``: a JSON list, or empty (the whole fleet) for None or
+    when the list would not fit in :data:`MAX_PAYLOAD_BYTES`."""
+    if not names:
+        return ""
+    payload = json.dumps(sorted(names), separators=(",", ":"))
+    return payload if len(payload.encode()) <= MAX_PAYLOAD_BYTES else ""
+
+
+def parse_wake(payload: str) -> frozenset[str] | None:
+    """The nodes a wake-up names; None (the whole fleet) for an empty or unreadable payload."""
+    try:
+        names = json.loads(payload) if payload else None
+    except ValueError:
+        return None
+    if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
+        return None
+    return frozenset(names)
+
+
+def notify_wake(engine: Engine, nodes: Collection[str] | None = None) -> None:
+    """Wake the leader, wherever it runs: ``NOTIFY fleetwatch_wake`` naming ``nodes`` (nothing
+    on SQLite, where this process is the leader and its own waker is poked). A lost wake-up only
+    waits for the leader's next tick, so a failure is logged, not raised."""
     if engine.dialect.name != "postgresql":
         return
     try:
         with engine.begin() as conn:
-            conn.execute(text("SELECT pg_notify(:channel, '')"), {"channel": WAKE_CHANNEL})
+            conn.execute(
+                text("SELECT pg_notify(:channel, :payload)"),
+                {"channel": WAKE_CHANNEL, "payload": wake_payload(nodes)},
+            )
     except Exception:  # noqa: BLE001
         logger.warning("could not NOTIFY %s; the leader acts at its next tick", WAKE_CHANNEL)
 
@@ -84,15 +114,15 @@ def notify_wake(engine: Engine) -> None:
 class LeaderElector:
     """Competes for :data:`LEADER_LOCK` in a daemon thread; reports changes to the event loop.
 
-    ``on_change(is_leader)`` is called in the event loop; ``on_wake()`` from the thread, for
-    each NOTIFY received while leading.
+    ``on_change(is_leader)`` is called in the event loop; ``on_wake(nodes)`` from the thread,
+    for each NOTIFY received while leading, with the nodes it names (None: the whole fleet).
     """
 
     def __init__(
         self,
         conninfo: str | None,
         on_change: Callable[[bool], None],
-        on_wake: Callable[[], None],
+        on_wake: Callable[[frozenset[str] | None], None],
         retry_s: float = 1.0,
     ) -> None:
         self.conninfo = conninfo
@@ -106,7 +136,10 @@ class LeaderElector:
 
     @classmethod
     def for_engine(
-        cls, engine: Engine, on_change: Callable[[bool], None], on_wake: Callable[[], None]
+        cls,
+        engine: Engine,
+        on_change: Callable[[bool], None],
+        on_wake: Callable[[frozenset[str] | None], None],
     ) -> LeaderElector:
         conninfo = None
         if engine.dialect.name == "postgresql":
@@ -168,6 +201,6 @@ class LeaderElector:
         while not self._stop.is_set():
             # notifies() returns after the timeout; the SELECT then proves the connection (and
             # with it the lock) is still there. A broken connection raises: we stop leading.
-            for _ in conn.notifies(timeout=self.retry_s):
-                self._on_wake()
+            for notify in conn.notifies(timeout=self.retry_s):
+                self._on_wake(parse_wake(notify.payload))
             conn.execute("SELECT 1")

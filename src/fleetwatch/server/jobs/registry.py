@@ -3,23 +3,34 @@
 =============  ===============================  ========  =======================================
 job            interval (setting)               runs on   also runs
 =============  ===============================  ========  =======================================
-assessment     ``assess_interval_s``            every     when a fatal Xid or a lost GPU arrives
-                                                process   here or (NOTIFY) on any replica
+assessment     ``assess_interval_s``            every     when a node is too many for the urgent
+                                                process   lane, on a new leader
+urgent         when woken (else hourly, idle)   every     when a fatal Xid, a lost GPU or an
+                                                process   urgent host or port event arrives here
+                                                          or (NOTIFY) on any replica: judges
+                                                          those nodes alone (targeted pass)
 rollups        ``rollup_interval_s``            leader
 lifecycle      ``lifecycle_interval_s``         leader
 retention      ``retention_interval_s``         leader
-planner        ``planner_interval_s``           leader    after each assessment on the leader
+planner        ``planner_interval_s``           leader    after each assessment on the leader;
+                                                          for its nodes after an urgent pass
 stragglers     ``straggler_interval_s``         leader
-alerts         ``alert_interval_s``             leader    after each assessment on the leader
+alerts         ``alert_interval_s``             leader    after each assessment or urgent pass
+                                                          on the leader
 weekly_report  every 10 minutes                 leader
 webhooks       ``webhook_delivery_interval_s``  leader    when an alert is queued
 refit          ``refit_interval_s`` (0: never)  leader    on ``POST /v1/models/refit``, there
 =============  ===============================  ========  =======================================
 
-With ``background_jobs`` off nothing runs; with ``--role api`` a process never leads. Each
-assessment is per process (every replica answers ``/v1/risk`` from its own snapshot); the planner
-and the alerts of a new leader first wait for an assessment of its own, as a standby's snapshot
-may predate what the old leader acted on.
+With ``background_jobs`` off nothing runs; with ``--role api`` a process never leads. The urgent
+lane (:mod:`fleetwatch.server.jobs.urgent`) patches the newest snapshot with the nodes of urgent
+events and, on the leader, plans for those nodes (:meth:`EvictionPlanner.run_for`) and alerts at
+once, in a thread of its own, beside a whole-fleet pass in progress (its plan waits for a
+whole-fleet plan in progress). Its passes are counted and timed as job ``urgent``
+(``fleetwatch_background_pass_seconds``; a run that finds nothing, at the start or once an hour,
+takes about 0 s). Each assessment is per process (every replica answers ``/v1/risk``
+from its own snapshot); the planner and the alerts of a new leader first wait for an assessment
+of its own, as a standby's snapshot may predate what the old leader acted on.
 """
 
 from __future__ import annotations
@@ -27,6 +38,8 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 
 from prometheus_client import Counter, Histogram
@@ -43,6 +56,7 @@ from fleetwatch.server.jobs.refit import Refitter
 from fleetwatch.server.jobs.retention import RetentionJob
 from fleetwatch.server.jobs.rollups import RollupJob
 from fleetwatch.server.jobs.scheduler import Job, Scheduler, Waker
+from fleetwatch.server.jobs.urgent import UrgentNodes
 from fleetwatch.server.jobs.weekly_report import WeeklyReportJob
 from fleetwatch.server.judge.assessor import Assessor
 from fleetwatch.server.judge.straggler_detector import StragglerDetector
@@ -56,6 +70,7 @@ __all__ = ["WEEKLY_REPORT_INTERVAL_S", "BackgroundJobs"]
 logger = logging.getLogger(__name__)
 
 WEEKLY_REPORT_INTERVAL_S = 600.0
+URGENT_IDLE_S = 3600.0
 
 
 class BackgroundJobs:
@@ -74,7 +89,10 @@ class BackgroundJobs:
         self.settings = settings
         self.metrics = metrics
         self.catalog, thresholds = load_rules(settings.rules_file)
-        self.waker = Waker()  # the assessment's: a fatal Xid or a lost GPU
+        self.waker = Waker()  # the whole-fleet assessment's
+        self.urgent_waker = Waker()  # the urgent lane's: a fatal Xid or a lost GPU
+        self.urgent = UrgentNodes(self.urgent_waker, self.waker)
+        self._urgent_thread = ThreadPoolExecutor(1, thread_name_prefix="urgent-lane")
         self.outbox_waker = Waker()  # the webhook delivery's: an alert queued
         self.assessor = Assessor(
             db, settings, self.catalog, thresholds, guard=self._guard("assessment")
@@ -101,7 +119,17 @@ class BackgroundJobs:
     def process_jobs(self) -> list[Job]:
         """What every process runs: its own assessment (then, on the leader, a plan and alerts)."""
         s = self.settings
-        return [Job("assessment", s.assess_interval_s, self._assess_then_act, waker=self.waker)]
+        return [
+            Job("assessment", s.assess_interval_s, self._assess_then_act, waker=self.waker),
+            # Run by its pokes; every node added pokes it, so its timer has nothing to find.
+            Job(
+                "urgent",
+                URGENT_IDLE_S,
+                self._urgent_pass,
+                waker=self.urgent_waker,
+                executor=self._urgent_thread,
+            ),
+        ]
 
     def leader_jobs(self) -> list[Job]:
         """What the leader runs; built anew each time this process becomes the leader, as what
@@ -140,12 +168,13 @@ class BackgroundJobs:
     def start(self, engine: Engine) -> None:
         """Start the jobs this process runs (call in the event loop, e.g. the app's lifespan)."""
         self.waker.bind()
+        self.urgent_waker.bind()
         self.outbox_waker.bind()
         if not self.settings.background_jobs:
             return
         if self.settings.role != "api":
             self.elector = LeaderElector.for_engine(
-                engine, on_change=self._leadership_changed, on_wake=self.waker.poke
+                engine, on_change=self._leadership_changed, on_wake=self.urgent.add
             )
         self.scheduler.start(self.process_jobs())
         if self.elector is not None:
@@ -158,6 +187,7 @@ class BackgroundJobs:
         await self.scheduler.stop()
         await asyncio.to_thread(self.refitter.wait, 60.0)  # before the engine is disposed
         await asyncio.to_thread(self.outbox.close)
+        await asyncio.to_thread(self._urgent_thread.shutdown)  # a pass in flight ends first
 
     def _leadership_changed(self, leading: bool) -> None:
         if not leading:
@@ -168,13 +198,26 @@ class BackgroundJobs:
 
     def _assess_then_act(self) -> None:
         self.assessor.run_once()
-        if not self.is_leader:
-            return  # a replica's snapshot answers its requests; the leader plans and alerts
+        if self.is_leader:  # a replica's snapshot answers its requests; the leader plans, alerts
+            self._act(self.planner.run_once)
+
+    def _urgent_pass(self) -> int:
+        """The urgent lane's targeted pass over the nodes waiting (nothing if none); their
+        number."""
+        names = self.urgent.take()
+        if not names:
+            return 0
+        self.assessor.run_nodes(names)
+        if self.is_leader:
+            self._act(functools.partial(self.planner.run_for, names))
+        return len(names)
+
+    def _act(self, plan: Callable[[], object]) -> None:
         # The planner and the alerts have their own loops too: one failing must not keep the
         # other from acting on this assessment (each failure is logged and counted there).
-        for job, step in (("planner", self.planner), ("alerts", self.alerter)):
+        for job, step in (("planner", plan), ("alerts", self.alerter.run_once)):
             try:
-                step.run_once()  # a fatal Xid drains and pages without waiting for their ticks
+                step()  # a fatal Xid drains and pages without waiting for their ticks
             except Exception:
                 self._failures(job).inc()
                 logger.exception("background job %s (after the assessment) failed", job)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Coroutine
+from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -68,15 +69,20 @@ async def periodic(
     failures: _Counter | None = None,
     runs: _Counter | None = None,
     durations: _Timings | None = None,
+    executor: Executor | None = None,
 ) -> None:
     """Run ``job`` in a thread now and then every ``interval_s`` (sooner when ``waker`` is
     poked), until cancelled. A failed pass is logged, counted on ``failures`` and retried; a
-    completed one is counted on ``runs`` and its wall time observed on ``durations``."""
+    completed one is counted on ``runs`` and its wall time observed on ``durations``. The
+    thread is the loop's default pool's, or ``executor``'s."""
     while True:
         started = asyncio.get_running_loop().time()
         hint: float | None = None
         try:
-            result = await asyncio.to_thread(job)
+            if executor is None:
+                result = await asyncio.to_thread(job)
+            else:
+                result = await asyncio.get_running_loop().run_in_executor(executor, job)
             logger.debug("%s: %s", name, result)
             if runs is not None:
                 runs.inc()
@@ -111,6 +117,9 @@ class Job:
     first: Callable[[], Any] | None = None
     # A job that keeps its own timer (refits): called with ``interval_s`` instead of ``periodic``.
     timer: Callable[[float], Coroutine[Any, Any, None]] | None = None
+    # Its own thread (the urgent lane: never queued behind the other jobs' long passes in the
+    # loop's default pool, which has cpu_count + 4 threads).
+    executor: Executor | None = None
 
 
 class Scheduler:
@@ -182,4 +191,6 @@ class Scheduler:
                 )
                 await asyncio.sleep(job.interval_s)
         durations = self._durations(job.name) if self._durations is not None else None
-        await periodic(job.name, job.interval_s, job.run, job.waker, failures, runs, durations)
+        await periodic(
+            job.name, job.interval_s, job.run, job.waker, failures, runs, durations, job.executor
+        )

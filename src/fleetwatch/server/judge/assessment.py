@@ -15,14 +15,14 @@ Node risk is :math:`1 - \\prod_i (1 - p_i)` over its GPUs.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, TypeVar, cast
+from typing import Any, Self, TypeVar, cast
 
 import numpy as np
 import pandas as pd
-from sqlalchemy import Connection, func, select
+from sqlalchemy import ColumnElement, Connection, Select, func, select
 
 from fleetwatch.models.registry import Factor, RiskBundle
 from fleetwatch.models.telemetry_features import FEATURE_NAMES
@@ -36,12 +36,14 @@ __all__ = [
     "GpuAssessment",
     "GpuRisk",
     "assess_fleet",
+    "assess_nodes",
     "risk_order",
 ]
 
 _DAY_S = 86400.0
 FEATURES_SINCE = timedelta(days=30)  # GPUs with a rollup this recent get covariates
 T = TypeVar("T")
+U = TypeVar("U")
 
 
 @dataclass(frozen=True)
@@ -73,10 +75,16 @@ class GpuRisk:
 
 @dataclass
 class FleetAssessment:
+    """Every GPU's assessment as of ``at``. A snapshot patched by a targeted pass
+    (:meth:`patched`) holds the nodes of that pass as of ``at`` and the rest as of
+    ``fleet_at``, the whole-fleet assessment it was built on: :meth:`judged_at` says which."""
+
     at: datetime
     gpus: list[GpuAssessment]
     bundle: RiskBundle | None
     model_version: int | None
+    fleet_at: datetime | None = None  # None: a whole-fleet assessment (at)
+    nodes_at: Mapping[str, datetime] = field(default_factory=dict)  # nodes judged after fleet_at
     _scores: dict[float, list[GpuRisk]] = field(default_factory=dict, repr=False)
     _memo: dict[str, object] = field(default_factory=dict, repr=False)
     _nodes: dict[float, dict[str, tuple[float | None, list[GpuRisk]]]] = field(
@@ -84,6 +92,41 @@ class FleetAssessment:
     )
     # Re-entrant: a memo (the /metrics text) computes risks, which take the lock too.
     _lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
+
+    @property
+    def whole_at(self) -> datetime:
+        """When the whole fleet was last assessed (what a count of assessments counts)."""
+        return self.at if self.fleet_at is None else self.fleet_at
+
+    def judged_at(self, node: str) -> datetime:
+        """When the GPUs of ``node`` were judged for this snapshot: evidence about it newer
+        than this is evidence the snapshot has not seen."""
+        return self.nodes_at.get(node, self.whole_at)
+
+    def patched(self, at: datetime, names: Collection[str], fresh: list[GpuAssessment]) -> Self:
+        """This snapshot with the nodes ``names`` judged anew at ``at``: their GPUs replaced by
+        ``fresh`` (a GPU no longer there dropped, a new one added), every other GPU as it was.
+        The risks already scored are carried over for the other GPUs (their assessments are the
+        same objects); only ``fresh`` is scored."""
+        names = frozenset(names)
+        nodes_at = {**self.nodes_at, **dict.fromkeys(names, at)}
+        out = type(self)(
+            at,
+            _merged(self.gpus, names, fresh, lambda g: g.node),
+            self.bundle,
+            self.model_version,
+            fleet_at=self.whole_at,
+            nodes_at=nodes_at,
+        )
+        with self._lock:
+            scored = dict(self._scores)
+        if scored:
+            new = type(self)(at, fresh, self.bundle, self.model_version)
+            out._scores = {
+                h: _merged(risks, names, new.risks(h), lambda r: r.gpu.node)
+                for h, risks in scored.items()
+            }
+        return out
 
     def memo(self, key: str, compute: Callable[[], T]) -> T:
         """``compute()`` once per snapshot (the /metrics text of its risks, say)."""
@@ -147,6 +190,26 @@ class FleetAssessment:
         return out
 
 
+def _merged(
+    items: Sequence[U], names: frozenset[str], fresh: Sequence[U], node_of: Callable[[U], str]
+) -> list[U]:
+    """``items`` with those of the nodes ``names`` replaced by ``fresh``: each node's where its
+    old ones were, a node new to ``items`` at the end (by name)."""
+    fresh_by_node: dict[str, list[U]] = {}
+    for item in fresh:
+        fresh_by_node.setdefault(node_of(item), []).append(item)
+    merged: list[U] = []
+    for item in items:
+        node = node_of(item)
+        if node not in names:
+            merged.append(item)
+        elif node in fresh_by_node:
+            merged.extend(fresh_by_node.pop(node))
+    for node in sorted(fresh_by_node):
+        merged.extend(fresh_by_node[node])
+    return merged
+
+
 def risk_order(risk: GpuRisk) -> tuple[float, str, int]:
     """The ranking everyone shows (the API, the page): riskiest first, so rule verdicts
     (probability 1) lead; unknown probabilities last; ties by node and index, for a stable page."""
@@ -164,15 +227,13 @@ def _units(assessed: Sequence[GpuAssessment]) -> pd.DataFrame:
     return pd.DataFrame(columns)
 
 
-def _install_times(conn: Connection) -> dict[str, datetime]:
+def _install_times(conn: Connection, serials: Select[Any] | None = None) -> dict[str, datetime]:
     """Serial to the install time of its newest lifetime (open, or closed by a failure that the
-    GPU is still listed with)."""
-    rows = conn.execute(
-        select(gpu_lifetimes.c.serial, func.max(gpu_lifetimes.c.installed_at).label("at")).group_by(
-            gpu_lifetimes.c.serial
-        )
-    )
-    return {row.serial: row.at for row in rows}
+    GPU is still listed with); of ``serials`` only (a query of them), if given."""
+    query = select(gpu_lifetimes.c.serial, func.max(gpu_lifetimes.c.installed_at).label("at"))
+    if serials is not None:
+        query = query.where(gpu_lifetimes.c.serial.in_(serials.scalar_subquery()))
+    return {row.serial: row.at for row in conn.execute(query.group_by(gpu_lifetimes.c.serial))}
 
 
 def assess_fleet(
@@ -191,10 +252,41 @@ def assess_fleet(
     ``features``: the covariates :func:`fleet_window_features` gives for ``feature_window``
     and :data:`FEATURES_SINCE` at ``now``, when the caller has them already."""
     verdicts = judge.judge(conn, now)
-    installs = _install_times(conn)
-    # GPUs with any rollup in the last 30 days; each described over its own trailing window.
     if features is None:
         features = fleet_window_features(conn, window=feature_window, since=now - FEATURES_SINCE)
+    recent = gpus.c.last_seen >= now - stale_after
+    rows = _assessed_gpus(conn, recent, now, verdicts, features, _install_times(conn))
+    return FleetAssessment(now, rows, bundle, model_version)
+
+
+def assess_nodes(
+    conn: Connection,
+    judge: FleetJudge,
+    names: Collection[str],
+    *,
+    now: datetime,
+    features: Mapping[str, dict[str, float]],
+    stale_after: timedelta = timedelta(days=1),
+) -> list[GpuAssessment]:
+    """:func:`assess_fleet`'s GPUs of the nodes ``names`` alone (a targeted pass,
+    :meth:`FleetJudge.judge_nodes`), to patch into the newest snapshot."""
+    verdicts, _ = judge.judge_nodes(conn, now, names)
+    recent = (gpus.c.last_seen >= now - stale_after) & nodes.c.name.in_(sorted(names))
+    serials = select(func.coalesce(gpus.c.serial, gpus.c.uuid)).join(
+        nodes, nodes.c.id == gpus.c.node_id
+    )
+    installs = _install_times(conn, serials.where(nodes.c.name.in_(sorted(names))))
+    return _assessed_gpus(conn, recent, now, verdicts, features, installs)
+
+
+def _assessed_gpus(
+    conn: Connection,
+    where: ColumnElement[bool],
+    now: datetime,
+    verdicts: Mapping[str, list[Verdict]],
+    features: Mapping[str, dict[str, float]],
+    installs: Mapping[str, datetime],
+) -> list[GpuAssessment]:
     rows = conn.execute(
         select(
             gpus.c.uuid,
@@ -205,7 +297,7 @@ def assess_fleet(
             nodes.c.name.label("node"),
         )
         .join(nodes, nodes.c.id == gpus.c.node_id)
-        .where(gpus.c.last_seen >= now - stale_after)
+        .where(where)
         .order_by(nodes.c.name, gpus.c.index)
     )
     assessed = []
@@ -224,4 +316,4 @@ def assess_fleet(
                 verdicts=tuple(verdicts.get(row.uuid, ())),
             )
         )
-    return FleetAssessment(now, assessed, bundle, model_version)
+    return assessed

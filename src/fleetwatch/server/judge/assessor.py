@@ -7,6 +7,7 @@ answers ``/v1/risk``, the fleet page and ``/metrics`` from a snapshot at most on
 from __future__ import annotations
 
 import threading
+from collections.abc import Collection, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -20,7 +21,13 @@ from fleetwatch.server.db.session import Database
 from fleetwatch.server.jobs.isolation import ItemGuard
 from fleetwatch.server.jobs.rollups import fleet_window_features, floor_hour
 from fleetwatch.server.jobs.state import load_state
-from fleetwatch.server.judge.assessment import FEATURES_SINCE, FleetAssessment, assess_fleet
+from fleetwatch.server.judge.assessment import (
+    FEATURES_SINCE,
+    FleetAssessment,
+    GpuAssessment,
+    assess_fleet,
+    assess_nodes,
+)
 from fleetwatch.server.judge.judging import FleetJudge
 from fleetwatch.server.repo.models import latest_ok_model
 
@@ -49,7 +56,12 @@ class Assessor:
         self.latest: FleetAssessment | None = None
         self._bundle: tuple[int, RiskBundle] | None = None
         self._features: tuple[tuple[Any, ...], dict[str, dict[str, float]]] | None = None
-        self._lock = threading.Lock()
+        self._fleet_features: Mapping[str, dict[str, float]] = {}  # the last full pass's
+        self._lock = threading.Lock()  # one whole-fleet pass at a time
+        self._targeted = threading.Lock()  # one targeted pass at a time
+        self._publish = threading.Lock()  # latest, and the patches of a whole-fleet pass
+        self._fleet_since: datetime | None = None  # a whole-fleet pass's now, while it runs
+        self._patches: list[tuple[datetime, frozenset[str], list[GpuAssessment]]] = []
 
     def _model(self, conn: Connection) -> tuple[int, RiskBundle] | None:
         stored = latest_ok_model(conn)
@@ -75,20 +87,62 @@ class Assessor:
         return self._features[1]
 
     def run_once(self, now: datetime | None = None) -> FleetAssessment:
-        now = now or datetime.now(UTC)
-        with self._lock, self.db.read() as conn:
+        """The whole-fleet pass."""
+        with self._lock:
+            return self._run_fleet(now or datetime.now(UTC))
+
+    def _run_fleet(self, now: datetime) -> FleetAssessment:
+        with self._publish:
+            self._fleet_since, self._patches = now, []
+        with self.db.read() as conn:
             model = self._model(conn)
             version, bundle = model if model is not None else (None, None)
+            window = timedelta(days=self.settings.model_window_days)
+            features = self._covariates(conn, now)
+            if features is None:
+                features = fleet_window_features(conn, window=window, since=now - FEATURES_SINCE)
             snapshot = assess_fleet(
                 conn,
                 self.judge,
                 now=now,
                 bundle=bundle,
                 model_version=version,
-                feature_window=timedelta(days=self.settings.model_window_days),
-                features=self._covariates(conn, now),
+                feature_window=window,
+                features=features,
             )
-        self.latest = snapshot
+        with self._publish:
+            # Targeted passes that ran meanwhile judged their nodes after this pass began.
+            for at, names, fresh in self._patches:
+                snapshot = snapshot.patched(at, names, fresh)
+            self._fleet_since, self._patches = None, []
+            self._fleet_features = features
+            self.latest = snapshot
+        return snapshot
+
+    def run_nodes(self, names: Collection[str], now: datetime | None = None) -> FleetAssessment:
+        """The targeted pass: judge the GPUs of the nodes ``names`` alone and publish the newest
+        snapshot with theirs replaced (see :meth:`FleetAssessment.patched`). It does not wait
+        for a whole-fleet pass in progress (that pass patches its own snapshot with this one's
+        nodes when it ends); without any snapshot yet, it is a whole-fleet pass. Covariates
+        are the last whole-fleet pass's (they move with the hourly rollups, and only the risk
+        reads them, never a rule)."""
+        with self._targeted:
+            if self.latest is None:
+                with self._lock:
+                    if self.latest is None:
+                        return self._run_fleet(now or datetime.now(UTC))
+            now = now or datetime.now(UTC)
+            names = frozenset(names)
+            with self.db.read() as conn:
+                fresh = assess_nodes(
+                    conn, self.judge, names, now=now, features=self._fleet_features
+                )
+            with self._publish:
+                assert self.latest is not None
+                snapshot = self.latest.patched(now, names, fresh)
+                self.latest = snapshot
+                if self._fleet_since is not None and now > self._fleet_since:
+                    self._patches.append((now, names, fresh))
         return snapshot
 
     def current(self) -> FleetAssessment:

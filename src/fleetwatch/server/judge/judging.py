@@ -23,9 +23,10 @@ Samples older than a GPU's newest judged sample are stored but not judged live: 
 
 from __future__ import annotations
 
+import threading
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
@@ -149,6 +150,16 @@ class _Gpu:
     slot: int  # its window's key in FleetJudge.windows
 
 
+_GPU_COLUMNS = (
+    gpus.c.uuid,
+    gpus.c.node_id,
+    gpus.c.pci_bus_id,
+    gpus.c.name,
+    gpus.c.first_seen,
+    gpus.c.last_seen,
+)
+
+
 def _judged_samples() -> Select[Any]:
     """The sample columns the rules read (see rules.health_screen.JUDGED_FIELDS)."""
     c = gpu_samples.c
@@ -191,36 +202,44 @@ class FleetJudge:
         kinds = [gpu_samples.c[name].type.python_type for name in JUDGED_FIELDS]
         self.windows = SampleWindows(JUDGED_FIELDS, kinds)
         self._last_id: int | None = None
+        self._oldest_us: int | None = None  # the oldest node's newest sample, at the last pass
+        # Held while a whole-fleet pass changes what a targeted pass copies: the GPUs known, the
+        # windows, the read position.
+        self._state = threading.Lock()
 
     def _load_gpus(self, conn: Connection) -> dict[int, tuple[str, datetime, float]]:
-        columns = (
-            gpus.c.uuid,
-            gpus.c.node_id,
-            gpus.c.pci_bus_id,
-            gpus.c.name,
-            gpus.c.first_seen,
-            gpus.c.last_seen,
-        )
-        for row in conn.execute(select(*columns)):
-            gpu = self._gpus.get(row.uuid)
-            if gpu is None:
-                self._gpus[row.uuid] = _Gpu(
-                    row.uuid,
-                    row.node_id,
-                    row.pci_bus_id,
-                    row.name,
-                    row.first_seen,
-                    row.last_seen,
-                    slot=len(self._gpus),
-                )
-            else:
-                gpu.node_id, gpu.last_seen = row.node_id, row.last_seen
+        for row in conn.execute(select(*_GPU_COLUMNS)):
+            self._known(row)
         return {
             row.id: (row.name, row.last_seen, row.interval_s)
             for row in conn.execute(
                 select(nodes.c.id, nodes.c.name, nodes.c.last_seen, nodes.c.interval_s)
             )
         }
+
+    def _copy_of(self, row: Any) -> _Gpu:
+        """A GPU as :meth:`_load_gpus` would refresh it, as a copy: a whole-fleet pass may be
+        reading the one it holds. A GPU new to this judge gets its slot (call under _state)."""
+        gpu = self._gpus.get(row.uuid)
+        if gpu is None:
+            return replace(self._known(row))
+        return replace(gpu, node_id=row.node_id, last_seen=row.last_seen)
+
+    def _known(self, row: Any) -> _Gpu:
+        gpu = self._gpus.get(row.uuid)
+        if gpu is None:
+            gpu = self._gpus[row.uuid] = _Gpu(
+                row.uuid,
+                row.node_id,
+                row.pci_bus_id,
+                row.name,
+                row.first_seen,
+                row.last_seen,
+                slot=len(self._gpus),
+            )
+        else:
+            gpu.node_id, gpu.last_seen = row.node_id, row.last_seen
+        return gpu
 
     def _load_samples(self, conn: Connection, now: datetime) -> None:
         if self._last_id is None:
@@ -253,6 +272,43 @@ class FleetJudge:
             columns = list(zip(*(row for _, row in known), strict=True))
             self.windows.add(slots, columns[2], columns[3], columns[4:])
 
+    def _load_samples_of(
+        self,
+        conn: Connection,
+        now: datetime,
+        windows: SampleWindows,
+        members: Sequence[_Gpu],
+        last_id: int | None,
+    ) -> None:
+        """What :meth:`_load_samples` would add to the windows of ``members`` (from the read
+        position ``last_id``), added to ``windows`` (their copy) and compacted the same way."""
+        if not members:
+            return
+        slot_of = {gpu.uuid: gpu.slot for gpu in members}
+        ids = select(gpus.c.id).where(gpus.c.uuid.in_(sorted(slot_of)))
+        query = _judged_samples().where(gpu_samples.c.gpu_id.in_(ids.scalar_subquery()))
+        if last_id is None:
+            newest = conn.execute(select(func.max(gpus.c.latest_ts))).scalar()
+            if newest is None:
+                return
+            query = query.where(gpu_samples.c.ts >= newest - self.history)
+        else:
+            query = query.where(gpu_samples.c.id > last_id - _ID_OVERLAP)
+            # Samples no newer than their window's newest are skipped when merged: when every
+            # GPU has a window, the oldest of those bounds the read (and lets it use an index).
+            newest_us = windows.newest_us()
+            if windows.slots.size == len(slot_of):
+                floor = EPOCH + timedelta(microseconds=int(newest_us.min()))
+                query = query.where(gpu_samples.c.ts > floor)
+        query = query.where(gpu_samples.c.ts <= now).order_by(gpu_samples.c.ts)
+        rows = conn.execute(query).all()
+        if rows:
+            columns = list(zip(*rows, strict=True))
+            windows.add(
+                [slot_of[row.gpu_uuid] for row in rows], columns[2], columns[3], columns[4:]
+            )
+        windows.compact(self.history // _US, self.dense // _US, self.sparse_step // _US)
+
     def _compact(self) -> None:
         self.windows.compact(self.history // _US, self.dense // _US, self.sparse_step // _US)
 
@@ -280,14 +336,22 @@ class FleetJudge:
         return min(now, max(newest, now - self.max_lag))
 
     def _load_events(
-        self, conn: Connection, since: datetime, now: datetime
+        self,
+        conn: Connection,
+        since: datetime,
+        now: datetime,
+        node_ids: Sequence[int] | None = None,
     ) -> dict[int, list[Event]]:
-        rows = conn.execute(
+        """Each node's events of the live kinds in [since, now]; of ``node_ids`` only, if given."""
+        query = (
             select(events)
             .where(events.c.ts >= since, events.c.ts <= now)
             .where(events.c.kind.in_(_LIVE_KINDS), events.c.node_id.is_not(None))
             .order_by(events.c.ts)
         )
+        if node_ids is not None:
+            query = query.where(events.c.node_id.in_(node_ids))
+        rows = conn.execute(query)
         by_node: dict[int, list[Event]] = defaultdict(list)
         for row in rows:
             by_node[row.node_id].append(
@@ -307,24 +371,93 @@ class FleetJudge:
 
     def judge(self, conn: Connection, now: datetime) -> dict[str, list[Verdict]]:
         """Verdicts per GPU UUID as of ``now`` (GPUs without verdicts are absent)."""
-        node_info = self._load_gpus(conn)
-        self._load_samples(conn, now)
+        with self._state:  # what a targeted pass reads meanwhile (judge_nodes)
+            node_info = self._load_gpus(conn)
+            self._load_samples(conn, now)
+            known = list(self._gpus.values())
         by_node: dict[int, list[_Gpu]] = defaultdict(list)
-        for gpu in self._gpus.values():
+        for gpu in known:
             by_node[gpu.node_id].append(gpu)
-        # Each GPU's window (a position in windows.slots), -1 for none.
-        where = np.full(len(self._gpus), -1, np.int64)
-        where[self.windows.slots] = np.arange(self.windows.slots.size)
-        newest = self.windows.newest_us().tolist()
-        as_of = {
-            node_id: self._as_of(
-                max((newest[w] for g in members if (w := where[g.slot]) >= 0), default=None), now
-            )
-            for node_id, members in by_node.items()
-        }
+        where, newest = self._newest_per_node(self.windows, by_node, len(known))
+        self._oldest_us = min((us for us in newest.values() if us is not None), default=None)
+        as_of = {node_id: self._as_of(us, now) for node_id, us in newest.items()}
         since = min(as_of.values(), default=now) - self.xid_lookback
         node_events = self._load_events(conn, since, now)
-        judged = self._screen(where, node_events)
+        judged = self._screen(where, node_events, known)
+        return self._judge_nodes(
+            self.windows, by_node, node_events, as_of, node_info, now, where, judged
+        )
+
+    def judge_nodes(
+        self, conn: Connection, now: datetime, names: Collection[str]
+    ) -> tuple[dict[str, list[Verdict]], set[str]]:
+        """The targeted pass: the verdicts :meth:`judge` would give now, for the GPUs of the
+        nodes ``names`` only, and those GPUs' UUIDs. Reads only their GPUs, samples and events,
+        and leaves the fleet's windows as they are: their samples are judged on a copy of
+        their windows (:meth:`SampleWindows.subset`), and the next full pass reads them again.
+
+        Events are read from the time the full pass would read them from (the oldest ``as_of``
+        of any node, which is a silent node's, known from the last full pass): a ``gpu_lost``
+        is judged however old it is among what was read, so the same start gives the same
+        verdicts. Call after :meth:`judge` has run once; without it, judge the fleet.
+
+        Safe beside a :meth:`judge` in another thread (one targeted pass at a time): it waits
+        only while that pass reads new samples into the windows, then copies what it needs."""
+        node_info = {
+            row.id: (row.name, row.last_seen, row.interval_s)
+            for row in conn.execute(
+                select(nodes.c.id, nodes.c.name, nodes.c.last_seen, nodes.c.interval_s).where(
+                    nodes.c.name.in_(sorted(names))
+                )
+            )
+        }
+        query = select(*_GPU_COLUMNS).where(gpus.c.node_id.in_(list(node_info)))
+        rows = conn.execute(query.order_by(gpus.c.id)).all()
+        by_node: dict[int, list[_Gpu]] = {node_id: [] for node_id in node_info}
+        with self._state:
+            for row in rows:
+                by_node[row.node_id].append(self._copy_of(row))
+            members = [gpu for group in by_node.values() for gpu in group]
+            windows = self.windows.subset([gpu.slot for gpu in members])
+            last_id, oldest_us, size = self._last_id, self._oldest_us, len(self._gpus)
+        self._load_samples_of(conn, now, windows, members, last_id)
+        where, newest = self._newest_per_node(windows, by_node, size)
+        as_of = {node_id: self._as_of(us, now) for node_id, us in newest.items()}
+        oldest = now if oldest_us is None else self._as_of(oldest_us, now)
+        since = min([*as_of.values(), oldest]) - self.xid_lookback
+        node_events = self._load_events(conn, since, now, node_ids=list(node_info))
+        # Every window of these few GPUs: the screen only spares the rules' time, it never
+        # keeps a verdict from them (rules.health_screen).
+        judged = np.ones(windows.slots.size, dtype=bool)
+        verdicts = self._judge_nodes(
+            windows, by_node, node_events, as_of, node_info, now, where, judged
+        )
+        return verdicts, {gpu.uuid for gpu in members}
+
+    def _newest_per_node(
+        self, windows: SampleWindows, by_node: Mapping[int, list[_Gpu]], size: int
+    ) -> tuple[NDArray[np.int64], dict[int, int | None]]:
+        """Each GPU's window (a position in ``windows.slots``, -1 for none; ``size``: the slots
+        known) and each node's newest sample time (microseconds; None: no sample)."""
+        where = np.full(size, -1, np.int64)
+        where[windows.slots] = np.arange(windows.slots.size)
+        newest = windows.newest_us().tolist()
+        return where, {
+            node_id: max((newest[w] for g in members if (w := where[g.slot]) >= 0), default=None)
+            for node_id, members in by_node.items()
+        }
+
+    def _judge_nodes(
+        self,
+        windows: SampleWindows,
+        by_node: Mapping[int, list[_Gpu]],
+        node_events: Mapping[int, list[Event]],
+        as_of: Mapping[int, datetime],
+        node_info: Mapping[int, tuple[str, datetime, float]],
+        now: datetime,
+        where: NDArray[np.int64],
+        judged: NDArray[np.bool_],
+    ) -> dict[str, list[Verdict]]:
         out: dict[str, list[Verdict]] = defaultdict(list)
         for node_id, members in by_node.items():
             # Node by node: one node whose data trips a rule up is logged and counted, and the
@@ -340,6 +473,7 @@ class FleetJudge:
                     found,
                     where,
                     judged,
+                    windows,
                 )
             if ok:
                 for uuid, verdicts in found.items():
@@ -347,13 +481,16 @@ class FleetJudge:
         return {uuid: verdicts for uuid, verdicts in out.items() if verdicts}
 
     def _screen(
-        self, where: NDArray[np.int64], node_events: Mapping[int, list[Event]]
+        self,
+        where: NDArray[np.int64],
+        node_events: Mapping[int, list[Event]],
+        known: Sequence[_Gpu],
     ) -> NDArray[np.bool_]:
         """Per window: whether the health rules must look at it (rules.health_screen), or it
         names a GPU lost from the bus, or holds a value the screen cannot read exactly."""
         w = self.windows
         slowdown_of: dict[str | None, float] = {}
-        by_slot = {gpu.slot: gpu for gpu in self._gpus.values()}
+        by_slot = {gpu.slot: gpu for gpu in known}
         names = [by_slot[slot].name for slot in w.slots.tolist()]
         for name in set(names):
             slowdown_of[name] = self.thresholds.slowdown_for(name)[0]
@@ -378,10 +515,11 @@ class FleetJudge:
         out: dict[str, list[Verdict]],
         where: NDArray[np.int64],
         judged: NDArray[np.bool_],
+        windows: SampleWindows,
     ) -> None:
         # Events after ``at`` stay: a node_boot is stamped on the server's clock, and an Xid
         # logged after the newest sample still happened.
-        self._judge_xids(members, evs, at, out, where)
+        self._judge_xids(windows, members, evs, at, out, where)
         self._judge_host(members, evs, at, out)
         self._judge_ports(members, evs, at, out)
         for gpu in members:
@@ -389,7 +527,7 @@ class FleetJudge:
             if w < 0 or not judged[w]:
                 continue  # no window, or one no health rule can fire on (rules.health_screen)
             verdicts = judge_health(
-                self.windows.series(w, gpu.uuid),
+                windows.series(w, gpu.uuid),
                 events=evs,
                 thresholds=self.thresholds,
                 now=at,
@@ -401,6 +539,7 @@ class FleetJudge:
 
     def _judge_xids(
         self,
+        windows: SampleWindows,
         members: list[_Gpu],
         evs: list[Event],
         now: datetime,
@@ -413,12 +552,12 @@ class FleetJudge:
         last_boot = max((e.ts for e in evs if e.kind == "node_boot"), default=None)
         by_pci = {g.pci_bus_id: g.uuid for g in members if g.pci_bus_id}
         uuids = {g.uuid for g in members}
-        ends = self.windows.ends
+        ends = windows.ends
         recovery = {
             g.uuid: int(action)
             for g in members
             if (w := where[g.slot]) >= 0
-            and (action := self.windows.value(int(ends[w]) - 1, "gpu_recovery_action"))
+            and (action := windows.value(int(ends[w]) - 1, "gpu_recovery_action"))
         }
         verdicts = judge_xids(
             xid_events,

@@ -158,6 +158,36 @@ class SampleWindows:
             newest = newest[keep]
         self._select(self._thinning(newest - dense_us, step_us))
 
+    def subset(self, slots: Sequence[int]) -> SampleWindows:
+        """A copy of the windows of ``slots`` alone (same slot numbers), for a pass over a few
+        GPUs that must leave these windows as they are (the judge's targeted pass). Merging
+        and compacting work window by window, so the copy then evolves exactly as its windows
+        would here."""
+        self.merge()
+        out = SampleWindows(self.fields, self._kinds)
+        wanted = np.asarray(sorted(set(slots)), dtype=np.int64)
+        # The windows are sorted by slot: each wanted one is a range of the arrays.
+        at = np.searchsorted(self.slots, wanted)
+        found = at < self.slots.size
+        found[found] &= self.slots[at[found]] == wanted[found]
+        bounds = zip(self.starts[at[found]].tolist(), self.ends[at[found]].tolist(), strict=True)
+        ranges = [np.arange(a, b) for a, b in bounds]
+        keep = np.concatenate(ranges) if ranges else np.empty(0, np.int64)
+        boots = self.boot[keep]
+        for code in np.unique(boots).tolist():
+            out._boot_code(self._boots[code])
+        remap = np.zeros(max(len(self._boots), 1), np.int32)
+        remap[[self._boot_codes[b] for b in out._boots]] = np.arange(len(out._boots))
+        out.slot, out.ts, out.boot = self.slot[keep], self.ts[keep], remap[boots]
+        out.values = self.values[:, keep]
+        out._newest = np.full(self._newest.size, _NO_TIME, np.int64)
+        present = wanted[wanted < self._newest.size]
+        out._newest[present] = self._newest[present]
+        chosen = set(wanted.tolist())
+        out._exact = {k: v for k, v in self._exact.items() if k[0] in chosen}
+        out._segments()
+        return out
+
     def _thinning(self, dense_from: NDArray[np.int64], step_us: int) -> NDArray[np.bool_]:
         """Which samples :meth:`FleetJudge._thinned` keeps: every window at once, position by
         position (a window's n-th sample depends on the last one kept before it)."""

@@ -136,7 +136,8 @@ def _ingest(
     db: Database,
     slots: threading.Semaphore,
     thresholds: HealthThresholds | None = None,
-) -> tuple[IngestResponse, bool]:
+) -> tuple[IngestResponse, str | None]:
+    """The response, and the batch's node when it holds an urgent event (else None)."""
     batch = decode_batch(body, ingest_limits(settings, utcnow()))
     digest = hashlib.sha256(body).hexdigest()
     with slots:  # validation runs freely; only the transaction waits for a slot
@@ -164,7 +165,7 @@ def _ingest(
         accepted=IngestAccepted(samples=result.samples, events=result.events),
         duplicate=result.duplicate,
     )
-    return response, urgent
+    return response, batch.node.name if urgent else None
 
 
 @router.post(
@@ -183,7 +184,7 @@ async def ingest(request: Request, _token: IngestAuth) -> IngestResponse:
     try:
         _check_content_type(request)
         body = await _read_body(request, settings.max_body_bytes)
-        response, urgent = await run_in_threadpool(
+        response, urgent_node = await run_in_threadpool(
             _ingest,
             body,
             settings,
@@ -191,10 +192,12 @@ async def ingest(request: Request, _token: IngestAuth) -> IngestResponse:
             request.app.state.ingest_slots,
             _thresholds(request),
         )
-        if urgent:
-            request.app.state.waker.poke()
-            # The leader may be another process or replica: tell it through the database.
-            await run_in_threadpool(notify_wake, request.app.state.db.engine)
+        if urgent_node is not None:
+            request.app.state.urgent.add([urgent_node])  # this process's own snapshot
+            # The leader may be another process or replica: tell it through the database (the
+            # leader itself would only judge the node twice).
+            if not request.app.state.is_leader():
+                await run_in_threadpool(notify_wake, request.app.state.db.engine, [urgent_node])
     except InvalidInput as exc:
         metrics.ingest_batches.labels("rejected").inc()
         metrics.ingest_rejections.labels(str(status_for(exc))).inc()

@@ -9,9 +9,10 @@ only on evidence that covers the alert:
 
 - a process with no assessment yet resolves nothing (a pass right after a start must not page
   on-call "resolved" and then fire again);
-- a GPU alert resolves only from an assessment made after the alert was last seen
-  (``snapshot.at > updated_at``): with several workers, one whose snapshot is older than another's
-  newest pass must not resolve what that pass fired or still saw;
+- a GPU alert resolves only from an assessment of its node made after the alert was last seen
+  (``snapshot.judged_at(node) > updated_at``): with several workers, one whose snapshot is older
+  than another's newest pass must not resolve what that pass fired or still saw, and a snapshot
+  the urgent lane patched for a few nodes is as old as its whole-fleet pass for the others;
 - an unreachable alert does not resolve while its node is *unheard* (silent, but this process has
   not been up long enough to tell, see :mod:`fleetwatch.server.judge.liveness`): it resolves when
   the node reports again. One whose node went into a maintenance window resolves (its silence
@@ -31,6 +32,7 @@ filter.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -100,24 +102,29 @@ class Alerter:
         self.settings = settings
         self.assessment = assessment
         self.on_queued = on_queued
+        self._lock = threading.Lock()
 
     def run_once(self, now: datetime | None = None) -> AlertPass:
         now = now or datetime.now(UTC)
-        snapshot = self.assessment()
-        with self.db.write() as conn:
-            if not try_transaction_lock(conn, LockKey.ALERTS):
-                return AlertPass()
-            planned = load_planned(conn, now)
-            active = derive_conditions(
-                conn,
-                snapshot,
-                now=now,
-                settings=self.settings,
-                heard_since=self.heard_since,
-                planned=planned,
-            )
-            covered = self._coverage(conn, snapshot, now, planned)
-            result = self._pass(conn, active, now, covered)
+        # One pass at a time in this process (its own loop and the assessments' passes): a
+        # second one waits, then reads the newest snapshot, rather than skip on the database
+        # lock while the first acts on an older one.
+        with self._lock:
+            snapshot = self.assessment()
+            with self.db.write() as conn:
+                if not try_transaction_lock(conn, LockKey.ALERTS):
+                    return AlertPass()
+                planned = load_planned(conn, now)
+                active = derive_conditions(
+                    conn,
+                    snapshot,
+                    now=now,
+                    settings=self.settings,
+                    heard_since=self.heard_since,
+                    planned=planned,
+                )
+                covered = self._coverage(conn, snapshot, now, planned)
+                result = self._pass(conn, active, now, covered)
         if result.queued:
             self.on_queued()
         logger.debug(
@@ -146,7 +153,9 @@ class Alerter:
 
         def covers(row: Any) -> bool:
             if row.dedup_key.startswith("gpu:"):
-                return bool(snapshot.at > row.updated_at)
+                # A snapshot patched by the urgent lane judged only some nodes anew: the others
+                # are as of the whole-fleet pass it was built on.
+                return bool(snapshot.judged_at(row.node) > row.updated_at)
             if row.kind == "unreachable":
                 return row.node not in unheard
             return True  # derived from the database at this pass's own ``now``
