@@ -9,6 +9,7 @@ rollups        ``rollup_interval_s``            leader
 lifecycle      ``lifecycle_interval_s``         leader
 retention      ``retention_interval_s``         leader
 planner        ``planner_interval_s``           leader    after each assessment on the leader
+notices        ``planner_interval_s``           leader    after each plan on the leader
 stragglers     ``straggler_interval_s``         leader
 alerts         ``alert_interval_s``             leader    after each assessment on the leader
 weekly_report  every 10 minutes                 leader
@@ -34,6 +35,7 @@ from sqlalchemy import Engine
 
 from fleetwatch.config import ServerSettings
 from fleetwatch.rules.overrides import load_rules
+from fleetwatch.server.act.notices import JobNotices
 from fleetwatch.server.act.planner import EvictionPlanner
 from fleetwatch.server.db.session import Database
 from fleetwatch.server.jobs.isolation import ItemGuard
@@ -82,6 +84,8 @@ class BackgroundJobs:
         self.planner = EvictionPlanner(
             db, settings, self.assessor, guard=self._guard("planner"), heard_since=heard_since
         )
+        # Issue 15: what each running job is told about its nodes (after each plan).
+        self.notices = JobNotices(db, settings, lambda: self.assessor.latest)
         self.stragglers = StragglerDetector(db, settings, guard=self._guard("stragglers"))
         self.alerter = Alerter(
             db,
@@ -117,7 +121,7 @@ class BackgroundJobs:
             Job(
                 "retention", s.retention_interval_s, RetentionJob.from_settings(db, s, self.metrics)
             ),
-            Job("planner", s.planner_interval_s, self.planner.run_once, first=fresh),
+            Job("planner", s.planner_interval_s, self._plan_then_notify, first=fresh),
             Job("stragglers", s.straggler_interval_s, self.stragglers.run_once),
             Job("alerts", s.alert_interval_s, self.alerter.run_once, first=fresh),
             Job("weekly_report", WEEKLY_REPORT_INTERVAL_S, weekly_report),
@@ -172,12 +176,18 @@ class BackgroundJobs:
             return  # a replica's snapshot answers its requests; the leader plans and alerts
         # The planner and the alerts have their own loops too: one failing must not keep the
         # other from acting on this assessment (each failure is logged and counted there).
-        for job, step in (("planner", self.planner), ("alerts", self.alerter)):
+        steps = (("planner", self.planner), ("notices", self.notices), ("alerts", self.alerter))
+        for job, step in steps:
             try:
                 step.run_once()  # a fatal Xid drains and pages without waiting for their ticks
             except Exception:
                 self._failures(job).inc()
                 logger.exception("background job %s (after the assessment) failed", job)
+
+    def _plan_then_notify(self) -> None:
+        """The planner's tick, then the jobs' notices from the evictions it left open."""
+        self.planner.run_once()
+        self.notices.run_once()
 
     def _guard(self, job: str) -> ItemGuard:
         return ItemGuard(job, self.metrics.background_item_errors.labels(job=job))
