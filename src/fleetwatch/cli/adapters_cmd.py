@@ -65,11 +65,26 @@ def _common(func: click.decorators.FC) -> click.decorators.FC:
     show_default=True,
     help="scontrol to run; the cluster comes from SLURM_CONF as for any Slurm command",
 )
-def slurm_sync(scontrol_path: str, **common: Any) -> None:
+@click.option(
+    "--signal-jobs",
+    "signal_jobs",
+    metavar="SIGNAL",
+    help="Before draining a node, send SIGNAL (e.g. USR1) to the jobs running on it "
+    "(scancel --signal=SIGNAL --batch <job>), so they can checkpoint first. Off by default",
+)
+def slurm_sync(scontrol_path: str, signal_jobs: str | None, **common: Any) -> None:
     """Drain Slurm nodes FleetWatch evicts; resume them when FleetWatch returns them."""
     from fleetwatch.adapters.slurm import Scontrol, SlurmBackend
 
-    _sync(lambda: SlurmBackend(Scontrol(scontrol_path)), **common)
+    def backend() -> NodeBackend:
+        slurm = SlurmBackend(Scontrol(scontrol_path))
+        if not signal_jobs:
+            return slurm
+        from fleetwatch.adapters.job_signals import SignallingBackend, SlurmJobSignaller
+
+        return cast("NodeBackend", SignallingBackend(slurm, SlurmJobSignaller(signal_jobs)))
+
+    _sync(backend, **common)
 
 
 @click.command("k8s-sync")
