@@ -46,7 +46,7 @@ def xid79(i: int) -> str:
             ", name=bench, GPU has fallen off the bus.\n")  # fmt: skip
 
 
-def trials(url: str, tmp: Path, count: int, timeout_s: float = 60.0) -> list[float]:
+def trials(url: str, tmp: Path, count: int, timeout_s: float = 30.0) -> list[float]:
     upgrade(make_engine(ServerSettings(database_url=url)))
     agent_token = create_token(url, "agent", "bench-agent")
     sched_token = create_token(url, "scheduler", "bench-sched")
@@ -89,8 +89,10 @@ def trials(url: str, tmp: Path, count: int, timeout_s: float = 60.0) -> list[flo
                     new = [(t, n) for t, n in heard[seen:] if n["kind"] != "cleared"]
                 if not new:
                     latencies.append(float("inf"))
+                    print(f"trial {i}: no notice within {timeout_s:.0f} s", flush=True)
                     continue
                 latencies.append(new[0][0] - written)
+                print(f"trial {i}: {latencies[-1] * 1000:.0f} ms ({new[0][1]['kind']})", flush=True)
                 pending = sched.get("/v1/evictions", params={"state": "pending"}).json()["data"]
                 for eviction in pending:
                     for step in ("ack", "complete"):

@@ -74,6 +74,18 @@ class RunningJob:
     horizon_h: float
 
 
+NoticeKey = tuple[str, str, str, str, str]
+
+
+def _key(
+    job_id: str, kind: str, node: str, gpu: str | None, evidence: Mapping[str, Any] | None
+) -> NoticeKey:
+    """One notice per cause: a drain notice per eviction (a node drained, returned and drained
+    again gives a new notice), a GPU notice per GPU, a risk notice per node."""
+    eviction = (evidence or {}).get("eviction_id") if kind == "drain_pending" else None
+    return (job_id, kind, node, gpu or "", str(eviction or ""))
+
+
 @dataclass(frozen=True)
 class Wanted:
     """A notice that should be open; ``key`` identifies it across passes."""
@@ -87,8 +99,8 @@ class Wanted:
     evidence: Mapping[str, Any] = field(default_factory=dict)
 
     @property
-    def key(self) -> tuple[str, str, str, str]:
-        return (self.job_id, self.kind, self.node, self.gpu or "")
+    def key(self) -> NoticeKey:
+        return _key(self.job_id, self.kind, self.node, self.gpu, self.evidence)
 
 
 @dataclass
@@ -271,9 +283,9 @@ def derive_notices(
         )
     ).all()
     changes = NoticeChanges()
-    have: set[tuple[str, str, str, str]] = set()
+    have: set[NoticeKey] = set()
     for row in stored:
-        key = (row.job_id, row.kind, row.node, row.gpu or "")
+        key = _key(row.job_id, row.kind, row.node, row.gpu, row.evidence)
         if not in_scope(row.node) or row.kind not in judged_kinds:
             have.add(key)
             continue

@@ -7,7 +7,7 @@ from sqlalchemy import Connection, func, select
 from fleetwatch.server.db.tables import job_notices
 from fleetwatch.server.schemas.notices import NoticePublic
 
-__all__ = ["list_notices", "open_notices"]
+__all__ = ["list_notices", "open_job_notices", "open_notices"]
 
 
 def list_notices(conn: Connection, job_id: str, *, after: int, limit: int) -> list[NoticePublic]:
@@ -29,3 +29,17 @@ def open_notices(conn: Connection, job_id: str) -> int:
         job_notices.c.kind != "cleared",
     )
     return int(conn.execute(query).scalar_one())
+
+
+def open_job_notices(conn: Connection, job_id: str) -> list[NoticePublic]:
+    """The job's notices open now, oldest first."""
+    query = (
+        select(job_notices)
+        .where(
+            job_notices.c.job_id == job_id,
+            job_notices.c.cleared_at.is_(None),
+            job_notices.c.kind != "cleared",
+        )
+        .order_by(job_notices.c.id)
+    )
+    return [NoticePublic.model_validate(dict(row._mapping)) for row in conn.execute(query)]
