@@ -43,7 +43,7 @@ from fleetwatch.server.db.base import utcnow
 from fleetwatch.server.db.session import Database
 from fleetwatch.server.db.tables import evictions, job_notices, jobs
 from fleetwatch.server.jobs.locks import LockKey, transaction_lock
-from fleetwatch.server.judge.assessment import FleetAssessment, GpuRisk
+from fleetwatch.server.judge.assessment import FleetAssessment, GpuAssessment, GpuRisk
 
 __all__ = [
     "CHANNEL",
@@ -156,36 +156,43 @@ def _drain_notice(job: RunningJob, eviction: Mapping[str, Any]) -> Wanted:
     )
 
 
-def _gpu_out_notices(job: RunningJob, snapshot: FleetAssessment) -> Iterable[Wanted]:
-    nodes = set(job.nodes)
+def _out_by_node(snapshot: FleetAssessment) -> dict[str, list[GpuAssessment]]:
+    """The GPUs a rule takes out, by node (once per pass, not once per job)."""
+    out: dict[str, list[GpuAssessment]] = {}
     for gpu in snapshot.gpus:
-        if gpu.node not in nodes:
-            continue
-        out = [v for v in gpu.verdicts if v.takes_gpu_out]
-        if not out:
-            continue
-        first = out[0]
-        yield Wanted(
-            job_id=job.job_id,
-            kind="gpu_out",
-            node=gpu.node,
-            gpu=gpu.uuid,
-            reason=f"GPU {gpu.index} out of service: {first.rule} ({first.severity})",
-            action=_CHECKPOINT_AND_EXIT,
-            evidence={
-                "index": gpu.index,
-                "verdicts": [
-                    {
-                        "kind": v.kind,
-                        "rule": v.rule,
-                        "severity": v.severity,
-                        "xids": list(v.xids),
-                        "last_seen": v.last_seen.isoformat() if v.last_seen else None,
-                    }
-                    for v in out
-                ],
-            },
-        )
+        if gpu.out_of_service:
+            out.setdefault(gpu.node, []).append(gpu)
+    return out
+
+
+def _gpu_out_notices(
+    job: RunningJob, out_by_node: Mapping[str, list[GpuAssessment]]
+) -> Iterable[Wanted]:
+    for node in job.nodes:
+        for gpu in out_by_node.get(node, ()):
+            out = [v for v in gpu.verdicts if v.takes_gpu_out]
+            first = out[0]
+            yield Wanted(
+                job_id=job.job_id,
+                kind="gpu_out",
+                node=gpu.node,
+                gpu=gpu.uuid,
+                reason=f"GPU {gpu.index} out of service: {first.rule} ({first.severity})",
+                action=_CHECKPOINT_AND_EXIT,
+                evidence={
+                    "index": gpu.index,
+                    "verdicts": [
+                        {
+                            "kind": v.kind,
+                            "rule": v.rule,
+                            "severity": v.severity,
+                            "xids": list(v.xids),
+                            "last_seen": v.last_seen.isoformat() if v.last_seen else None,
+                        }
+                        for v in out
+                    ],
+                },
+            )
 
 
 def _model_node_risk(members: list[GpuRisk]) -> tuple[float, GpuRisk] | None:
@@ -201,12 +208,13 @@ def _model_node_risk(members: list[GpuRisk]) -> tuple[float, GpuRisk] | None:
     return 1.0 - survive, riskiest
 
 
-def _risk_notices(job: RunningJob, snapshot: FleetAssessment) -> Iterable[Wanted]:
-    grouped: dict[str, list[GpuRisk]] = {}
-    for risk in snapshot.risks(job.horizon_h / 24.0):
-        if risk.gpu.node in job.nodes:
-            grouped.setdefault(risk.gpu.node, []).append(risk)
-    for node in sorted(grouped):
+def _risk_notices(
+    job: RunningJob, by_node: Callable[[float], Mapping[str, list[GpuRisk]]]
+) -> Iterable[Wanted]:
+    grouped = by_node(job.horizon_h)
+    for node in sorted(set(job.nodes)):
+        if node not in grouped:
+            continue
         found = _model_node_risk(grouped[node])
         if found is None or found[0] < job.risk_threshold:
             continue
@@ -246,13 +254,25 @@ def wanted_notices(
     for eviction in open_evictions:
         if eviction["state"] in NOTICE_STATES:
             by_node.setdefault(eviction["node"], []).append(eviction)
+    out_by_node = _out_by_node(snapshot) if snapshot is not None else {}
+    risks: dict[float, dict[str, list[GpuRisk]]] = {}
+
+    def risks_by_node(horizon_h: float) -> dict[str, list[GpuRisk]]:
+        # Grouped once per horizon the jobs chose, not once per job.
+        if horizon_h not in risks and snapshot is not None:
+            grouped: dict[str, list[GpuRisk]] = {}
+            for risk in snapshot.risks(horizon_h / 24.0):
+                grouped.setdefault(risk.gpu.node, []).append(risk)
+            risks[horizon_h] = grouped
+        return risks.get(horizon_h, {})
+
     out: list[Wanted] = []
     for job in running:
         for node in job.nodes:
             out.extend(_drain_notice(job, e) for e in by_node.get(node, ()))
         if snapshot is not None:
-            out.extend(_gpu_out_notices(job, snapshot))
-            out.extend(_risk_notices(job, snapshot))
+            out.extend(_gpu_out_notices(job, out_by_node))
+            out.extend(_risk_notices(job, risks_by_node))
     return out
 
 
