@@ -72,6 +72,7 @@ def run_job(
     ckpt: timedelta,
     restart: timedelta,
     heed: bool,
+    exit_on_notice: bool = True,
 ) -> Tally:
     """One job on one node group from ``start`` to ``end``. ``failures``: when a GPU of the
     group fails; ``notices``: (time, uuid, exit) where exit is a checkpoint-and-exit notice."""
@@ -82,17 +83,23 @@ def run_job(
     events.sort()
     anchor = start  # the periodic schedule's origin: the last restart or notice checkpoint
     avoided: set[datetime] = set()
+    left: set[str] = set()  # GPUs the job has left on a notice: later notices do not reach it
     for t, kind, uuid, exits in events:
         if not start <= t < end:
+            continue
+        if kind == 0 and uuid in left:
             continue
         if kind == 0:  # a notice: checkpoint now
             tally.notice_ckpts += 1
             tally.lost_gpu_h += gpus * ckpt.total_seconds() / _H
             anchor = t
-            if exits:  # leave the node: a planned restart; its GPU's failure misses the job
+            if (
+                exits and exit_on_notice
+            ):  # leave the node: a planned restart; its GPU's failure misses the job
                 tally.planned += 1
                 tally.lost_gpu_h += gpus * restart.total_seconds() / _H
                 anchor = t + restart
+                left.add(uuid)
                 failed = fails_of.get(uuid)
                 if failed is not None:
                     avoided.add(failed)
@@ -104,6 +111,23 @@ def run_job(
         tally.lost_gpu_h += gpus * (since + restart.total_seconds()) / _H
         anchor = t + restart
     return tally
+
+
+def _leads(
+    failures: Any, notices: dict[str, list[tuple[datetime, str, bool]]], nodes: dict[str, str]
+) -> list[float]:
+    """Hours from the first notice about the failing GPU in the 7 days before its failure."""
+    out = []
+    for r in failures.itertuples():
+        f = r.failure_time.to_pydatetime()
+        before = [
+            t
+            for t, u, _ in notices.get(nodes[r.uuid], ())
+            if u == r.uuid and f - timedelta(days=7) <= t < f
+        ]
+        if before:
+            out.append((f - min(before)).total_seconds() / _H)
+    return out
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -143,18 +167,22 @@ def report(result: Any, args: argparse.Namespace) -> None:
     print(f"fleet: {args.nodes} nodes x 8 GPUs, evaluation {start:%Y-%m-%d} to {end:%Y-%m-%d} "
           f"({result.eval_days} days), {len(failures)} failures; T = {args.interval_h:g} h, "
           f"checkpoint {args.ckpt_min:g} min, restart {args.restart_min:g} min")  # fmt: skip
-    for method in ("rules", "rules+model"):
-        rules = result.flags["rules"]
+    rules = result.flags["rules"]
+    # Rules + model: every rules notice, and a risk notice for each of the model's daily picks
+    # (the server's risk notices do not wait for the rules, as the backtest's budget fill does).
+    methods = {"rules": rules, "rules+model": rules | result.flags["model"]}
+    for method, flagged in methods.items():
         first: dict[str, list[tuple[datetime, str, bool]]] = defaultdict(list)
-        seen: dict[str, int] = {}
-        for day, uuid in sorted(result.flags[method]):
-            if seen.get(uuid) == day - 1:  # the same notice, still open
-                seen[uuid] = day
+        seen: dict[tuple[str, bool], int] = {}
+        for day, uuid in sorted(flagged):
+            key = (uuid, (day, uuid) in rules)  # a rules notice after a risk one is new
+            if seen.get(key) == day - 1:  # the same notice, still open
+                seen[key] = day
                 continue
-            seen[uuid] = day
+            seen[key] = day
             node = result.gpu_nodes[uuid]
-            first[node].append((result.days[day], uuid, (day, uuid) in rules))
-        leads = failures[f"lead_h_{method}"].dropna().tolist()
+            first[node].append((result.days[day], uuid, key[1]))
+        leads = _leads(failures, first, result.gpu_nodes)
         share = len(leads) / len(failures) if len(failures) else math.nan
         print(f"\n{method}: {share:.0%} of failures preceded by a notice (within 7 days); lead "
               f"time p50 {percentile(leads, 50):.1f} h, p90 {percentile(leads, 90):.1f} h; "
@@ -168,7 +196,9 @@ def report(result: Any, args: argparse.Namespace) -> None:
             per_job = size // GPUS_PER_NODE
             groups = [node_names[i:i + per_job]
                       for i in range(0, len(node_names) - per_job + 1, per_job)]  # fmt: skip
-            for heed in (False, True):
+            runs = (("ignore", False, False), ("checkpoint", True, False),
+                    ("checkpoint + exit", True, True))  # fmt: skip
+            for label, heed, exits in runs:
                 total = Tally()
                 for group in groups:
                     members = set(group)
@@ -180,9 +210,9 @@ def report(result: Any, args: argparse.Namespace) -> None:
                     notices = [n for node in group for n in first.get(node, [])]
                     total.add(run_job(start, end, size, hits, notices, fails_of,
                                       interval=interval, ckpt=ckpt, restart=restart,
-                                      heed=heed))  # fmt: skip
+                                      heed=heed, exit_on_notice=exits))  # fmt: skip
                 k = 1000.0 / total.job_hours if total.job_hours else math.nan
-                print(f"| {size} | {len(groups)} | {'on notice' if heed else 'ignore'} | "
+                print(f"| {size} | {len(groups)} | {label} | "
                       f"{total.lost_gpu_h:,.0f} | {total.lost_gpu_h * k:,.0f} | "
                       f"{total.failures * k:.2f} | {total.planned * k:.2f} | "
                       f"{total.notice_ckpts} |")  # fmt: skip
