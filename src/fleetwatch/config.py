@@ -158,6 +158,25 @@ class ServerSettings(BaseSettings):
     max_steps_per_batch: int = Field(
         default=10_000, ge=1, le=100_000, description="Most step reports in one POST of steps"
     )
+    notice_risk_threshold: float = Field(
+        default=0.5,
+        gt=0,
+        le=1,
+        description="A running job gets a risk notice when P(failure within its horizon) of one "
+        "of its nodes reaches this; a job may choose its own at start",
+    )
+    notice_horizon_h: float = Field(
+        default=24.0,
+        gt=0,
+        le=8760,
+        description="The horizon (hours) of a job's risk notices unless it chose one at start",
+    )
+    notice_job_idle_s: float = Field(
+        default=3600.0,
+        gt=0,
+        description="A job that has not ended is running while it reported within this many "
+        "seconds (steps or start); only running jobs get notices",
+    )
     straggler_interval_s: float = Field(
         default=10.0, gt=0, description="How often the straggler detector reads new step reports"
     )

@@ -83,8 +83,9 @@ def test_step_reporter_loop_and_close_never_wait_on_a_hung_send() -> None:
         raise httpx.ConnectError("released by the test", request=request)
 
     reporter = StepReporter("http://fleetwatch.invalid", "fwt_x", "hung", rank=0, node="n1",
-                            flush_interval_s=0.05, max_queue=100,
+                            flush_interval_s=0.05, max_queue=100, notices=False,
                             transport=httpx.MockTransport(hang))  # fmt: skip
+    # (notices off: the hung request must be the step sender's, not the notice thread's)
     try:
         reporter.step(0, 50.0)
         assert in_send.wait(60), "the sender never took the first step"

@@ -65,11 +65,26 @@ def _common(func: click.decorators.FC) -> click.decorators.FC:
     show_default=True,
     help="scontrol to run; the cluster comes from SLURM_CONF as for any Slurm command",
 )
-def slurm_sync(scontrol_path: str, **common: Any) -> None:
+@click.option(
+    "--signal-jobs",
+    "signal_jobs",
+    metavar="SIGNAL",
+    help="Before draining a node, send SIGNAL (e.g. USR1) to the jobs running on it "
+    "(scancel --signal=SIGNAL --batch <job>), so they can checkpoint first. Off by default",
+)
+def slurm_sync(scontrol_path: str, signal_jobs: str | None, **common: Any) -> None:
     """Drain Slurm nodes FleetWatch evicts; resume them when FleetWatch returns them."""
     from fleetwatch.adapters.slurm import Scontrol, SlurmBackend
 
-    _sync(lambda: SlurmBackend(Scontrol(scontrol_path)), **common)
+    def backend() -> NodeBackend:
+        slurm = SlurmBackend(Scontrol(scontrol_path))
+        if not signal_jobs:
+            return slurm
+        from fleetwatch.adapters.job_signals import SignallingBackend, SlurmJobSignaller
+
+        return cast("NodeBackend", SignallingBackend(slurm, SlurmJobSignaller(signal_jobs)))
+
+    _sync(backend, **common)
 
 
 @click.command("k8s-sync")
@@ -78,13 +93,29 @@ def slurm_sync(scontrol_path: str, **common: Any) -> None:
     "--kubeconfig", type=click.Path(exists=True, dir_okay=False), help="Default: ~/.kube/config"
 )
 @click.option("--in-cluster", is_flag=True, help="Use the pod's service account")
-def k8s_sync(kubeconfig: str | None, in_cluster: bool, **common: Any) -> None:
+@click.option(
+    "--annotate-pods",
+    is_flag=True,
+    help="Before cordoning a node, annotate its running pods fleetwatch.io/drain-pending="
+    "'<eviction id>: <reason>' so the jobs can checkpoint first. Off by default",
+)
+def k8s_sync(kubeconfig: str | None, in_cluster: bool, annotate_pods: bool, **common: Any) -> None:
     """Cordon and taint Kubernetes nodes FleetWatch evicts; undo it when they are returned."""
     if kubeconfig and in_cluster:
         raise click.UsageError("--kubeconfig and --in-cluster exclude each other")
     from fleetwatch.adapters.kubernetes import KubernetesBackend, core_api
 
-    _sync(lambda: KubernetesBackend(core_api(kubeconfig, in_cluster)), **common)
+    def backend() -> NodeBackend:
+        api = core_api(kubeconfig, in_cluster)
+        nodes = KubernetesBackend(api)
+        if not annotate_pods:
+            return nodes
+        from fleetwatch.adapters.job_signals import KubernetesPodAnnotator, SignallingBackend
+
+        annotator = KubernetesPodAnnotator(cast("Any", api))
+        return cast("NodeBackend", SignallingBackend(nodes, annotator))
+
+    _sync(backend, **common)
 
 
 def _sync(

@@ -32,6 +32,24 @@ the server refuses is counted in ``rejected_events``; a bad argument is logged a
 raised. The server keys a checkpoint by its start and a restart by its resume time, so a report
 sent twice is stored once.
 
+Notices (issue 15): a second daemon thread long-polls ``GET /v1/jobs/{job_id}/notices`` (the
+same token) and keeps what the server tells this job about its nodes: a drain pending, a GPU
+out, a node risk over the job's threshold, and their clearing. The loop asks cheaply::
+
+    for step in range(steps):
+        with reporter.timed(step):
+            train_step()
+        if reporter.should_checkpoint():    # a notice arrived since the last checkpoint
+            with reporter.checkpoint(step=step):
+                save_checkpoint()
+            if reporter.exit_advised:        # the node is being drained: leave cleanly
+                break
+
+``reporter.notices`` lists every notice received, ``reporter.open_notices`` those still open;
+``on_notice`` (a callable taking the notice dict) is called from the background thread, and an
+exception it raises is logged, never raised into the loop. The thread remembers its cursor, so
+after the server was away it reads what it missed. ``notices=False`` turns it off.
+
 Only the standard library and httpx are imported, so the agent-only install can use it.
 """
 
@@ -42,7 +60,7 @@ import random
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from types import TracebackType
@@ -59,6 +77,8 @@ MAX_BACKOFF_S = 60.0
 _RETRY_STATUSES = {408, 429}
 OUTCOMES = ("completed", "failed", "cancelled")
 Work = tuple[str, Any]  # ("steps", [step, ...]) or ("event", (path, body))
+Notice = dict[str, Any]
+_CHECKPOINT_ACTIONS = ("checkpoint_now", "checkpoint_and_exit")
 
 
 class StepReporter:
@@ -80,6 +100,9 @@ class StepReporter:
         close_timeout_s: float = 10.0,
         transport: httpx.BaseTransport | None = None,
         max_events: int = 1000,
+        notices: bool = True,
+        on_notice: Callable[[Notice], None] | None = None,
+        notice_wait_s: float = 30.0,
     ) -> None:
         self.job_id = job_id
         self.rank = rank
@@ -111,8 +134,27 @@ class StepReporter:
             transport=transport,
         )
         self._healthy = True
+        self.notices: list[Notice] = []
+        self.notice_cursor = 0
+        self.on_notice = on_notice
+        self._open: dict[int, Notice] = {}
+        self._checkpoint_due = threading.Event()
+        self._notice_wait_s = notice_wait_s
+        self._notice_path = f"/v1/jobs/{job_id}/notices"
         self._thread = threading.Thread(target=self._run, name="fleetwatch-steps", daemon=True)
         self._thread.start()
+        self._notice_thread: threading.Thread | None = None
+        if notices:
+            self._notice_client = httpx.Client(
+                base_url=url.rstrip("/"),
+                headers={"Authorization": f"Bearer {token}"},
+                timeout=notice_wait_s + timeout_s,
+                transport=transport,
+            )
+            self._notice_thread = threading.Thread(
+                target=self._watch_notices, name="fleetwatch-notices", daemon=True
+            )
+            self._notice_thread.start()
 
     # -- the training loop's side: never blocks on the network, never raises -----------------
 
@@ -152,14 +194,20 @@ class StepReporter:
         nodes: list[str] | None = None,
         ranks: int | None = None,
         started_at: datetime | None = None,
+        notice_risk_threshold: float | None = None,
+        horizon_h: float | None = None,
     ) -> None:
-        """The job started (now, unless given) on ``nodes`` (default: this rank's node)."""
+        """The job started (now, unless given) on ``nodes`` (default: this rank's node).
+        ``notice_risk_threshold`` and ``horizon_h``: when a node's risk gives the job a notice
+        (default: the server's settings)."""
         body: dict[str, Any] = {
             "started_at": _instant(started_at),
             "nodes": list(nodes) if isinstance(nodes, list | tuple) and nodes else [self.node],
         }
-        if ranks is not None:
-            body["ranks"] = ranks
+        extra = {"ranks": ranks, "notice_risk_threshold": notice_risk_threshold}
+        body.update({k: v for k, v in extra.items() if v is not None})
+        if horizon_h is not None:
+            body["horizon_h"] = horizon_h
         self._event("start", body)
 
     def end(
@@ -181,6 +229,7 @@ class StepReporter:
         began = datetime.now(UTC)
         started = time.perf_counter()
         yield
+        self._checkpoint_due.clear()  # a checkpoint taken answers the notices before it
         body: dict[str, Any] = {
             "started_at": began.isoformat(),
             "duration_s": time.perf_counter() - started,
@@ -208,6 +257,25 @@ class StepReporter:
             body["interrupted_at"] = _instant(interrupted_at)
         self._event("restarts", body)
 
+    def should_checkpoint(self) -> bool:
+        """True once after a notice that advises a checkpoint arrived (and again after the next
+        one); a checkpoint taken with :meth:`checkpoint` also answers it. No network, no lock."""
+        if self._checkpoint_due.is_set():
+            self._checkpoint_due.clear()
+            return True
+        return False
+
+    @property
+    def open_notices(self) -> list[Notice]:
+        """Notices received and not cleared since, oldest first."""
+        with self._lock:
+            return list(self._open.values())
+
+    @property
+    def exit_advised(self) -> bool:
+        """An open notice says checkpoint and exit (the node is being drained)."""
+        return any(n.get("action") == "checkpoint_and_exit" for n in self.open_notices)
+
     def _event(self, what: str, body: dict[str, Any]) -> None:
         # Values are checked by the server (a refusal is counted in rejected_events), so that a
         # wrong argument never raises into the training loop.
@@ -233,6 +301,8 @@ class StepReporter:
         self._closing.set()
         self._wake.set()
         self._thread.join(self.close_timeout_s if timeout_s is None else timeout_s)
+        if self._notice_thread is not None:
+            self._notice_thread.join(1.0)  # it checks _closing between polls; a daemon anyway
         if self._thread.is_alive():
             logger.warning(
                 "step reporter: %d steps and %d job reports not sent before close timed out",
@@ -365,6 +435,55 @@ class StepReporter:
             self._wake.wait(backoff * random.uniform(0.8, 1.2))
             self._wake.clear()
             backoff = min(backoff * 2, MAX_BACKOFF_S)
+
+    # -- the notice thread -------------------------------------------------------------------
+
+    def _watch_notices(self) -> None:
+        backoff = self.flush_interval_s
+        while not self._closing.is_set():
+            try:
+                got = self._poll_notices()
+            except Exception:  # the thread must survive anything; the loop never sees it
+                logger.exception("step reporter: unexpected error reading notices")
+                got = False
+            if got:
+                backoff = self.flush_interval_s
+                continue
+            self._closing.wait(backoff * random.uniform(0.8, 1.2))
+            backoff = min(backoff * 2, MAX_BACKOFF_S)
+        self._notice_client.close()
+
+    def _poll_notices(self) -> bool:
+        """One long-poll; False when the server could not be asked (then back off)."""
+        params = {"after": self.notice_cursor, "wait": self._notice_wait_s}
+        try:
+            response = self._notice_client.get(self._notice_path, params=params)
+        except httpx.HTTPError as exc:
+            logger.debug("step reporter: notices not read (%s)", exc)
+            return False
+        if response.status_code != 200:
+            logger.debug("step reporter: notices not read (HTTP %d)", response.status_code)
+            return False
+        body = response.json()
+        for notice in body.get("data", []):
+            self._receive(notice)
+        self.notice_cursor = max(self.notice_cursor, int(body.get("cursor", 0)))
+        return True
+
+    def _receive(self, notice: Notice) -> None:
+        with self._lock:
+            self.notices.append(notice)
+            if notice.get("kind") == "cleared":
+                self._open.pop(notice.get("clears") or -1, None)
+            elif notice.get("cleared_at") is None:
+                self._open[int(notice["id"])] = notice
+        if notice.get("cleared_at") is None and notice.get("action") in _CHECKPOINT_ACTIONS:
+            self._checkpoint_due.set()
+        if self.on_notice is not None:
+            try:
+                self.on_notice(notice)
+            except Exception:  # the job's callback: logged, never raised into its loop
+                logger.exception("step reporter: on_notice raised")
 
 
 def _instant(ts: datetime | None) -> Any:

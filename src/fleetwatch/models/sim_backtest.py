@@ -150,6 +150,11 @@ class SimBacktestResult:
     wall_s: float
     bundle: RiskBundle
     coefficients: dict[str, float] = field(default_factory=dict)
+    # Each method's flagged (evaluation day index, uuid) at H = 1 day, the evaluation midnights
+    # and each GPU's node: what benchmarks/notice_savings.py turns into job notices.
+    flags: dict[str, set[tuple[int, str]]] = field(default_factory=dict)
+    days: list[datetime] = field(default_factory=list)
+    gpu_nodes: dict[str, str] = field(default_factory=dict)
 
     @property
     def n_failures(self) -> int:
@@ -439,6 +444,9 @@ def run_sim_backtest(
         wall_s=wall,
         bundle=bundle,
         coefficients=dict((bundle.metrics.get("aft") or {}).get("coefficients", {})),
+        flags={m: flags[(m, 1.0)] for m in METHODS},
+        days=list(days),
+        gpu_nodes={g.uuid: g.node for g in gpus},
     )
 
 

@@ -22,6 +22,7 @@ import fleetwatch
 from fleetwatch.config import ServerSettings, load_server_settings
 from fleetwatch.errors import ConfigError, SchemaOutOfDate, StorageFull
 from fleetwatch.server.act.eviction_watch import EvictionWatch
+from fleetwatch.server.act.notices import CHANNEL as NOTICE_CHANNEL
 from fleetwatch.server.db.migrate import current_revision, head_revision, upgrade
 from fleetwatch.server.db.session import Database, make_engine, sqlite_directory
 from fleetwatch.server.db.storage import StorageCollector, StorageHealth
@@ -120,6 +121,9 @@ def create_app(
         # Wakes long-polls of GET /v1/evictions?wait= on an eviction change from any replica.
         app.state.eviction_watch = eviction_watch = EvictionWatch(engine)
         eviction_watch.start()
+        # Wakes long-polls of GET /v1/jobs/{id}/notices?wait= on a new notice (act/notices.py).
+        app.state.notice_watch = notice_watch = EvictionWatch(engine, NOTICE_CHANNEL)
+        notice_watch.start()
         app.state.secret_box = secret_box = load_secret_box(settings)
         _seal_plaintext_secrets(db, secret_box)
         # Silence before this moment was not heard by this process: a node's unreachable clock
@@ -148,10 +152,12 @@ def create_app(
         jobs = BackgroundJobs(
             db, settings, metrics=metrics, secrets=secret_box, heard_since=heard_since
         )
+        jobs.notices.on_change = notice_watch.notify  # this process's long-polls (SQLite too)
         # The routes use some of the jobs' objects: the newest assessment, a refit on request,
         # the wakers of the assessment and the webhook delivery.
         app.state.assessor = jobs.assessor
         app.state.planner = jobs.planner
+        app.state.notices = jobs.notices
         app.state.stragglers = jobs.stragglers
         app.state.alerter = jobs.alerter
         app.state.outbox = jobs.outbox
@@ -171,6 +177,7 @@ def create_app(
         try:
             yield
         finally:
+            notice_watch.stop()  # the reverse of starting: each restores the signal handler
             eviction_watch.stop()
             risk_prefetch.stop()
             await jobs.stop()

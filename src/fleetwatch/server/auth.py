@@ -43,6 +43,7 @@ class Permission(enum.Enum):
     READ = "read"
     SCHEDULE = "schedule"
     ADMIN = "admin"
+    JOB_NOTICES = "job_notices"  # a training job reads its notices with its agent token
 
 
 # Which scopes grant each permission. An agent token can only push: a stolen one reads nothing.
@@ -51,6 +52,7 @@ GRANTED_BY: dict[Permission, tuple[str, ...]] = {
     Permission.READ: ("read", "scheduler", "admin"),
     Permission.SCHEDULE: ("scheduler", "admin"),
     Permission.ADMIN: ("admin",),
+    Permission.JOB_NOTICES: ("agent", "read", "scheduler", "admin"),
 }
 
 _PREFIX = "fwt_"

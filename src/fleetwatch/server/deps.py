@@ -31,6 +31,7 @@ __all__ = [
     "AdminAuth",
     "DatabaseDep",
     "IngestAuth",
+    "NoticeAuth",
     "LivenessDep",
     "ReadAuth",
     "SchedulerAuth",
@@ -162,3 +163,5 @@ IngestAuth = Annotated[TokenInfo, Depends(require(Permission.INGEST))]
 ReadAuth = Annotated[TokenInfo, Depends(require(Permission.READ))]
 SchedulerAuth = Annotated[TokenInfo, Depends(require(Permission.SCHEDULE))]
 AdminAuth = Annotated[TokenInfo, Depends(require(Permission.ADMIN))]
+# The StepReporter's agent token reads its job's notices; so do read tokens.
+NoticeAuth = Annotated[TokenInfo, Depends(require(Permission.JOB_NOTICES))]

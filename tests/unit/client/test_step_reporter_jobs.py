@@ -17,8 +17,9 @@ URL = "http://fleetwatch.invalid"
 
 
 def _reporter(handler: Any, **kw: Any) -> StepReporter:
+    # Notices off: these tests count the reports the handler sees (test_step_reporter_notices.py)
     return StepReporter(URL, "fwt_x", "job-9", rank=0, node="gpu-3", flush_interval_s=0.05,
-                        transport=httpx.MockTransport(handler), **kw)  # fmt: skip
+                        transport=httpx.MockTransport(handler), notices=False, **kw)  # fmt: skip
 
 
 def test_job_reports_reach_their_endpoints_in_order() -> None:

@@ -37,6 +37,7 @@ from fleetwatch.server.secret_box import SecretBox
 SCOPES = ("agent", "read", "scheduler", "admin")
 ALLOWED = {
     "ingest": {"agent", "admin"},
+    "job_notices": {"agent", "read", "scheduler", "admin"},
     "read": {"read", "scheduler", "admin"},
     "admin": {"admin"},
     "schedule": {"scheduler", "admin"},
@@ -76,6 +77,8 @@ ENDPOINTS: dict[tuple[str, str], tuple[str, str, int]] = {
     ("POST", "/v1/jobs/{job_id}/restarts"): ("ingest", "/v1/jobs/job-1/restarts", 200),
     ("GET", "/v1/availability"): ("read", "/v1/availability", 200),
     ("GET", "/v1/jobs"): ("read", "/v1/jobs", 200),
+    # A job reads its notices with its agent token (issue 15).
+    ("GET", "/v1/jobs/{job_id}/notices"): ("job_notices", "/v1/jobs/job-1/notices", 200),
     ("GET", "/v1/jobs/{job_id}"): ("read", "/v1/jobs/job-1", 200),
     ("GET", "/v1/stragglers"): ("read", "/v1/stragglers", 200),
     # node-a's GPU has no model probability and no rule verdict: past auth, the advice is a 422.

@@ -5,12 +5,15 @@ from __future__ import annotations
 import math
 from datetime import UTC, datetime
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from sqlalchemy import insert
 from tests.conftest import bearer
 
 from fleetwatch.models.checkpoint import GpuHazard, advise, daly_interval, goodput, hazard_per_day
+from fleetwatch.server.db.tables import job_notices
 
 P_001 = 1.0 - math.exp(-0.01)  # one-day probability of a GPU failing at 0.01 a day
 
@@ -139,3 +142,50 @@ def test_checkpoint_api_bad_query_names_the_field(
     response = client.get("/v1/advice/checkpoint", params=params, headers=bearer(tokens["read"]))
     assert response.status_code == 422
     assert loc in [d["loc"] for d in response.json()["detail"]]
+
+
+def _open_notice(db: Any, job: str, kind: str, node: str, evidence: dict[str, Any]) -> int:
+    with db.write() as conn:
+        done = conn.execute(
+            insert(job_notices).values(
+                job_id=job, kind=kind, node=node, gpu=None, reason=kind, evidence=evidence,
+                action="checkpoint_now", opened_at=datetime.now(UTC),
+            )
+        )  # fmt: skip
+        return int(done.inserted_primary_key[0])
+
+
+def test_checkpoint_advice_for_a_job_drops_with_its_open_notices(
+    client: TestClient, tokens: dict[str, str]
+) -> None:
+    """A risk notice (P = 0.5 within 12 h on node a, one GPU) raises a's rate to ln 2 x 2 a
+    day; a drain notice on b counts b's GPU as out (p = 0.99 a day); the interval drops."""
+    steps = [{"rank": r, "node": n, "step": 0, "duration_ms": 5.0,
+              "ts": "2025-01-01T00:00:00Z"} for r, n in enumerate(("a", "b"))]  # fmt: skip
+    client.post("/v1/jobs/j7/steps", json={"steps": steps}, headers=bearer(tokens["agent"]))
+    client.app.state.assessor = FakeAssessor(  # type: ignore[attr-defined]
+        [_risk("a", "a0", P_001, "model"), _risk("b", "b0", P_001, "model")]
+    )
+
+    def advice() -> dict[str, Any]:
+        params = {"job": "j7", "checkpoint_cost_s": 60}
+        response = client.get(
+            "/v1/advice/checkpoint", params=params, headers=bearer(tokens["read"])
+        )
+        assert response.status_code == 200, response.text
+        body: dict[str, Any] = response.json()
+        return body
+
+    calm = advice()
+    assert calm["failure_rate_per_day"] == pytest.approx(0.02) and calm["open_notices"] == []
+    db = client.app.state.db  # type: ignore[attr-defined]
+    risk = _open_notice(db, "j7", "risk", "a", {"probability": 0.5, "horizon_h": 12.0})
+    risky = advice()
+    assert risky["open_notices"] == [risk]
+    assert risky["failure_rate_per_day"] == pytest.approx(2 * math.log(2) + 0.01)
+    assert risky["interval_s"] < calm["interval_s"]
+    drain = _open_notice(db, "j7", "drain_pending", "b", {"eviction_id": 1})
+    draining = advice()
+    assert draining["open_notices"] == [risk, drain]
+    assert draining["failure_rate_per_day"] == pytest.approx(2 * math.log(2) + math.log(100))
+    assert draining["interval_s"] < risky["interval_s"]

@@ -29,6 +29,7 @@ from fleetwatch.server.routers.jobs import JobId
 from fleetwatch.server.routers.lifetimes import LifetimeEnd
 from fleetwatch.server.routers.tokens import TokenCreate
 from fleetwatch.server.schemas.jobs import StepReport
+from fleetwatch.server.schemas.notices import NoticeAction, NoticeKind
 from fleetwatch.server.schemas.webhooks import Kind, WebhookCreate
 from fleetwatch.telemetry import (
     Batch,
@@ -197,6 +198,11 @@ def column_bounds() -> dict[str, int]:
         "jobs.outcome": _vocabulary("completed", "failed", "cancelled"),
         "job_checkpoints.job_id": w["job_id"],
         "job_restarts.job_id": w["job_id"],
+        "job_notices.job_id": w["job_id"],
+        "job_notices.node": w["node"],
+        "job_notices.gpu": w["uuid"],
+        "job_notices.kind": _vocabulary(*get_args(NoticeKind)),
+        "job_notices.action": _vocabulary(*get_args(NoticeAction)),
         "stragglers.job_id": w["job_id"],
         "stragglers.node": w["node"],
         "stragglers.kind": _vocabulary("hardware", "workload"),

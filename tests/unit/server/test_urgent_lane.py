@@ -28,7 +28,7 @@ from fleetwatch.rules.thresholds import HealthThresholds
 from fleetwatch.rules.xid_catalog import XidCatalog
 from fleetwatch.server.act.planner import EvictionPlanner, PlannerState
 from fleetwatch.server.db.session import Database, make_engine
-from fleetwatch.server.db.tables import alerts, eviction_audit, evictions
+from fleetwatch.server.db.tables import alerts, eviction_audit, evictions, job_notices
 from fleetwatch.server.jobs import registry as registry_module
 from fleetwatch.server.jobs.leader import (
     MAX_PAYLOAD_BYTES,
@@ -280,11 +280,23 @@ def test_notify_carries_the_nodes_on_postgresql(migrated_postgres_url: str) -> N
     assert got == [set(names), None, None]
 
 
+def _noticed_nodes(db: Database) -> set[str]:
+    with db.read() as conn:
+        rows = conn.execute(select(job_notices.c.node).where(job_notices.c.cleared_at.is_(None)))
+        return {row.node for row in rows}
+
+
 def test_an_urgent_wake_evicts_without_a_whole_fleet_pass(
-    push: Push, db: Database, settings: ServerSettings, monkeypatch: pytest.MonkeyPatch
+    push: Push,
+    client: TestClient,
+    tokens: dict[str, str],
+    db: Database,
+    settings: ServerSettings,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The registry's urgent job on the leader: it judges, plans and alerts for node-x alone.
-    node-y's fatal Xid, stored as well but not woken for, waits for the whole-fleet pass."""
+    """The registry's urgent job on the leader: it judges, plans, tells the jobs and alerts for
+    node-x alone. node-y's fatal Xid, stored as well but not woken for, waits for the
+    whole-fleet pass."""
     jobs = BackgroundJobs(
         db,
         settings,
@@ -295,7 +307,11 @@ def test_an_urgent_wake_evicts_without_a_whole_fleet_pass(
     monkeypatch.setattr(jobs, "elector", type("Leading", (), {"is_leader": True})())
     for node in ("node-x", "node-y"):
         assert push(make_batch(node, gpus=2, ticks=1)).status_code == 200
+    started = {"started_at": datetime.now(UTC).isoformat(), "nodes": ["node-x", "node-y"]}
+    agent = bearer(tokens["agent"])
+    assert client.post("/v1/jobs/train/start", json=started, headers=agent).status_code == 200
     jobs._assess_then_act()
+    assert _noticed_nodes(db) == set()
     whole_passes: list[object] = []
     real = assessor_module.assess_fleet
     monkeypatch.setattr(
@@ -307,10 +323,12 @@ def test_an_urgent_wake_evicts_without_a_whole_fleet_pass(
     assert jobs._urgent_pass() == 1
     assert whole_passes == []
     assert _evicted(db) == {"node-x": "pending"}
+    assert _noticed_nodes(db) == {"node-x"}  # the job hears of node-x at once
     assert jobs._urgent_pass() == 0  # nothing waiting
     jobs._assess_then_act()
     assert whole_passes == [1]
     assert _evicted(db) == {"node-x": "pending", "node-y": "paged"}  # a budget of one node
+    assert _noticed_nodes(db) == {"node-x", "node-y"}
     assert registry_module.URGENT_IDLE_S >= settings.assess_interval_s
 
 

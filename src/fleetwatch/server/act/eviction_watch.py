@@ -40,8 +40,10 @@ _Handler = Callable[[int, FrameType | None], Any]
 class EvictionWatch:
     """Futures that the next eviction change (or ``stop``) resolves."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, channel: str = CHANNEL) -> None:
+        # The same watch serves job notices (channel ``fleetwatch_notices``, act/notices.py).
         self._engine = engine
+        self._channel = channel
         self.is_postgres = engine.dialect.name == "postgresql"
         # How often a waiting request re-reads the database without being woken.
         self.recheck_s = 1.0 if self.is_postgres else 0.25
@@ -63,7 +65,7 @@ class EvictionWatch:
     def _ensure_listener(self) -> None:
         if self.is_postgres and self._thread is None and not self._stop.is_set():
             self._thread = threading.Thread(
-                target=self._listen, name="eviction-listener", daemon=True
+                target=self._listen, name=f"{self._channel}-listener", daemon=True
             )
             self._thread.start()
 
@@ -110,13 +112,13 @@ class EvictionWatch:
         while not self._stop.is_set():
             try:
                 with psycopg.connect(dsn, autocommit=True, connect_timeout=10) as conn:
-                    conn.execute(f"LISTEN {CHANNEL}")
+                    conn.execute(f"LISTEN {self._channel}")
                     self.notify()  # changes made while not listening: waiters re-read
                     while not self._stop.is_set():
                         if any(True for _ in conn.notifies(timeout=0.5, stop_after=1)):
                             self.notify()
             except Exception as exc:  # noqa: BLE001 - the listener outlives any database failure
-                logger.warning("eviction listener: %s; reconnecting in 1 s", exc)
+                logger.warning("%s listener: %s; reconnecting in 1 s", self._channel, exc)
                 self._stop.wait(1.0)
 
     def _watch_signals(self) -> None:

@@ -303,6 +303,9 @@ jobs = Table(
     Column("ended_at", UtcDateTime),
     Column("outcome", String(16), comment="completed | failed | cancelled; null while running"),
     Column("end_reason", Text, comment="the job's own words on why it ended"),
+    # Issue 15: the node risk at which the job wants a notice, and over what horizon.
+    Column("notice_risk_threshold", Float, comment="P(failure) that opens a risk notice"),
+    Column("notice_horizon_h", Float, comment="hours the risk notice looks ahead"),
 )
 
 # A checkpoint the job wrote (POST /v1/jobs/{id}/checkpoints); one per job and start time.
@@ -331,6 +334,33 @@ job_restarts = Table(
     Column("lost_s", Float, comment="seconds of work redone, if the job says"),
     UniqueConstraint("job_id", "resumed_at"),
     Index("ix_job_restarts_resumed_at", "resumed_at"),
+)
+
+# Issue 15: what the server tells a running job about its nodes (GET /v1/jobs/{id}/notices).
+# One row per notice; ``id`` is the job's cursor (``?after=<id>``). A notice that no longer holds
+# gets ``cleared_at`` and a ``cleared`` row of its own (pointing back through ``clears``), so a
+# rank that reconnects reads both, in order.
+job_notices = Table(
+    "job_notices",
+    metadata,
+    Column("id", BigId, primary_key=True, autoincrement=True),
+    Column("job_id", String(128), nullable=False),
+    Column("kind", String(16), nullable=False, comment="drain_pending | gpu_out | risk | cleared"),
+    Column("node", String(253), nullable=False),
+    Column("gpu", String(124), comment="GPU UUID, when the notice is about one GPU"),
+    Column("reason", Text, nullable=False),
+    Column("evidence", Json),
+    Column(
+        "action",
+        String(32),
+        nullable=False,
+        comment="checkpoint_now | checkpoint_and_exit | continue",
+    ),
+    Column("opened_at", UtcDateTime, nullable=False),
+    Column("cleared_at", UtcDateTime, comment="set when the notice no longer holds"),
+    Column("clears", BigInteger, comment="for a cleared notice: the id of the notice it clears"),
+    Index("ix_job_notices_job_id_id", "job_id", "id"),
+    Index("ix_job_notices_cleared_at", "cleared_at"),
 )
 
 # A node's straggler verdict within one job; open while the node is slow (ended_at null).

@@ -36,6 +36,7 @@ class LockKey(IntEnum):
     STRAGGLERS = 0x46575F535452  # "FW_STR"
     REFIT = 0x46575F524649  # "FW_RFI"
     RETENTION = 0x46575F524554  # "FW_RET": the retention pass (partitions, deletes)
+    NOTICES = 0x46575F4E4F54  # "FW_NOT": job notices (act/notices.py), one writer at a time
 
 
 def _is_postgres(conn: Connection) -> bool:

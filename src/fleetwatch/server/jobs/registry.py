@@ -14,6 +14,8 @@ lifecycle      ``lifecycle_interval_s``         leader
 retention      ``retention_interval_s``         leader
 planner        ``planner_interval_s``           leader    after each assessment on the leader;
                                                           for its nodes after an urgent pass
+notices        ``planner_interval_s``           leader    after each plan on the leader; for
+                                                          its nodes after an urgent plan
 stragglers     ``straggler_interval_s``         leader
 alerts         ``alert_interval_s``             leader    after each assessment or urgent pass
                                                           on the leader
@@ -47,6 +49,7 @@ from sqlalchemy import Engine
 
 from fleetwatch.config import ServerSettings
 from fleetwatch.rules.overrides import load_rules
+from fleetwatch.server.act.notices import JobNotices
 from fleetwatch.server.act.planner import EvictionPlanner
 from fleetwatch.server.db.session import Database
 from fleetwatch.server.jobs.isolation import ItemGuard
@@ -100,6 +103,8 @@ class BackgroundJobs:
         self.planner = EvictionPlanner(
             db, settings, self.assessor, guard=self._guard("planner"), heard_since=heard_since
         )
+        # Issue 15: what each running job is told about its nodes (after each plan).
+        self.notices = JobNotices(db, settings, lambda: self.assessor.latest)
         self.stragglers = StragglerDetector(db, settings, guard=self._guard("stragglers"))
         self.alerter = Alerter(
             db,
@@ -145,7 +150,7 @@ class BackgroundJobs:
             Job(
                 "retention", s.retention_interval_s, RetentionJob.from_settings(db, s, self.metrics)
             ),
-            Job("planner", s.planner_interval_s, self.planner.run_once, first=fresh),
+            Job("planner", s.planner_interval_s, self._plan_then_notify, first=fresh),
             Job("stragglers", s.straggler_interval_s, self.stragglers.run_once),
             Job("alerts", s.alert_interval_s, self.alerter.run_once, first=fresh),
             Job("weekly_report", WEEKLY_REPORT_INTERVAL_S, weekly_report),
@@ -199,7 +204,7 @@ class BackgroundJobs:
     def _assess_then_act(self) -> None:
         self.assessor.run_once()
         if self.is_leader:  # a replica's snapshot answers its requests; the leader plans, alerts
-            self._act(self.planner.run_once)
+            self._act(self.planner.run_once, self.notices.run_once)
 
     def _urgent_pass(self) -> int:
         """The urgent lane's targeted pass over the nodes waiting (nothing if none); their
@@ -207,20 +212,28 @@ class BackgroundJobs:
         names = self.urgent.take()
         if not names:
             return 0
-        self.assessor.run_nodes(names)
+        snapshot = self.assessor.run_nodes(names)
         if self.is_leader:
-            self._act(functools.partial(self.planner.run_for, names))
+            # A targeted snapshot says nothing new of the other nodes: their notices stand.
+            notify = functools.partial(self.notices.run_once, snapshot, nodes=names)
+            self._act(functools.partial(self.planner.run_for, names), notify)
         return len(names)
 
-    def _act(self, plan: Callable[[], object]) -> None:
+    def _act(self, plan: Callable[[], object], notify: Callable[[], object]) -> None:
         # The planner and the alerts have their own loops too: one failing must not keep the
         # other from acting on this assessment (each failure is logged and counted there).
-        for job, step in (("planner", plan), ("alerts", self.alerter.run_once)):
+        steps = (("planner", plan), ("notices", notify), ("alerts", self.alerter.run_once))
+        for job, step in steps:
             try:
                 step()  # a fatal Xid drains and pages without waiting for their ticks
             except Exception:
                 self._failures(job).inc()
                 logger.exception("background job %s (after the assessment) failed", job)
+
+    def _plan_then_notify(self) -> None:
+        """The planner's tick, then the jobs' notices from the evictions it left open."""
+        self.planner.run_once()
+        self.notices.run_once()
 
     def _guard(self, job: str) -> ItemGuard:
         return ItemGuard(job, self.metrics.background_item_errors.labels(job=job))

@@ -52,10 +52,20 @@ def _ensure_job(conn: Connection, job_id: str, at: datetime, names: Sequence[str
 
 
 def start_job(
-    conn: Connection, job_id: str, started_at: datetime, names: Sequence[str], ranks: int | None
+    conn: Connection,
+    job_id: str,
+    started_at: datetime,
+    names: Sequence[str],
+    ranks: int | None,
+    *,
+    notice_risk_threshold: float | None = None,
+    notice_horizon_h: float | None = None,
 ) -> None:
+    """``notice_*``: what the job chose for its risk notices (issue 15); None keeps the earlier
+    choice (or the server's default)."""
     row = _ensure_job(conn, job_id, started_at, names)
     start = started_at if row.started_at is None else min(row.started_at, started_at)
+    chosen = {"notice_risk_threshold": notice_risk_threshold, "notice_horizon_h": notice_horizon_h}
     conn.execute(
         update(jobs)
         .where(jobs.c.job_id == job_id)
@@ -63,6 +73,7 @@ def start_job(
             started_at=start,
             nodes=sorted(set(row.nodes) | set(names)),
             ranks=max(row.ranks, ranks or 0),
+            **{k: v for k, v in chosen.items() if v is not None},
         )
     )
 

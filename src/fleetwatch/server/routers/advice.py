@@ -13,8 +13,10 @@ from fleetwatch.models.checkpoint import GpuHazard, advise
 from fleetwatch.server.deps import DatabaseDep, ReadAuth
 from fleetwatch.server.judge.assessor import Assessor
 from fleetwatch.server.repo.jobs import get_job
+from fleetwatch.server.repo.notices import open_job_notices
 from fleetwatch.server.schemas.common import error_responses
 from fleetwatch.server.schemas.fields import Text
+from fleetwatch.server.schemas.notices import NoticePublic
 
 __all__ = ["router"]
 
@@ -46,6 +48,42 @@ class CheckpointAdvicePublic(BaseModel):
     method: str = Field(description="daly: sqrt(2 delta M) - delta; daly_large_cost: M")
     goodput: float = Field(description="Expected fraction of time on kept work at interval_s")
     contributions: list[NodeContribution]
+    open_notices: list[int] = Field(
+        default_factory=list,
+        description="Ids of the job's open notices that raised the hazard (GET "
+        "/v1/jobs/{id}/notices): a drain pending or a GPU out counts the node's GPUs as out "
+        "(p = 0.99 a day), a risk notice spreads the node's P(failure within the horizon) as "
+        "a daily rate over its GPUs",
+    )
+
+
+def elevate(
+    hazards: list[GpuHazard], notices: list[NoticePublic]
+) -> tuple[list[GpuHazard], list[int]]:
+    """The hazards with the job's open notices applied, and the ids of those that applied."""
+    out_nodes = {n.node for n in notices if n.kind in ("drain_pending", "gpu_out")}
+    risk = {n.node: n for n in notices if n.kind == "risk" and n.node not in out_nodes}
+    per_node: dict[str, int] = {}
+    for h in hazards:
+        per_node[h.node] = per_node.get(h.node, 0) + 1
+    raised = {n.id for n in notices if n.node in out_nodes or n.node in risk}
+    elevated = []
+    for h in hazards:
+        if h.node in out_nodes:
+            elevated.append(GpuHazard(h.node, h.uuid, h.probability, out_of_service=True))
+        elif h.node in risk:
+            evidence = risk[h.node].evidence or {}
+            p, horizon_h = evidence.get("probability"), evidence.get("horizon_h")
+            if p is None or not horizon_h or p >= 1:
+                elevated.append(h)
+                continue
+            # The node's rate over the notice's horizon, per day, shared by its GPUs.
+            rate = -math.log1p(-float(p)) * 24.0 / float(horizon_h) / per_node[h.node]
+            day = 1.0 - math.exp(-rate)
+            elevated.append(GpuHazard(h.node, h.uuid, max(h.probability or 0.0, day)))
+        else:
+            elevated.append(h)
+    return elevated, sorted(raised)
 
 
 def _finite(value: float) -> float | None:
@@ -99,6 +137,11 @@ def get_checkpoint_advice(
             f"no assessed GPUs on nodes {names}",
             [{"loc": ["query", "job" if job else "nodes"], "msg": "no GPUs"}],
         )
+    raised: list[int] = []
+    if job is not None:
+        with db.read() as conn:
+            notices = open_job_notices(conn, job)
+        hazards, raised = elevate(hazards, notices)
     advice = advise(hazards, checkpoint_cost_s=checkpoint_cost_s, restart_cost_s=restart_cost_s)
     if advice is None:
         raise InvalidInput(
@@ -110,6 +153,7 @@ def get_checkpoint_advice(
     return CheckpointAdvicePublic(
         job_id=job,
         nodes=names,
+        open_notices=raised,
         assessed_at=snap.at.isoformat(),
         model_version=snap.model_version,
         checkpoint_cost_s=checkpoint_cost_s,

@@ -127,7 +127,15 @@ async def post_start(
     _not_future(settings, started_at=body.started_at)
 
     def work(conn: Connection) -> bool:
-        start_job(conn, job_id, body.started_at, body.nodes, body.ranks)
+        start_job(
+            conn,
+            job_id,
+            body.started_at,
+            body.nodes,
+            body.ranks,
+            notice_risk_threshold=body.notice_risk_threshold,
+            notice_horizon_h=body.horizon_h,
+        )
         return True
 
     return JobEventAccepted(job_id=job_id, stored=await run_in_threadpool(_write, db, work))

@@ -143,6 +143,19 @@ class JobStart(BaseModel):
     ranks: int | None = Field(
         default=None, strict=True, ge=1, le=1_000_000, description="Processes (one GPU each)"
     )
+    notice_risk_threshold: float | None = Field(
+        default=None,
+        gt=0,
+        le=1,
+        description="Send a risk notice when P(failure within horizon_h) of one of the job's "
+        "nodes reaches this (default: the server's notice_risk_threshold)",
+    )
+    horizon_h: float | None = Field(
+        default=None,
+        gt=0,
+        le=8760,
+        description="The horizon of risk notices, hours (default: the server's notice_horizon_h)",
+    )
 
 
 class JobEnd(BaseModel):
