@@ -4,11 +4,12 @@
 truth (:mod:`fleetwatch.sim`, ``monthly_failure_prob`` as given); on top of it the script plays
 the people and the scheduler, with its own seeded random numbers:
 
-- a GPU failure of a node in service: an eviction (``rule``, Xid 79) created at the failure
-  through the repository function the planner calls (``create_eviction``, its ``repeat_of`` from
-  ``repo.validations.repeat_of``, the planner's own check), acked after 5 min and completed
-  after 15 min through ``POST /v1/evictions/{id}/ack|complete``; a failure of a node already
-  out of service is folded into that outage;
+- a GPU failure of a node in service: a fatal Xid 79 pushed to ``POST /v1/ingest`` as the
+  node's agent would, then the urgent lane's passes at that minute (``Assessor.run_nodes`` and
+  ``EvictionPlanner.run_for``, what the server runs on a fatal Xid; drain budget 100 %: every
+  failure is drained), which create the ``rule`` eviction and mark a repeat offender; acked
+  after 5 min and completed after 15 min through ``POST /v1/evictions/{id}/ack|complete``; a
+  failure of a node already out of service is folded into that outage;
 - repair: 4 to 48 h (uniform), then ``POST /v1/nodes/{name}/validations``; ``--imperfect`` of
   repairs (default 20 %) leave rows pending remap: the validation fails, the return is refused
   (409, counted), another 2 to 12 h of repair, a passing validation, the return accepted;
@@ -46,6 +47,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tests.factories import make_batch  # noqa: E402  (the tests' agent batches)
 
 MIN = timedelta(minutes=1)
 SINCE = datetime(2026, 7, 6, tzinfo=UTC)
@@ -279,15 +283,38 @@ def _validation(node: str, at: datetime, failing: bool) -> dict[str, Any]:
     }
 
 
+def _batch(node: str, at: datetime, *, xid: bool = False) -> dict[str, Any]:
+    """One reading of the node's 8 GPUs at ``at``; with ``xid``, a fatal Xid 79 on GPU 3."""
+    batch = make_batch(
+        node,
+        gpus=8,
+        ticks=1,
+        start=at,
+        batch_id=f"{node}-{at:%Y%m%dT%H%M}",
+        labels={"cluster": "quarter", "rack": f"r{int(node.rsplit('-', 1)[-1]) % 8}"},
+    )
+    if xid:
+        gpu = batch["gpus"][3]
+        batch["events"] = [
+            {
+                "kind": "xid",
+                "ts": at.isoformat(),
+                "xid": 79,
+                "uuid": gpu["uuid"],
+                "message": "NVRM: Xid 79, GPU has fallen off the bus.",
+            }
+        ]
+    return batch
+
+
 def drive(nodes: list[str], truth: Timeline, db_path: Path) -> dict[str, Any]:
     """Plays the timeline through the API in time order; the API's figures and counts."""
     from fastapi.testclient import TestClient
 
     from fleetwatch.config import ServerSettings
+    from fleetwatch.server.act.planner import EvictionPlanner
     from fleetwatch.server.app import create_app
     from fleetwatch.server.auth import create_token
-    from fleetwatch.server.repo.evictions import create_eviction
-    from fleetwatch.server.repo.validations import HARDWARE_KINDS, repeat_of
 
     settings = ServerSettings(
         database_url=f"sqlite:///{db_path}",
@@ -295,6 +322,8 @@ def drive(nodes: list[str], truth: Timeline, db_path: Path) -> dict[str, Any]:
         background_jobs=False,
         secret_keys=["gbQ8wacjKpfPdEwoxF_F7tkviWrs_OSrv8akOYcNQFo="],
         repeat_offender_days=REPEAT_DAYS,
+        # Every failure is drained here; the budget's deferrals are another benchmark's.
+        drain_budget_pct=100.0,
         _env_file=None,
     )
     clock = Clock()
@@ -317,13 +346,24 @@ def drive(nodes: list[str], truth: Timeline, db_path: Path) -> dict[str, Any]:
             return response
 
         for n in nodes:
-            ok(
-                client.post(
-                    "/v1/ingest",
-                    headers=h["agent"],
-                    json={"batch_id": f"q-{n}", "node": {"name": n}},
+            ok(client.post("/v1/ingest", headers=h["agent"], json=_batch(n, SINCE)))
+        assessor = client.app.state.assessor  # type: ignore[attr-defined]
+        planner = EvictionPlanner(db, settings, assessor)
+
+        def evict(node: str, at: datetime) -> int:
+            """The fatal Xid pushed as the node's agent would; the urgent lane's passes."""
+            ok(client.post("/v1/ingest", headers=h["agent"], json=_batch(node, at, xid=True)))
+            assessor.run_nodes({node}, now=at)
+            created = planner.run_for({node}, now=at).created
+            if created != {"pending": 1}:
+                raise RuntimeError(f"{node} at {at}: the planner created {dict(created)}")
+            found = ok(
+                client.get(
+                    "/v1/evictions", headers=h["read"], params={"node": node, "state": "pending"}
                 )
-            )
+            ).json()["data"]
+            return int(found[0]["id"])
+
         steps: list[tuple[datetime, int, Any]] = []
         for o in truth.outages:
             steps += [
@@ -345,26 +385,7 @@ def drive(nodes: list[str], truth: Timeline, db_path: Path) -> dict[str, Any]:
         for at, _, (what, item) in steps:
             clock.now = at
             if what == "evict":
-                with db.write() as conn:
-                    found = repeat_of(
-                        conn,
-                        item.node,
-                        now=at,
-                        within=timedelta(days=REPEAT_DAYS),
-                        kinds=HARDWARE_KINDS,
-                    )
-                    ids[id(item)] = create_eviction(
-                        conn,
-                        node=item.node,
-                        state="pending",
-                        reason_kind="rule",
-                        reason="xid79_off_bus on GPU 3: fatal, reboot_node",
-                        evidence={},
-                        expected_saving_usd=None,
-                        dry_run=False,
-                        now=at,
-                        repeat_of=found,
-                    )
+                ids[id(item)] = evict(item.node, at)
             elif what in ("ack", "complete"):
                 ok(
                     client.post(
