@@ -118,9 +118,10 @@ _DEMO_SERVER_ENV = {
     "FLEETWATCH_SERVER_LIFECYCLE_INTERVAL_S": "20",
     "FLEETWATCH_SERVER_GPU_LEAVE_AFTER_S": "60",
     "FLEETWATCH_SERVER_REFIT_INTERVAL_S": "120",
-    # The simulated fleet's own failures drain nodes too; with the default 5 % of a small
-    # fleet (one node) the story's eviction would wait for them to be returned.
-    "FLEETWATCH_SERVER_DRAIN_BUDGET_PCT": "50",
+    # The simulated fleet's own failures are evicted too, and no scheduler drains them: under
+    # a budget their pending evictions would hold back the story's (the default 5 % of a small
+    # fleet is one node).
+    "FLEETWATCH_SERVER_DRAIN_BUDGET_PCT": "100",
 }
 
 
@@ -245,7 +246,8 @@ def _story(
     spec_path: Path,
     agents: dict[str, subprocess.Popen[bytes]],
 ) -> Story | None:
-    """The scripted story on three of the fleet's nodes (the last, the second and the third)."""
+    """The scripted story: a maintenance window on the last node, the job on two of the others
+    from the second on."""
     names = list(agents)
     if len(names) < 3:
         sys.stdout.write("(the story needs at least 3 nodes: not played)\n")
@@ -265,7 +267,7 @@ def _story(
     return Story(
         url,
         tokens,
-        StoryNodes(maintained=names[-1], failing=names[1], partner=names[2]),
+        StoryNodes(maintained=names[-1], others=tuple(names[1:-1])),
         gpus=options.gpus,
         window_s=options.story_window_s,
         started_at=datetime.now(UTC),

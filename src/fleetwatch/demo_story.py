@@ -4,7 +4,8 @@ While the simulated fleet runs, one thread plays an operator, a training job and
 against the real server, through the API only, and prints each step as a ``[story]`` line:
 
 1. a maintenance window on one node, whose agent is stopped during it and restarted after
-   (the node reads ``maintenance``; no unreachable verdict, no eviction);
+   (the node reads ``maintenance``, never ``unreachable``; no eviction): the states seen and
+   the node's evictions are printed;
 2. a training job on two nodes, and a fatal Xid 79 (GPU fallen off the bus) on one of them,
    pushed with the agent token as that node's agent would; the job ends ``failed`` and is
    attributed to hardware;
@@ -40,8 +41,7 @@ _VALIDATION_CHECKS = (
 @dataclass(frozen=True)
 class StoryNodes:
     maintained: str  # gets the maintenance window
-    failing: str  # gets the fatal Xid, the eviction and the return
-    partner: str  # the job's other node
+    others: tuple[str, ...]  # the job runs on two of them; one gets the fatal Xid
 
 
 def format_availability(body: dict[str, Any]) -> str:
@@ -113,6 +113,7 @@ class Story:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="demo-story", daemon=True)
         self.finished = threading.Event()
+        self.failing, self.partner = nodes.others[:2]
 
     def start(self) -> None:
         self._thread.start()
@@ -165,7 +166,7 @@ class Story:
                 self._wait(
                     "the story's nodes",
                     lambda: (
-                        {n.maintained, n.failing, n.partner}
+                        {n.maintained, *n.others[:2]}
                         <= {node["name"] for node in read.get("/v1/nodes").json()["data"]}
                     ),
                 )
@@ -173,6 +174,7 @@ class Story:
                     f"availability since the demo started (before): {self._availability(read)}"
                 )
                 self._maintenance(read, admin)
+                self._pick_job_nodes(read)
                 self._failure(read, agent)
                 self._return(read, admin, agent)
                 self._say(
@@ -201,19 +203,34 @@ class Story:
 
         self._wait("the maintenance state", lambda: state() == "maintenance")
         self._say(f"   {node} reads 'maintenance' in /v1/nodes and on the fleet page")
-        remaining = (ends_at - datetime.now(UTC)).total_seconds()
-        if self._stop.wait(max(0.0, remaining) + 1):
-            raise InterruptedError
+        seen = {"maintenance"}
+        while datetime.now(UTC) < ends_at:
+            if self._stop.wait(1.0):
+                raise InterruptedError
+            try:
+                if datetime.now(UTC) < ends_at:
+                    seen.add(state())
+            except (httpx.HTTPError, KeyError, ValueError, StopIteration):
+                pass
         self._start_agent(node)
         self._wait("the node back up", lambda: state() == "up", timeout=120)
-        evicted = read.get("/v1/evictions", params={"node": node, "state": "pending"}).json()
+        evicted = read.get("/v1/evictions", params={"node": node}).json()["data"]
+        kinds = ", ".join(sorted({e["reason_kind"] for e in evicted})) or "none"
         self._say(
-            f"   window over, agent restarted: {node} is up again; no unreachable alert, "
-            f"{evicted['count']} pending evictions for it"
+            f"   window over, agent restarted: {node} is up again; states while its agent was"
+            f" stopped: {', '.join(sorted(seen))}; its evictions (any time): {kinds}"
         )
 
+    def _pick_job_nodes(self, read: httpx.Client) -> None:
+        """Two nodes that the simulated fleet's own failures have not evicted (an open
+        eviction would take the story's place)."""
+        params: dict[str, Any] = {"state": ["pending", "acked", "completed"], "limit": 100_000}
+        taken = {e["node"] for e in read.get("/v1/evictions", params=params).json()["data"]}
+        free = [node for node in self._nodes.others if node not in taken]
+        self.failing, self.partner = (free if len(free) >= 2 else list(self._nodes.others))[:2]
+
     def _failure(self, read: httpx.Client, agent: httpx.Client) -> None:
-        n = self._nodes
+        n = self
         now = datetime.now(UTC)
         agent.post(
             f"/v1/jobs/{JOB_ID}/start",
@@ -267,7 +284,7 @@ class Story:
         )
 
     def _return(self, read: httpx.Client, admin: httpx.Client, agent: httpx.Client) -> None:
-        node = self._nodes.failing
+        node = self.failing
 
         def open_eviction() -> dict[str, Any] | None:
             params = {"node": node, "state": ["pending", "acked", "completed"]}

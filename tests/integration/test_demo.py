@@ -116,18 +116,24 @@ def _assert_the_story(
     # 1. the maintenance window, listed (ended) on the node whose agent was stopped
     windows = httpx.get(f"{base}/v1/maintenance", params={"state": "ended"}, headers=headers).json()
     assert [w["nodes"] for w in windows["data"]] == [["sim-node-003"]], windows
+    assert "states while its agent was stopped: maintenance;" in told, told  # never unreachable
+    kept = httpx.get(
+        f"{base}/v1/evictions", params={"node": "sim-node-003"}, headers=headers
+    ).json()["data"]
+    assert "node_unreachable" not in {e["reason_kind"] for e in kept}, kept
     # 2. the job failed on the fatal Xid, attributed to hardware on the failing node
     job = httpx.get(f"{base}/v1/jobs/demo-train-1", headers=headers).json()
     assert job["outcome"] == "failed", job
-    assert job["hardware_failure"]["node"] == "sim-node-001", job
+    failing = job["hardware_failure"]["node"]
+    assert failing in job["nodes"] and failing != "sim-node-003", job
     # 3. refused twice (no validation, then a failing one), then returned after a passing one
     assert told.count("-> 409") == 2 and "no validation newer than the eviction" in told, told
     assert "failed: nvml.remapped_rows on GPU 0" in told, told
     evictions = httpx.get(
-        f"{base}/v1/evictions", params={"node": "sim-node-001"}, headers=headers
+        f"{base}/v1/evictions", params={"node": failing, "state": "returned"}, headers=headers
     ).json()["data"]
-    assert [e["state"] for e in evictions][:1] == ["returned"], evictions
-    validations = httpx.get(f"{base}/v1/nodes/sim-node-001/validations", headers=headers).json()[
+    assert [e["reason_kind"] for e in evictions] == ["rule"], evictions
+    validations = httpx.get(f"{base}/v1/nodes/{failing}/validations", headers=headers).json()[
         "data"
     ]
     assert [v["passed"] for v in validations] == [True, False], validations
