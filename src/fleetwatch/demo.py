@@ -23,6 +23,8 @@ from pathlib import Path
 
 import httpx
 
+from fleetwatch.demo_story import Story, StoryNodes
+
 __all__ = ["DemoOptions", "run_demo"]
 
 logger = logging.getLogger(__name__)
@@ -104,6 +106,8 @@ class DemoOptions:
     seed: int = 1
     duration_s: float | None = None
     monthly_failure_prob: float = 0.05
+    story: bool = True
+    story_window_s: float = 180.0
 
 
 # Simulated time runs thousands of times faster than real time, so the background work that
@@ -114,6 +118,10 @@ _DEMO_SERVER_ENV = {
     "FLEETWATCH_SERVER_LIFECYCLE_INTERVAL_S": "20",
     "FLEETWATCH_SERVER_GPU_LEAVE_AFTER_S": "60",
     "FLEETWATCH_SERVER_REFIT_INTERVAL_S": "120",
+    # The simulated fleet's own failures are evicted too, and no scheduler drains them: under
+    # a budget their pending evictions would hold back the story's (the default 5 % of a small
+    # fleet is one node).
+    "FLEETWATCH_SERVER_DRAIN_BUDGET_PCT": "100",
 }
 
 
@@ -186,47 +194,87 @@ def _write_fleet(options: DemoOptions) -> Path:
     return out / "fleet.json"
 
 
+def _start_agent(
+    options: DemoOptions, url: str, token: str, spec_path: Path, node: str
+) -> subprocess.Popen[bytes]:
+    home = options.data_dir / "agents" / node
+    home.mkdir(parents=True, exist_ok=True)
+    with (home / "agent.log").open("ab") as log:
+        return subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "fleetwatch",
+                "agent",
+                "--server-url",
+                url,
+                "--token",
+                token,
+                "--node-name",
+                node,
+                "--interval",
+                str(options.interval_s),
+                # Simulated time runs fast: each collection is pushed as it is made.
+                "--push-interval",
+                "0",
+                "--collectors",
+                "sim",
+                "--sim-spec",
+                str(spec_path),
+                "--spool-dir",
+                str(home / "spool"),
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+
+
 def _start_agents(
     options: DemoOptions, url: str, token: str, spec_path: Path
-) -> list[subprocess.Popen[bytes]]:
+) -> dict[str, subprocess.Popen[bytes]]:
     from fleetwatch.sim.spec import FleetSpec
 
-    processes = []
     spec = FleetSpec.load(spec_path)
-    for node in (spec.node_name(i) for i in range(spec.nodes)):
-        home = options.data_dir / "agents" / node
-        home.mkdir(parents=True, exist_ok=True)
-        with (home / "agent.log").open("ab") as log:
-            processes.append(
-                subprocess.Popen(
-                    [
-                        sys.executable,
-                        "-m",
-                        "fleetwatch",
-                        "agent",
-                        "--server-url",
-                        url,
-                        "--token",
-                        token,
-                        "--node-name",
-                        node,
-                        "--interval",
-                        str(options.interval_s),
-                        # Simulated time runs fast: each collection is pushed as it is made.
-                        "--push-interval",
-                        "0",
-                        "--collectors",
-                        "sim",
-                        "--sim-spec",
-                        str(spec_path),
-                        "--spool-dir",
-                        str(home / "spool"),
-                    ],
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                )
-            )
-    return processes
+    nodes = [spec.node_name(i) for i in range(spec.nodes)]
+    return {node: _start_agent(options, url, token, spec_path, node) for node in nodes}
+
+
+def _story(
+    options: DemoOptions,
+    url: str,
+    tokens: dict[str, str],
+    spec_path: Path,
+    agents: dict[str, subprocess.Popen[bytes]],
+) -> Story | None:
+    """The scripted story: a maintenance window on the last node, the job on two of the others
+    from the second on."""
+    names = list(agents)
+    if len(names) < 3:
+        sys.stdout.write("(the story needs at least 3 nodes: not played)\n")
+        return None
+
+    def say(line: str) -> None:
+        sys.stdout.write(f"[story] {line}\n")
+        sys.stdout.flush()
+
+    def stop_agent(node: str) -> None:
+        agents[node].terminate()
+        agents[node].wait(timeout=15)
+
+    def start_agent(node: str) -> None:
+        agents[node] = _start_agent(options, url, tokens["agent"], spec_path, node)
+
+    return Story(
+        url,
+        tokens,
+        StoryNodes(maintained=names[-1], others=tuple(names[1:-1])),
+        gpus=options.gpus,
+        window_s=options.story_window_s,
+        started_at=datetime.now(UTC),
+        stop_agent=stop_agent,
+        start_agent=start_agent,
+        say=say,
+    )
 
 
 def _status(client: httpx.Client) -> str:
@@ -278,7 +326,8 @@ def run_demo(options: DemoOptions) -> None:
             stderr=subprocess.STDOUT,
             env={**os.environ, **_DEMO_SERVER_ENV, **_history_env(options)},
         )
-    agents: list[subprocess.Popen[bytes]] = []
+    agents: dict[str, subprocess.Popen[bytes]] = {}
+    story: Story | None = None
     stop = False
 
     def _stop(*_: object) -> None:
@@ -291,6 +340,10 @@ def run_demo(options: DemoOptions) -> None:
         agents = _start_agents(options, url, tokens["agent"], spec_path)
         sys.stdout.write(_banner(url, tokens, database_url, options))
         sys.stdout.flush()
+        if options.story:
+            story = _story(options, url, tokens, spec_path, agents)
+            if story is not None:
+                story.start()
         started = time.monotonic()
         headers = {"Authorization": f"Bearer {tokens['read']}"}
         with httpx.Client(base_url=url, headers=headers, timeout=10) as client:
@@ -303,9 +356,11 @@ def run_demo(options: DemoOptions) -> None:
     except KeyboardInterrupt:
         pass
     finally:
-        for process in [*agents, server]:
+        if story is not None:
+            story.stop()
+        for process in [*agents.values(), server]:
             process.terminate()
-        for process in [*agents, server]:
+        for process in [*agents.values(), server]:
             try:
                 process.wait(timeout=15)
             except subprocess.TimeoutExpired:

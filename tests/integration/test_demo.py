@@ -7,6 +7,7 @@ import re
 import subprocess
 import sys
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
@@ -16,6 +17,7 @@ from tests.integration.live import free_port
 
 def test_demo_prints_tokens_and_serves_a_live_fleet(tmp_path: Path) -> None:
     port = free_port()
+    started = datetime.now(UTC)
     demo = subprocess.Popen(
         [
             sys.executable,
@@ -31,7 +33,9 @@ def test_demo_prints_tokens_and_serves_a_live_fleet(tmp_path: Path) -> None:
             "--interval",
             "0.5",
             "--duration",
-            "60",
+            "600",  # the test stops it once the story is over
+            "--story-window",
+            "10",
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -55,7 +59,11 @@ def test_demo_prints_tokens_and_serves_a_live_fleet(tmp_path: Path) -> None:
                 break
             time.sleep(0.2)
         assert nodes["count"] == 4
-        assert all(n["state"] == "up" and n["gpu_count"] == 8 for n in nodes["data"])  # type: ignore[attr-defined]
+        # The story's maintenance window may already cover the last node.
+        states = {n["name"]: n["state"] for n in nodes["data"]}  # type: ignore[attr-defined]
+        assert states.pop("sim-node-003") in {"up", "maintenance"}, states
+        assert set(states.values()) == {"up"}, states
+        assert all(n["gpu_count"] == 8 for n in nodes["data"])  # type: ignore[attr-defined]
         gpu_pages = [
             httpx.get(
                 f"http://127.0.0.1:{port}/metrics",
@@ -81,6 +89,59 @@ def test_demo_prints_tokens_and_serves_a_live_fleet(tmp_path: Path) -> None:
             json={"batch_id": "demo-curl-1", "node": {"name": "curl-node"}},
         )
         assert pushed.status_code == 200, pushed.text
+        _assert_the_story(demo, port, headers, started)
     finally:
         demo.terminate()
         demo.communicate(timeout=20)
+
+
+def _assert_the_story(
+    demo: subprocess.Popen[str], port: int, headers: dict[str, str], started: datetime
+) -> None:
+    """Issue 14's story, played while the fleet runs: its outcomes as the API shows them."""
+    assert demo.stdout is not None
+    story: list[str] = []
+    deadline = time.monotonic() + 600  # generous: CI has 2 shared cores
+    while time.monotonic() < deadline:
+        line = demo.stdout.readline()
+        if line.startswith("[story]"):
+            story.append(line)
+            if line.startswith(("[story] done", "[story] stopped")):
+                break
+        elif not line and demo.poll() is not None:
+            break
+    told = "".join(story)
+    assert "[story] done" in told, told
+    base = f"http://127.0.0.1:{port}"
+    # 1. the maintenance window, listed (ended) on the node whose agent was stopped
+    windows = httpx.get(f"{base}/v1/maintenance", params={"state": "ended"}, headers=headers).json()
+    assert [w["nodes"] for w in windows["data"]] == [["sim-node-003"]], windows
+    assert "states while its agent was stopped: maintenance;" in told, told  # never unreachable
+    kept = httpx.get(
+        f"{base}/v1/evictions", params={"node": "sim-node-003"}, headers=headers
+    ).json()["data"]
+    assert "node_unreachable" not in {e["reason_kind"] for e in kept}, kept
+    # 2. the job failed on the fatal Xid, attributed to hardware on the failing node
+    job = httpx.get(f"{base}/v1/jobs/demo-train-1", headers=headers).json()
+    assert job["outcome"] == "failed", job
+    failing = job["hardware_failure"]["node"]
+    assert failing in job["nodes"] and failing != "sim-node-003", job
+    # 3. refused twice (no validation, then a failing one), then returned after a passing one
+    assert told.count("-> 409") == 2 and "no validation newer than the eviction" in told, told
+    assert "failed: nvml.remapped_rows on GPU 0" in told, told
+    evictions = httpx.get(
+        f"{base}/v1/evictions", params={"node": failing, "state": "returned"}, headers=headers
+    ).json()["data"]
+    assert [e["reason_kind"] for e in evictions] == ["rule"], evictions
+    validations = httpx.get(f"{base}/v1/nodes/{failing}/validations", headers=headers).json()[
+        "data"
+    ]
+    assert [v["passed"] for v in validations] == [True, False], validations
+    # 4. the availability figures moved: planned downtime, a failure, a job lost to hardware
+    figures = httpx.get(
+        f"{base}/v1/availability", params={"since": started.isoformat()}, headers=headers
+    ).json()
+    assert figures["fleet"]["planned_down_h"] > 0, figures
+    assert figures["fleet"]["unplanned_down_h"] > 0, figures
+    assert figures["jobs"]["failed"] >= 1, figures
+    assert figures["jobs"]["interrupted_by_hardware"] >= 1, figures

@@ -20,6 +20,16 @@ __all__ = ["demo"]
 @click.option("--speed", default=14400.0, show_default=True, help="Simulated seconds per second")
 @click.option("--seed", default=1, show_default=True)
 @click.option("--duration", type=float, help="Stop after this many seconds (default: Ctrl-C)")
+@click.option(
+    "--story/--no-story",
+    default=True,
+    show_default=True,
+    help="Play the scripted story: a maintenance window, a job failing on a fatal Xid, the "
+    "node evicted, refused return, validated and returned, availability before and after",
+)
+@click.option(
+    "--story-window", default=180.0, show_default=True, help="The story's maintenance window (s)"
+)
 def demo(
     port: int,
     data_dir: Path,
@@ -29,6 +39,8 @@ def demo(
     speed: float,
     seed: int,
     duration: float | None,
+    story: bool,
+    story_window: float,
 ) -> None:
     """Start the server on SQLite with a live simulated fleet of real agent processes."""
     from fleetwatch.demo import DemoOptions, run_demo
@@ -43,5 +55,7 @@ def demo(
             speed=speed,
             seed=seed,
             duration_s=duration,
+            story=story,
+            story_window_s=story_window,
         )
     )
