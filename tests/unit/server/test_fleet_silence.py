@@ -21,7 +21,9 @@ from fleetwatch.server.act.planner import EvictionPlanner, PlanResult
 from fleetwatch.server.db.base import utcnow
 from fleetwatch.server.db.session import Database
 from fleetwatch.server.db.tables import alerts, evictions, nodes
+from fleetwatch.server.judge.liveness import Liveness
 from fleetwatch.server.judge.silence import is_storm
+from fleetwatch.server.metrics.exposition import FleetExposition
 from fleetwatch.server.repo.maintenance import create_window
 from fleetwatch.server.schemas.maintenance import MaintenanceCreate
 from fleetwatch.server.tell.alerting import Alerter
@@ -187,3 +189,20 @@ def test_nodes_in_maintenance_do_not_count(client: TestClient, push: Push, db: D
     assert _evictions(db) == [("node-00", "pending", "node_unreachable")]
     _alert(client, now)
     assert _firing(db) == ["node:node-00:unreachable"]
+
+
+def _scrape(db: Database, now: datetime) -> list[str]:
+    liveness = Liveness(3.0, clock=lambda: now)
+    return FleetExposition(db, ttl_s=0, liveness=liveness, storm_pct=25.0).render().splitlines()
+
+
+def test_metrics_show_the_silent_nodes_and_the_storm(push: Push, db: Database) -> None:
+    _fleet(push)
+    now = utcnow() + LATER
+    _hear(db, NODES[2:], now)
+    lines = _scrape(db, now)
+    assert "fleetwatch_fleet_silent_nodes 2" in lines and "fleetwatch_fleet_silence 0" in lines
+    _hear(db, NODES[4:], now)
+    _hear(db, NODES[:4], now - LATER)
+    lines = _scrape(db, now)
+    assert "fleetwatch_fleet_silent_nodes 4" in lines and "fleetwatch_fleet_silence 1" in lines
