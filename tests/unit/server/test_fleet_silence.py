@@ -206,3 +206,22 @@ def test_metrics_show_the_silent_nodes_and_the_storm(push: Push, db: Database) -
     _hear(db, NODES[:4], now - LATER)
     lines = _scrape(db, now)
     assert "fleetwatch_fleet_silent_nodes 4" in lines and "fleetwatch_fleet_silence 1" in lines
+
+
+def test_another_process_decides_the_same_from_the_database(
+    client: TestClient, push: Push, db: Database
+) -> None:
+    """No state of the storm lives in a process: a new leader's planner and alerter (fresh
+    instances) neither evict, nor fire a second alert, nor resolve the first."""
+    _fleet(push)
+    now = utcnow() + LATER
+    _hear(db, NODES[4:], now)
+    _plan(client, now)
+    _alert(client, now)
+    [first] = _firing(db)
+    later = now + timedelta(seconds=5)
+    result = _plan(client, later)  # each call builds a new planner and alerter
+    _alert(client, later)
+    assert result.silence_storm and _evictions(db) == []
+    assert _firing(db) == [first] == ["fleet:silence"]
+    assert _silence_alert(db).occurrences == 2
