@@ -238,6 +238,15 @@ class ServerSettings(BaseSettings):
         le=100,
         description="Most nodes draining at once, in percent of known nodes (at least one)",
     )
+    unreachable_storm_pct: float = Field(
+        default=4.0,
+        ge=0,
+        le=100,
+        description="Fleet-wide silence: when more than this percent of the nodes (and at least "
+        "two) are unreachable at once, the cause is shared (the server's ingest, the network): "
+        "no new unreachable evictions or per-node alerts, one fleet_silence alert instead. "
+        "Below drain_budget_pct, so a silence's onset cannot fill the drain budget; 0 = off",
+    )
 
     # -- alerts and webhooks (issue 6) --
     alert_interval_s: float = Field(

@@ -39,6 +39,8 @@ def pg_db(migrated_postgres_url: str, monkeypatch: pytest.MonkeyPatch) -> str:
         "LIFECYCLE_INTERVAL_S": "3600",
         "REFIT_INTERVAL_S": "0",
         "DRAIN_BUDGET_PCT": "100",
+        # Two of two nodes silent would be a fleet-wide silence: each node is judged on its own.
+        "UNREACHABLE_STORM_PCT": "0",
         "METRICS_REQUIRE_TOKEN": "false",
     }.items():
         monkeypatch.setenv(f"FLEETWATCH_SERVER_{name}", value)

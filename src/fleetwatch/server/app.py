@@ -147,6 +147,7 @@ def create_app(
             db,
             ttl_s=settings.metrics_cache_ttl_s,
             liveness=liveness,
+            storm_pct=settings.unreachable_storm_pct,
         )
         app.state.availability = AvailabilityExposition(db, settings)
         jobs = BackgroundJobs(

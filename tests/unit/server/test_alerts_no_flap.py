@@ -139,12 +139,14 @@ def test_silence_from_before_a_start_is_no_unreachable_eviction_until_the_grace_
     seen = datetime.now(UTC)
     state.assessor.run_once()
     started = seen + timedelta(minutes=10)
-    fresh = EvictionPlanner(db, state.settings, state.assessor, heard_since=started)
+    # Two of two nodes silent would be a fleet-wide silence (test_fleet_silence): guard off.
+    per_node = state.settings.model_copy(update={"unreachable_storm_pct": 0.0})
+    fresh = EvictionPlanner(db, per_node, state.assessor, heard_since=started)
     assert fresh.run_once(started + timedelta(seconds=5)).created == {}
     assert _evictions(db) == []
     # A planner up all along drains a silent node; the fresh one, in its grace, neither cancels
     # it nor adds another.
-    long_up = EvictionPlanner(db, state.settings, state.assessor)
+    long_up = EvictionPlanner(db, per_node, state.assessor)
     made = long_up.run_once(started + timedelta(seconds=5)).created
     assert sum(made.values()) == 2
     before = _evictions(db)

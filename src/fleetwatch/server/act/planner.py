@@ -38,6 +38,11 @@ the episode's counts and top reasons; the episode ends when the budget has room 
 one is open is kept in ``leader_state``, so a new leader does not announce it again). An Xid
 storm on every node (a bad driver roll-out) thus drains a few nodes and pages a person.
 
+Fleet-wide silence (``server.judge.silence``): when more than ``unreachable_storm_pct`` of the
+nodes are unreachable at once, the cause is shared (the server's ingest, the network): no new
+unreachable evictions, so a silence cannot fill the drain budget; open ones are left as they are
+while their node is silent. Rule evictions (a fatal Xid) are made as usual.
+
 Maintenance windows (``server.judge.planned``): a node a window covers gets no unreachable,
 straggler or risk eviction, nor one for a verdict a planned reboot, reset or cable job causes
 (a GPU lost or missing, a port down), and such open evictions of it are cancelled (their reason
@@ -87,6 +92,7 @@ from fleetwatch.server.judge.assessor import Assessor
 from fleetwatch.server.judge.judging import Verdict
 from fleetwatch.server.judge.liveness import unreachable_deadline
 from fleetwatch.server.judge.planned import Planned, stands_in_maintenance
+from fleetwatch.server.judge.silence import fleet_silence
 from fleetwatch.server.repo.evictions import (
     DRAINING_STATES,
     OPEN_STATES,
@@ -157,6 +163,8 @@ class PlanResult:
     budget: int = 0
     budget_event: bool = False
     skipped: bool = False
+    silent: int | None = None  # nodes unreachable now (whole-fleet pass)
+    silence_storm: bool = False  # more than unreachable_storm_pct of them: no unreachable drains
     next_run_s: float | None = None  # when the next node turns unreachable: plan again then
 
 
@@ -476,14 +484,17 @@ class EvictionPlanner:
             if not try_transaction_lock(conn, LockKey.PLANNER):
                 return PlanResult(skipped=True)
             result = self._plan(conn, snapshot, now)
-        if result.created or result.cancelled or result.expired:
+        if result.created or result.cancelled or result.expired or result.silence_storm:
             logger.info(
-                "planner: created %s, cancelled %d, leases expired %d; %d of %d budget draining",
+                "planner: created %s, cancelled %d, leases expired %d; %d of %d budget draining; "
+                "%s nodes unreachable%s",
                 dict(result.created),
                 result.cancelled,
                 result.expired,
                 result.draining,
                 result.budget,
+                result.silent,
+                " (fleet-wide silence: no unreachable evictions)" if result.silence_storm else "",
             )
         return result
 
@@ -574,6 +585,15 @@ class EvictionPlanner:
             conn, now=now, factor=factor, heard_since=heard, planned=planned
         )
         unheard = unheard_nodes(conn, now=now, factor=factor, heard_since=heard, planned=planned)
+        silence = fleet_silence(
+            conn,
+            now=now,
+            factor=factor,
+            threshold_pct=settings.unreachable_storm_pct,
+            heard_since=heard,
+            planned=planned,
+        )
+        result.silent, result.silence_storm = len(silence.silent), silence.storm
         returned: dict[str, datetime] = {
             row.node: row.at
             for row in conn.execute(
@@ -583,8 +603,12 @@ class EvictionPlanner:
             )
         }
         gpu_count = Counter(g.node for g in snapshot.gpus)
-        rules = {
-            **unreachable_candidates(
+        # A fleet-wide silence is the server's or the network's, not each node's: no new
+        # unreachable evictions (server.judge.silence); rule evictions go on.
+        silent_nodes = (
+            {}
+            if silence.storm
+            else unreachable_candidates(
                 conn,
                 now=now,
                 factor=factor,
@@ -592,9 +616,9 @@ class EvictionPlanner:
                 gpu_count=gpu_count,
                 heard_since=heard,
                 planned=planned,
-            ),
-            **rule_candidates(snapshot, self.costs, returned, planned),
-        }
+            )
+        )
+        rules = {**silent_nodes, **rule_candidates(snapshot, self.costs, returned, planned)}
         slow = straggler_candidates(
             conn,
             now=now,
@@ -617,6 +641,10 @@ class EvictionPlanner:
             reason_left = row.node in rules or row.node in slow or row.node in risky_now
             # Silent since before this process started: not known to have come back yet.
             reason_left |= row.reason.startswith("node_unreachable") and row.node in unheard
+            # Made on the node's own silence before the storm: left as it is while still silent.
+            reason_left |= row.reason.startswith("node_unreachable") and (
+                silence.storm and row.node in silence.silent
+            )
             unknown = row.reason_kind != "straggler" and row.node not in gpu_count
             made = made_from(row)
             # This snapshot's view of the node predates the eviction's evidence.

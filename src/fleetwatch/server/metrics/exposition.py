@@ -22,6 +22,11 @@ the ``FleetWatchNodeUnreachable`` rule's clock on every restart. ``fleetwatch_no
 under ``state="unheard"``. A node in a maintenance window has no ``fleetwatch_node_up`` sample
 either (its silence is planned: no rule must fire on it); ``fleetwatch_nodes{state="maintenance"}``
 is the gauge of nodes in maintenance.
+
+Fleet-wide silence (:mod:`fleetwatch.server.judge.silence`): ``fleetwatch_fleet_silent_nodes`` is
+the nodes unreachable among those that count (not in maintenance, heard within a day),
+``fleetwatch_fleet_silence`` is 1 while they are more than ``unreachable_storm_pct`` of those
+(no unreachable evictions meanwhile), else 0.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from datetime import datetime
 from fleetwatch.server.db.base import utcnow
 from fleetwatch.server.db.session import Database
 from fleetwatch.server.judge.liveness import Liveness, NodeReading
+from fleetwatch.server.judge.silence import RECENT, is_storm
 from fleetwatch.server.metrics.fleet_cache import CachedNode, FleetCache
 from fleetwatch.server.metrics.gpu_exposition import load_gpu_rows, render_gpu_families
 from fleetwatch.server.metrics.text import escape_label, family_header
@@ -58,9 +64,11 @@ class FleetExposition:
         ttl_s: float,
         liveness: Liveness,
         clock: Callable[[], datetime] = utcnow,
+        storm_pct: float = 0.0,
     ) -> None:
         self._db = db
         self._liveness = liveness
+        self._storm_pct = storm_pct
         self.cache = FleetCache(db, ttl_s=ttl_s, clock=clock)
 
     # -- the default page -------------------------------------------------------------------
@@ -74,11 +82,15 @@ class FleetExposition:
         planned = self.cache.planned(now)
         up: list[str] = []
         states: dict[NodeReading, int] = {"up": 0, "unheard": 0, "unreachable": 0, "maintenance": 0}
+        counted = silent = 0  # for the fleet-wide silence, as server.judge.silence counts
         for node in self.cache.nodes():
             state = self._liveness.state(
                 node.last_seen, node.interval_s, now, planned=planned, node=node.name
             )
             states[state] += 1
+            if state != "maintenance" and node.last_seen >= now - RECENT:
+                counted += 1
+                silent += state == "unreachable"
             if state in ("up", "unreachable"):
                 value = 1 if state == "up" else 0
                 up.append(f'fleetwatch_node_up{{node="{escape_label(node.name)}"}} {value}\n')
@@ -98,6 +110,19 @@ class FleetExposition:
                     "a maintenance window).",
                 ),
                 *(f'fleetwatch_nodes{{state="{s}"}} {n}\n' for s, n in sorted(states.items())),
+                family_header(
+                    "fleetwatch_fleet_silent_nodes",
+                    "gauge",
+                    "Nodes unreachable now, of those not in maintenance and heard within a day.",
+                ),
+                f"fleetwatch_fleet_silent_nodes {silent}\n",
+                family_header(
+                    "fleetwatch_fleet_silence",
+                    "gauge",
+                    "1 while a fleet-wide silence holds (more than unreachable_storm_pct of the "
+                    "nodes unreachable at once: no unreachable evictions), else 0.",
+                ),
+                f"fleetwatch_fleet_silence {int(is_storm(silent, counted, self._storm_pct))}\n",
             ]
         )
 

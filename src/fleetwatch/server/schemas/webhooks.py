@@ -33,7 +33,7 @@ class WebhookFilters(BaseModel):
     kinds: list[Text] | None = Field(
         default=None,
         description="only these alert kinds: xid, health, unreachable, straggler, drain_budget, "
-        "wear_out, repeat_offender",
+        "wear_out, repeat_offender, fleet_silence",
     )
     weekly_report: bool = Field(default=False, description="also send the weekly report")
 

@@ -16,7 +16,8 @@ only on evidence that covers the alert:
 - an unreachable alert does not resolve while its node is *unheard* (silent, but this process has
   not been up long enough to tell, see :mod:`fleetwatch.server.judge.liveness`): it resolves when
   the node reports again. One whose node went into a maintenance window resolves (its silence
-  is planned now).
+  is planned now). During a fleet-wide silence (:mod:`fleetwatch.server.judge.silence`) no new
+  one fires (one ``fleet_silence`` alert does) and a firing one stays while its node is silent.
 
 When more than ``alert_group_threshold`` new alerts match one subscription in one pass, they go
 as one grouped delivery listing them (an Xid storm over 100 nodes is one page, not 100); their
@@ -25,8 +26,8 @@ all its members have. Alertmanager gets every firing alert again every ``alertma
 
 Filters of a subscription: ``min_severity`` (info < warning < critical < fatal), ``clusters``
 (the node label ``cluster``), ``kinds`` (alert kinds: xid, health, unreachable, straggler,
-drain_budget, wear_out, repeat_offender). Fleet-wide alerts have no cluster and pass a cluster
-filter.
+drain_budget, wear_out, repeat_offender, fleet_silence). Fleet-wide alerts have no cluster and
+pass a cluster filter.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ from fleetwatch.server.jobs.isolation import ItemGuard
 from fleetwatch.server.jobs.locks import LockKey, try_transaction_lock
 from fleetwatch.server.judge.assessment import FleetAssessment
 from fleetwatch.server.judge.planned import Planned
+from fleetwatch.server.judge.silence import FleetSilence, fleet_silence
 from fleetwatch.server.repo.maintenance import load_planned
 from fleetwatch.server.repo.nodes import unheard_nodes
 from fleetwatch.server.tell.conditions import Condition, derive_conditions
@@ -115,6 +117,14 @@ class Alerter:
                 if not try_transaction_lock(conn, LockKey.ALERTS):
                     return AlertPass()
                 planned = load_planned(conn, now)
+                silence = fleet_silence(
+                    conn,
+                    now=now,
+                    factor=self.settings.unreachable_after_intervals,
+                    threshold_pct=self.settings.unreachable_storm_pct,
+                    heard_since=self.heard_since,
+                    planned=planned,
+                )
                 active = derive_conditions(
                     conn,
                     snapshot,
@@ -122,8 +132,9 @@ class Alerter:
                     settings=self.settings,
                     heard_since=self.heard_since,
                     planned=planned,
+                    silence=silence,
                 )
-                covered = self._coverage(conn, snapshot, now, planned)
+                covered = self._coverage(conn, snapshot, now, planned, silence)
                 result = self._pass(conn, active, now, covered)
         if result.queued:
             self.on_queued()
@@ -142,6 +153,7 @@ class Alerter:
         snapshot: FleetAssessment | None,
         now: datetime,
         planned: Planned | None = None,
+        silence: FleetSilence | None = None,
     ) -> Callable[[Any], bool]:
         """Whether this pass's evidence covers a firing alert, so that its absence resolves it."""
         if snapshot is None:
@@ -157,7 +169,9 @@ class Alerter:
                 # are as of the whole-fleet pass it was built on.
                 return bool(snapshot.judged_at(row.node) > row.updated_at)
             if row.kind == "unreachable":
-                return row.node not in unheard
+                # In a fleet-wide silence its node is no condition of its own, yet still silent.
+                storm_silent = silence is not None and silence.storm and row.node in silence.silent
+                return row.node not in unheard and not storm_silent
             return True  # derived from the database at this pass's own ``now``
 
         return covers

@@ -9,6 +9,8 @@
 ``node:<name>:repeat_offender``       an open hardware eviction of a node that came within
                                       ``repeat_offender_days`` of its return (``repeat_of``)
 ``fleet:drain_budget``                an eviction is ``paged``: the drain budget is exhausted
+``fleet:silence``                     more than ``unreachable_storm_pct`` of the nodes are
+                                      unreachable at once (kind ``fleet_silence``)
 ``fleet:wear_out:<group>``            a wear-out onset within ``alert_wear_out_hold_s``
 ====================================  =========================================================
 
@@ -17,6 +19,9 @@ too (:mod:`fleetwatch.server.judge.liveness`). A node in a maintenance window is
 unreachable, and after one only after its intervals since the window's end; inside a window, a
 verdict the planned work causes by itself (a GPU lost or missing, a port down) and a straggler
 are no alert either, while a hardware fault still is (:mod:`fleetwatch.server.judge.planned`).
+
+During a fleet-wide silence (:mod:`fleetwatch.server.judge.silence`) no node is an unreachable
+condition of its own: the one ``fleet:silence`` condition stands for them all.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from fleetwatch.server.db.tables import events, evictions, gpus, nodes, straggle
 from fleetwatch.server.judge.assessment import FleetAssessment
 from fleetwatch.server.judge.liveness import node_state
 from fleetwatch.server.judge.planned import Planned, caused_by_maintenance
+from fleetwatch.server.judge.silence import FleetSilence, fleet_silence
 from fleetwatch.server.repo.evictions import OPEN_STATES
 
 __all__ = ["Condition", "derive_conditions"]
@@ -66,11 +72,23 @@ def derive_conditions(
     settings: ServerSettings,
     heard_since: datetime | None = None,
     planned: Planned | None = None,
+    silence: FleetSilence | None = None,
 ) -> dict[str, Condition]:
     """Every condition active at ``now``, by dedup key (a node is unreachable only after its
-    intervals of silence since ``heard_since`` too: see :mod:`fleetwatch.server.judge.liveness`)."""
+    intervals of silence since ``heard_since`` too: see :mod:`fleetwatch.server.judge.liveness`;
+    ``silence``: the fleet's at ``now``, read here when not given)."""
     found: dict[str, Condition] = {}
     planned = planned or Planned()
+    factor = settings.unreachable_after_intervals
+    if silence is None:
+        silence = fleet_silence(
+            conn,
+            now=now,
+            factor=factor,
+            threshold_pct=settings.unreachable_storm_pct,
+            heard_since=heard_since,
+            planned=planned,
+        )
     node_rows = list(
         conn.execute(select(nodes.c.name, nodes.c.labels, nodes.c.last_seen, nodes.c.interval_s))
     )
@@ -116,9 +134,10 @@ def derive_conditions(
                 slots.get(gpu.uuid),
                 clusters.get(gpu.node),
             )
-    factor = settings.unreachable_after_intervals
+    if silence.storm:
+        found["fleet:silence"] = _fleet_silence(silence)
     for row in node_rows:
-        if planned.covers(row.name):
+        if planned.covers(row.name) or silence.storm:
             continue
         heard = planned.listen_from(row.name, heard_since)
         if node_state(row.last_seen, row.interval_s, factor, now, heard) == "unreachable":
@@ -210,6 +229,27 @@ def derive_conditions(
             {"rule": "wear_out_onset", "at": _iso(onset.ts), **(onset.details or {})},
         )
     return found
+
+
+def _fleet_silence(silence: FleetSilence) -> Condition:
+    share = silence.share_pct
+    return Condition(
+        "fleet:silence",
+        "fleet_silence",
+        "critical",
+        f"fleet-wide silence: {len(silence.silent)} of {silence.counted} nodes ({share:.1f} %) "
+        f"unreachable at once, over {silence.threshold_pct:g} %: check the server's ingest, the "
+        "network, or the agents' path to the server; no unreachable evictions meanwhile",
+        "investigate",
+        {
+            "rule": "fleet_silence",
+            "unreachable_nodes": len(silence.silent),
+            "counted_nodes": silence.counted,
+            "share_pct": round(share, 2),
+            "threshold_pct": silence.threshold_pct,
+            "sample_nodes": sorted(silence.silent)[:20],
+        },
+    )
 
 
 def _repeat_offenders(

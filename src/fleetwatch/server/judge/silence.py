@@ -1,0 +1,90 @@
+"""Fleet-wide silence: when many nodes fall silent at once, the cause is shared, not each node's.
+
+An overloaded server (pushes queued at the agents or the load balancer), a network partition or
+a monitoring outage silences a large share of the fleet at once. Draining each node as
+unreachable would then drain healthy nodes and fill the fleet drain budget, so that a real fault
+(a fatal Xid) found meanwhile is paged instead of drained. So, when the nodes unreachable (silent
+past their deadline, by :mod:`fleetwatch.server.judge.liveness`) are more than
+``unreachable_storm_pct`` of the nodes that count, and at least two, the silence is a *storm*:
+
+- the planner makes no new unreachable eviction (rule evictions, e.g. a fatal Xid, go on);
+- no new per-node unreachable alert fires; one ``fleet_silence`` alert does, and resolves when
+  the share falls back to the threshold or under it;
+- open unreachable evictions and firing unreachable alerts are left as they are: each was made
+  on its node's own silence before the storm, and a person may already be acting on it. One
+  whose node reports again is cancelled (resolved) as usual; one whose node is still silent
+  stays until the storm ends and its node is judged on its own again.
+
+The nodes that count: known, not in a maintenance window, heard within the last day (a node
+silent for longer is decommissioned or long known, as for the planner). The share is read from
+the database at the pass's ``now``, by the leader's planner and alerter alike: every process
+that reads it gets the same answer for the same ``now`` and start. ``0`` turns the guard off.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from sqlalchemy import Connection, select
+
+from fleetwatch.server.db.tables import nodes
+from fleetwatch.server.judge.liveness import node_state
+from fleetwatch.server.judge.planned import Planned
+
+__all__ = ["FleetSilence", "fleet_silence", "is_storm"]
+
+RECENT = timedelta(days=1)  # silent longer: not news (the planner's ``within``)
+_MIN_NODES = 2  # one silent node is that node's own silence, at any fleet size
+
+
+@dataclass(frozen=True)
+class FleetSilence:
+    """The nodes unreachable now among those that count, and whether that is a storm."""
+
+    silent: frozenset[str]
+    counted: int
+    threshold_pct: float
+
+    @property
+    def share_pct(self) -> float:
+        return 100.0 * len(self.silent) / self.counted if self.counted else 0.0
+
+    @property
+    def storm(self) -> bool:
+        return is_storm(len(self.silent), self.counted, self.threshold_pct)
+
+
+def is_storm(silent: int, counted: int, threshold_pct: float) -> bool:
+    """More than ``threshold_pct`` of ``counted`` nodes silent, and at least two (0: never)."""
+    if threshold_pct <= 0 or counted == 0 or silent < _MIN_NODES:
+        return False
+    return 100.0 * silent / counted > threshold_pct
+
+
+def fleet_silence(
+    conn: Connection,
+    *,
+    now: datetime,
+    factor: float,
+    threshold_pct: float,
+    heard_since: datetime | None = None,
+    planned: Planned | None = None,
+) -> FleetSilence:
+    """The fleet's silence at ``now`` (unreachable as the planner and the alerter judge it)."""
+    planned = planned or Planned()
+    rows = conn.execute(
+        select(nodes.c.name, nodes.c.last_seen, nodes.c.interval_s).where(
+            nodes.c.last_seen >= now - RECENT
+        )
+    )
+    counted = 0
+    silent = set()
+    for row in rows:
+        if planned.covers(row.name):
+            continue
+        counted += 1
+        heard = planned.listen_from(row.name, heard_since)
+        if node_state(row.last_seen, row.interval_s, factor, now, heard) == "unreachable":
+            silent.add(row.name)
+    return FleetSilence(frozenset(silent), counted, threshold_pct)
