@@ -243,9 +243,16 @@ class ServerSettings(BaseSettings):
         ge=0,
         le=100,
         description="Fleet-wide silence: when more than this percent of the nodes (and at least "
-        "two) are unreachable at once, the cause is shared (the server's ingest, the network): "
+        "unreachable_storm_min_nodes) are unreachable at once, the cause is shared (the "
+        "server's ingest, the network): "
         "no new unreachable evictions or per-node alerts, one fleet_silence alert instead. "
         "Below drain_budget_pct, so a silence's onset cannot fill the drain budget; 0 = off",
+    )
+    unreachable_storm_min_nodes: int = Field(
+        default=10,
+        ge=2,
+        description="A fleet-wide silence needs at least this many unreachable nodes: a small "
+        "fleet's few silent nodes (one rack's power) are drained and paged one by one",
     )
 
     # -- alerts and webhooks (issue 6) --

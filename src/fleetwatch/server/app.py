@@ -148,6 +148,7 @@ def create_app(
             ttl_s=settings.metrics_cache_ttl_s,
             liveness=liveness,
             storm_pct=settings.unreachable_storm_pct,
+            storm_min_nodes=settings.unreachable_storm_min_nodes,
         )
         app.state.availability = AvailabilityExposition(db, settings)
         jobs = BackgroundJobs(

@@ -34,7 +34,9 @@ LATER = timedelta(minutes=5)  # every node is silent by then (interval 10 s, 3 i
 
 def _settings(client: TestClient, **overrides: Any) -> ServerSettings:
     base: ServerSettings = client.app.state.settings  # type: ignore[attr-defined]
-    return base.model_copy(update={"unreachable_storm_pct": 25.0, **overrides})
+    return base.model_copy(
+        update={"unreachable_storm_pct": 25.0, "unreachable_storm_min_nodes": 2, **overrides}
+    )
 
 
 def _fleet(push: Push, xid_node: str | None = None) -> None:
@@ -83,6 +85,9 @@ def test_a_storm_needs_more_than_the_share_and_two_nodes() -> None:
     assert not is_storm(1, 2, 25.0)  # one node is its own silence, at any fleet size
     assert not is_storm(10, 10, 0.0)  # 0: off
     assert not is_storm(0, 0, 25.0)
+    assert not is_storm(3, 10, 25.0, min_nodes=10)  # the default minimum: a small fleet's 3
+    assert is_storm(10, 40, 5.0, min_nodes=10)
+    assert not is_storm(1, 2, 5.0, min_nodes=1)  # never fewer than two
 
 
 def test_below_the_threshold_silent_nodes_are_evicted_and_alerted(
@@ -114,6 +119,21 @@ def test_a_storm_evicts_nobody_and_fires_one_fleet_alert(
     assert alert.kind == "fleet_silence" and alert.severity == "critical"
     assert alert.evidence["unreachable_nodes"] == 4 and alert.evidence["share_pct"] == 40.0
     assert "ingest" in alert.summary and "network" in alert.summary
+
+
+def test_a_small_fleets_few_silent_nodes_are_no_storm_by_default(
+    client: TestClient, push: Push, db: Database
+) -> None:
+    """The product default (at least 10 nodes): 4 of 10 silent is 40 %, far over the share, but
+    a small fleet's few silent nodes (a rack's power) are drained one by one."""
+    _fleet(push)
+    now = utcnow() + LATER
+    _hear(db, NODES[4:], now)
+    default = ServerSettings().unreachable_storm_min_nodes
+    result = _plan(client, now, unreachable_storm_min_nodes=default, drain_budget_pct=50.0)
+    assert default == 10
+    assert result.silent == 4 and not result.silence_storm
+    assert [node for node, _, reason in _evictions(db)] == NODES[:4]
 
 
 def test_a_fatal_xid_in_a_storm_still_drains(client: TestClient, push: Push, db: Database) -> None:

@@ -590,6 +590,7 @@ class EvictionPlanner:
             now=now,
             factor=factor,
             threshold_pct=settings.unreachable_storm_pct,
+            min_nodes=settings.unreachable_storm_min_nodes,
             heard_since=heard,
             planned=planned,
         )

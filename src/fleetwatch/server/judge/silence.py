@@ -5,7 +5,8 @@ a monitoring outage silences a large share of the fleet at once. Draining each n
 unreachable would then drain healthy nodes and fill the fleet drain budget, so that a real fault
 (a fatal Xid) found meanwhile is paged instead of drained. So, when the nodes unreachable (silent
 past their deadline, by :mod:`fleetwatch.server.judge.liveness`) are more than
-``unreachable_storm_pct`` of the nodes that count, and at least two, the silence is a *storm*:
+``unreachable_storm_pct`` of the nodes that count, and at least ``unreachable_storm_min_nodes``
+(10), the silence is a *storm*:
 
 - the planner makes no new unreachable eviction (rule evictions, e.g. a fatal Xid, go on);
 - no new per-node unreachable alert fires; one ``fleet_silence`` alert does, and resolves when
@@ -35,7 +36,9 @@ from fleetwatch.server.judge.planned import Planned
 __all__ = ["FleetSilence", "fleet_silence", "is_storm"]
 
 RECENT = timedelta(days=1)  # silent longer: not news (the planner's ``within``)
-_MIN_NODES = 2  # one silent node is that node's own silence, at any fleet size
+# One silent node is that node's own silence, at any fleet size; a small fleet's few silent nodes
+# (a rack's power) are drained and paged one by one rather than taken for the server's silence.
+MIN_NODES = 2
 
 
 @dataclass(frozen=True)
@@ -45,6 +48,7 @@ class FleetSilence:
     silent: frozenset[str]
     counted: int
     threshold_pct: float
+    min_nodes: int = MIN_NODES
 
     @property
     def share_pct(self) -> float:
@@ -52,12 +56,13 @@ class FleetSilence:
 
     @property
     def storm(self) -> bool:
-        return is_storm(len(self.silent), self.counted, self.threshold_pct)
+        return is_storm(len(self.silent), self.counted, self.threshold_pct, self.min_nodes)
 
 
-def is_storm(silent: int, counted: int, threshold_pct: float) -> bool:
-    """More than ``threshold_pct`` of ``counted`` nodes silent, and at least two (0: never)."""
-    if threshold_pct <= 0 or counted == 0 or silent < _MIN_NODES:
+def is_storm(silent: int, counted: int, threshold_pct: float, min_nodes: int = MIN_NODES) -> bool:
+    """More than ``threshold_pct`` of ``counted`` nodes silent, and at least ``min_nodes`` (never
+    fewer than two; ``threshold_pct`` 0: never)."""
+    if threshold_pct <= 0 or counted == 0 or silent < max(min_nodes, MIN_NODES):
         return False
     return 100.0 * silent / counted > threshold_pct
 
@@ -68,6 +73,7 @@ def fleet_silence(
     now: datetime,
     factor: float,
     threshold_pct: float,
+    min_nodes: int = MIN_NODES,
     heard_since: datetime | None = None,
     planned: Planned | None = None,
 ) -> FleetSilence:
@@ -87,4 +93,4 @@ def fleet_silence(
         heard = planned.listen_from(row.name, heard_since)
         if node_state(row.last_seen, row.interval_s, factor, now, heard) == "unreachable":
             silent.add(row.name)
-    return FleetSilence(frozenset(silent), counted, threshold_pct)
+    return FleetSilence(frozenset(silent), counted, threshold_pct, min_nodes)

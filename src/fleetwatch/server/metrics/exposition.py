@@ -65,10 +65,12 @@ class FleetExposition:
         liveness: Liveness,
         clock: Callable[[], datetime] = utcnow,
         storm_pct: float = 0.0,
+        storm_min_nodes: int = 2,
     ) -> None:
         self._db = db
         self._liveness = liveness
         self._storm_pct = storm_pct
+        self._storm_min_nodes = storm_min_nodes
         self.cache = FleetCache(db, ttl_s=ttl_s, clock=clock)
 
     # -- the default page -------------------------------------------------------------------
@@ -94,6 +96,7 @@ class FleetExposition:
             if state in ("up", "unreachable"):
                 value = 1 if state == "up" else 0
                 up.append(f'fleetwatch_node_up{{node="{escape_label(node.name)}"}} {value}\n')
+        storm = is_storm(silent, counted, self._storm_pct, self._storm_min_nodes)
         return "".join(
             [
                 family_header(
@@ -122,7 +125,7 @@ class FleetExposition:
                     "1 while a fleet-wide silence holds (more than unreachable_storm_pct of the "
                     "nodes unreachable at once: no unreachable evictions), else 0.",
                 ),
-                f"fleetwatch_fleet_silence {int(is_storm(silent, counted, self._storm_pct))}\n",
+                f"fleetwatch_fleet_silence {int(storm)}\n",
             ]
         )
 

@@ -122,6 +122,7 @@ class Alerter:
                     now=now,
                     factor=self.settings.unreachable_after_intervals,
                     threshold_pct=self.settings.unreachable_storm_pct,
+                    min_nodes=self.settings.unreachable_storm_min_nodes,
                     heard_since=self.heard_since,
                     planned=planned,
                 )

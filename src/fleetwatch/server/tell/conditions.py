@@ -86,6 +86,7 @@ def derive_conditions(
             now=now,
             factor=factor,
             threshold_pct=settings.unreachable_storm_pct,
+            min_nodes=settings.unreachable_storm_min_nodes,
             heard_since=heard_since,
             planned=planned,
         )
