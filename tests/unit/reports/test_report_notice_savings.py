@@ -15,6 +15,7 @@ n2's rule drain at 29th 11:00. The jobs added here:
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -145,3 +146,26 @@ def test_percentile_interpolates_and_is_none_when_empty() -> None:
     assert percentile([4.0], 90) == 4.0
     assert percentile([10.0, 0.0, 5.0], 50) == 5.0
     assert percentile([0.0, 10.0], 90) == pytest.approx(9.0)
+
+
+def test_notice_window_edges_from_plain_inputs() -> None:
+    """A notice opened more than the lookback before the failure does not count; a checkpoint
+    completed exactly at the notice counts as taken on it (``[T, F]``)."""
+    from fleetwatch.reports.job_failures import NodeFailure
+    from fleetwatch.reports.notice_savings import JobSpan, Notice, notice_savings
+
+    f = NodeFailure("n1", t(28, 12), "gpu_failure", "test")
+    job = JobSpan("j", ("n1",), 2, t(20), t(28, 12), "failed", t(28, 12))
+    common: dict[str, Any] = {
+        "since": t(23), "until": t(30), "failures": [f], "jobs": [job], "notices_known": True,
+        "checkpoints_done": {"j": [t(21), t(26)]}, "before": timedelta(minutes=30),
+        "after": timedelta(minutes=5),
+    }  # fmt: skip
+    stale = notice_savings(notices=[Notice("j", "n1", t(21, 11), None)], **common)
+    assert stale["preceded_by_notice"] == 0 and stale["share_preceded"] == 0.0
+    assert stale["jobs"][0]["saved_gpu_h"] is None  # no notice in the window
+    fresh = notice_savings(notices=[Notice("j", "n1", t(26), None)], **common)
+    assert fresh["lead_h"]["p50"] == pytest.approx(60.0)  # 26th 00:00 -> 28th 12:00
+    # 2 ranks x (26th 00:00 - 21st 00:00), lost 2 x (28th 12:00 - 26th 00:00)
+    assert fresh["jobs"][0]["saved_gpu_h"] == pytest.approx(2 * 120.0)
+    assert fresh["jobs"][0]["lost_gpu_h"] == pytest.approx(2 * 60.0)
