@@ -79,6 +79,8 @@ class WeeklyReport:
     sla: dict[str, Any]
     # Issue 14's figures (:mod:`fleetwatch.reports.availability`), when the caller computed them.
     availability: dict[str, Any] | None = None
+    # Issue 15's work saved by notices (:mod:`fleetwatch.reports.notice_savings`), likewise.
+    notice_savings: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -406,10 +408,12 @@ def build_weekly(
     catalog: XidCatalog | None = None,
     now: datetime | None = None,
     availability: dict[str, Any] | None = None,
+    notice_savings: dict[str, Any] | None = None,
 ) -> WeeklyReport:
     """The report for the week of ``d``, compared with ``before`` (the week before); lifetimes
     still open at ``now`` are censored there (KM). ``availability``: the week's
-    :func:`~fleetwatch.reports.availability.compute_availability` figures, shown as they are."""
+    :func:`~fleetwatch.reports.availability.compute_availability` figures, shown as they are;
+    ``notice_savings``: the week's :func:`~fleetwatch.reports.notice_savings.notice_savings`."""
     catalog = catalog or XidCatalog.load()
     now = now or datetime.now(UTC)
     core = _core(d, settings, catalog)
@@ -432,4 +436,5 @@ def build_weekly(
         deltas=_deltas(head, headline(before, settings, catalog)),
         sla=_sla(core.reliability, settings),
         availability=availability,
+        notice_savings=notice_savings,
     )

@@ -32,6 +32,7 @@ from fleetwatch.server.db.tables import (
     stragglers,
 )
 from fleetwatch.server.repo.availability_rows import load_period, sla_targets
+from fleetwatch.server.repo.notice_savings_rows import compute_notice_savings
 
 __all__ = ["compute_weekly", "load_week"]
 
@@ -62,6 +63,7 @@ def compute_weekly(
         catalog=catalog,
         now=now or datetime.now(UTC),
         availability=compute_availability(period, sla_targets(settings), by=REPORT_LABELS),
+        notice_savings=compute_notice_savings(conn, week.start, week.end, settings=settings),
     )
 
 
