@@ -9,52 +9,14 @@ from typing import Any
 
 import click
 
+from fleetwatch.cli.api_call import SERVER_OPTION, call_api, token_option
+
 __all__ = ["maintenance"]
 
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)(m|h|d|w)$", re.ASCII)
 _UNIT_SECONDS = {"m": 60, "h": 3600, "d": 86400, "w": 604800}
 
-_SERVER = click.option(
-    "--server",
-    "server_url",
-    envvar="FLEETWATCH_URL",
-    default="http://127.0.0.1:8400",
-    show_default=True,
-    help="FleetWatch server URL [env FLEETWATCH_URL]",
-)
-_TOKEN = click.option(
-    "--token",
-    envvar="FLEETWATCH_TOKEN",
-    required=True,
-    help="Token with scope scheduler or admin (read for list) [env FLEETWATCH_TOKEN]",
-)
-
-
-def _call(server_url: str, token: str, method: str, path: str, **kwargs: Any) -> Any:
-    import httpx
-
-    from fleetwatch.errors import FleetWatchError
-
-    try:
-        response = httpx.request(
-            method,
-            server_url.rstrip("/") + path,
-            headers={"Authorization": f"Bearer {token}"},
-            timeout=30,
-            **kwargs,
-        )
-    except httpx.HTTPError as exc:
-        raise FleetWatchError(f"cannot reach {server_url}: {exc}") from exc
-    if not response.is_success:
-        try:
-            body = response.json()
-            message = str(body.get("error", response.text))
-            where = [f"{'.'.join(map(str, d['loc'][1:]))}: {d['msg']}" for d in body["detail"]]
-        except (ValueError, KeyError, TypeError, AttributeError):
-            message, where = response.text, []
-        detail = f" ({'; '.join(where)})" if where else ""
-        raise click.ClickException(f"HTTP {response.status_code}: {message}{detail}")
-    return response.json()
+_TOKEN = token_option("Token with scope scheduler or admin (read for list) [env FLEETWATCH_TOKEN]")
 
 
 def _instant(value: str, option: str) -> datetime:
@@ -91,7 +53,7 @@ def maintenance() -> None:
 @click.option("--end", help="ISO 8601 time, or a duration after the start: 90m, 4h, 2d")
 @click.option("--until-ended", is_flag=True, help="No end: until `fleetwatch maintenance end`")
 @click.option("--reason", required=True, help="Why (shown on the fleet page and /v1/nodes)")
-@_SERVER
+@SERVER_OPTION
 @_TOKEN
 def add(
     nodes: tuple[str, ...],
@@ -118,7 +80,7 @@ def add(
         body["starts_at"] = starts_at.isoformat()
     if end is not None:
         body["ends_at"] = _end(end, starts_at or datetime.now(UTC)).isoformat()
-    made = _call(server_url, token, "POST", "/v1/maintenance", json=body)
+    made = call_api(server_url, token, "POST", "/v1/maintenance", json=body)
     until = made["ends_at"] or "until ended"
     click.echo(
         f"maintenance window {made['id']} ({made['state']}) over {_what(made)}: "
@@ -136,7 +98,7 @@ def add(
 )
 @click.option("--all", "show_all", is_flag=True, help="Every window, ended ones too")
 @click.option("--json", "as_json", is_flag=True, help="Print the API's JSON")
-@_SERVER
+@SERVER_OPTION
 @_TOKEN
 def list_(
     states: tuple[str, ...], show_all: bool, as_json: bool, server_url: str, token: str
@@ -145,7 +107,7 @@ def list_(
     params: dict[str, Any] = {}
     if not show_all:
         params["state"] = list(states) or ["upcoming", "active"]
-    found = _call(server_url, token, "GET", "/v1/maintenance", params=params)
+    found = call_api(server_url, token, "GET", "/v1/maintenance", params=params)
     if as_json:
         click.echo(json.dumps(found, indent=2))
         return
@@ -159,11 +121,11 @@ def list_(
 
 @maintenance.command("end")
 @click.argument("window_id", type=click.IntRange(min=1))
-@_SERVER
+@SERVER_OPTION
 @_TOKEN
 def end_(window_id: int, server_url: str, token: str) -> None:
     """End a window now (cancel it, if it has not begun)."""
-    ended = _call(server_url, token, "DELETE", f"/v1/maintenance/{window_id}")
+    ended = call_api(server_url, token, "DELETE", f"/v1/maintenance/{window_id}")
     click.echo(f"maintenance window {ended['id']} {ended['state']} at {ended['ended_at']}")
 
 

@@ -7,46 +7,11 @@ from typing import Any
 
 import click
 
+from fleetwatch.cli.api_call import SERVER_OPTION, call_api, token_option
+
 __all__ = ["webhook"]
 
-_SERVER = click.option(
-    "--server",
-    "server_url",
-    envvar="FLEETWATCH_URL",
-    default="http://127.0.0.1:8400",
-    show_default=True,
-    help="FleetWatch server URL [env FLEETWATCH_URL]",
-)
-_TOKEN = click.option(
-    "--token",
-    envvar="FLEETWATCH_TOKEN",
-    required=True,
-    help="Token with scope admin (prefer env FLEETWATCH_TOKEN)",
-)
-
-
-def _call(server_url: str, token: str, method: str, path: str, **kwargs: Any) -> Any:
-    import httpx
-
-    from fleetwatch.errors import FleetWatchError
-
-    try:
-        response = httpx.request(
-            method,
-            server_url.rstrip("/") + path,
-            headers={"Authorization": f"Bearer {token}"},
-            timeout=30,
-            **kwargs,
-        )
-    except httpx.HTTPError as exc:
-        raise FleetWatchError(f"cannot reach {server_url}: {exc}") from exc
-    if not response.is_success:
-        try:
-            message = response.json().get("error", response.text)
-        except ValueError:
-            message = response.text
-        raise click.ClickException(f"HTTP {response.status_code}: {message}")
-    return response.json()
+_TOKEN = token_option("Token with scope admin (prefer env FLEETWATCH_TOKEN)")
 
 
 @click.group()
@@ -75,7 +40,7 @@ def webhook() -> None:
 @click.option("--cluster", "clusters", multiple=True, help="Only this cluster (repeatable)")
 @click.option("--alert-kind", "kinds", multiple=True, help="Only this alert kind (repeatable)")
 @click.option("--weekly-report", is_flag=True, help="Also send the weekly report")
-@_SERVER
+@SERVER_OPTION
 @_TOKEN
 def add(
     name: str,
@@ -96,17 +61,17 @@ def add(
     if kinds:
         filters["kinds"] = list(kinds)
     body = {"name": name, "kind": kind, "url": url, "secret": secret, "filters": filters}
-    made = _call(server_url, token, "POST", "/v1/webhooks", json=body)
+    made = call_api(server_url, token, "POST", "/v1/webhooks", json=body)
     click.echo(f"webhook {made['id']} ({made['name']}, {made['kind']}) added")
 
 
 @webhook.command("list")
 @click.option("--json", "as_json", is_flag=True, help="Print the API's JSON")
-@_SERVER
+@SERVER_OPTION
 @_TOKEN
 def list_(as_json: bool, server_url: str, token: str) -> None:
     """List webhook subscriptions."""
-    found = _call(server_url, token, "GET", "/v1/webhooks")
+    found = call_api(server_url, token, "GET", "/v1/webhooks")
     if as_json:
         click.echo(json.dumps(found, indent=2))
         return
@@ -117,19 +82,19 @@ def list_(as_json: bool, server_url: str, token: str) -> None:
 
 @webhook.command("remove")
 @click.argument("webhook_id", type=int)
-@_SERVER
+@SERVER_OPTION
 @_TOKEN
 def remove(webhook_id: int, server_url: str, token: str) -> None:
     """Remove a webhook and its queued deliveries."""
-    gone = _call(server_url, token, "DELETE", f"/v1/webhooks/{webhook_id}")
+    gone = call_api(server_url, token, "DELETE", f"/v1/webhooks/{webhook_id}")
     click.echo(f"webhook {gone['id']} ({gone['name']}) removed")
 
 
 @webhook.command("test")
 @click.argument("webhook_id", type=int)
-@_SERVER
+@SERVER_OPTION
 @_TOKEN
 def test(webhook_id: int, server_url: str, token: str) -> None:
     """Queue a test delivery; see it with GET /v1/webhooks/ID/deliveries."""
-    queued = _call(server_url, token, "POST", f"/v1/webhooks/{webhook_id}/test")
+    queued = call_api(server_url, token, "POST", f"/v1/webhooks/{webhook_id}/test")
     click.echo(f"test delivery {queued['delivery_id']} queued ({queued['idempotency_key']})")
