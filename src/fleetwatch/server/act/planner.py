@@ -92,7 +92,7 @@ from fleetwatch.server.judge.assessor import Assessor
 from fleetwatch.server.judge.judging import Verdict
 from fleetwatch.server.judge.liveness import unreachable_deadline
 from fleetwatch.server.judge.planned import Planned, stands_in_maintenance
-from fleetwatch.server.judge.silence import fleet_silence
+from fleetwatch.server.judge.silence import RECENT, fleet_silence
 from fleetwatch.server.repo.evictions import (
     DRAINING_STATES,
     OPEN_STATES,
@@ -251,7 +251,7 @@ def unreachable_candidates(
     factor: float,
     costs: DrainCosts,
     gpu_count: Counter[str],
-    within: timedelta = timedelta(days=1),
+    within: timedelta = RECENT,  # the same cutoff the fleet-wide silence counts by
     heard_since: datetime | None = None,
     planned: Planned | None = None,
 ) -> dict[str, Candidate]:
