@@ -5,10 +5,7 @@ test_kubernetes_sync.py, extended with pods (``GET /api/v1/pods?fieldSelector=``
 
 from __future__ import annotations
 
-import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -17,7 +14,13 @@ import pytest
 from click.testing import CliRunner
 from tests.fake_scheduler_api import FakeSchedulerApi
 from tests.unit.adapters import test_kubernetes_sync as base
-from tests.unit.adapters.test_kubernetes_sync import MERGE_PATCH, FakeKubeApi, merge_patch, sync
+from tests.unit.adapters.test_kubernetes_sync import (
+    MERGE_PATCH,
+    FakeKubeApi,
+    merge_patch,
+    serve_kube,
+    sync,
+)
 
 from fleetwatch.adapters.job_signals import POD_ANNOTATION
 
@@ -69,36 +72,9 @@ class FakeKubeWithPods(FakeKubeApi):
 @pytest.fixture
 def kube() -> Iterator[FakeKubeWithPods]:
     fake = FakeKubeWithPods()
-
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-        def _serve(self) -> None:
-            length = int(self.headers.get("Content-Length") or 0)
-            body = json.loads(self.rfile.read(length)) if length else None
-            status, answer = fake.handle_full(
-                self.command, self.path, self.headers["Content-Type"], body
-            )
-            payload = json.dumps(answer).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(payload)))
-            self.end_headers()
-            self.wfile.write(payload)
-
-        do_GET = do_PATCH = _serve
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
-    thread.start()
-    fake.url = f"http://127.0.0.1:{server.server_address[1]}"
-    try:
+    with serve_kube(fake.handle_full) as url:
+        fake.url = url
         yield fake
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
 
 
 def test_annotate_pods_marks_the_running_pods_before_the_cordon(

@@ -9,10 +9,11 @@ file, as it would a real cluster. The scheduler API is ``tests/fake_scheduler_ap
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -92,9 +93,13 @@ class FakeKubeApi:
         return 415, {"kind": "Status", "message": f"unsupported {method} {ctype}", "code": 415}
 
 
-@pytest.fixture
-def kube(tmp_path: Path) -> Iterator[FakeKubeApi]:
-    fake = FakeKubeApi()
+Handle = Callable[[str, str, str | None, Any], tuple[int, Any]]
+
+
+@contextlib.contextmanager
+def serve_kube(handle: Handle) -> Iterator[str]:
+    """Serve ``handle(method, path with query, content type, JSON body)`` over HTTP on loopback
+    (the fake API server's wire); yields its URL."""
 
     class Handler(BaseHTTPRequestHandler):
         def log_message(self, format: str, *args: Any) -> None:
@@ -103,8 +108,7 @@ def kube(tmp_path: Path) -> Iterator[FakeKubeApi]:
         def _serve(self) -> None:
             length = int(self.headers.get("Content-Length") or 0)
             body = json.loads(self.rfile.read(length)) if length else None
-            path = self.path.split("?", 1)[0]
-            status, answer = fake.handle(self.command, path, self.headers["Content-Type"], body)
+            status, answer = handle(self.command, self.path, self.headers["Content-Type"], body)
             payload = json.dumps(answer).encode()
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
@@ -117,13 +121,24 @@ def kube(tmp_path: Path) -> Iterator[FakeKubeApi]:
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
     thread.start()
-    fake.url = f"http://127.0.0.1:{server.server_address[1]}"
     try:
-        yield fake
+        yield f"http://127.0.0.1:{server.server_address[1]}"
     finally:
         server.shutdown()
         server.server_close()
         thread.join()
+
+
+@pytest.fixture
+def kube(tmp_path: Path) -> Iterator[FakeKubeApi]:
+    fake = FakeKubeApi()
+
+    def handle(method: str, path: str, ctype: str | None, body: Any) -> tuple[int, Any]:
+        return fake.handle(method, path.split("?", 1)[0], ctype, body)
+
+    with serve_kube(handle) as url:
+        fake.url = url
+        yield fake
 
 
 @pytest.fixture
