@@ -80,9 +80,9 @@ class HoldProxy:
     def _pump(self, source: socket.socket, sink: socket.socket, answers: bool) -> None:
         key = id(source)
         kept = bytearray()
-        if answers:
-            source.settimeout(0.1)  # poll, to flush what was kept once the hold is released
         try:
+            if answers:  # inside the try: the other pump may already have closed this socket
+                source.settimeout(0.1)  # poll, to flush what was kept once the hold is released
             while True:
                 try:
                     data = source.recv(65536)

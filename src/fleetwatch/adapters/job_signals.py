@@ -51,6 +51,7 @@ class SlurmJobSignaller:
         squeue: str = "squeue",
         scancel: str = "scancel",
         timeout_s: float = 30.0,
+        scancel_timeout_s: float = 10.0,
     ) -> None:
         if not _SIGNAL.match(signal):
             raise ConfigError(f"--signal-jobs {signal!r}: a signal name like USR1 or a number")
@@ -63,11 +64,18 @@ class SlurmJobSignaller:
             raise ConfigError(f"{', '.join(missing)} not found; needed by --signal-jobs")
         self._squeue, self._scancel = found["squeue"] or squeue, found["scancel"] or scancel
         self._timeout_s = timeout_s
+        # scancel retries for about 95 s while slurmctld calls the job "in a transitional
+        # state" (pending, requeued, completing); a running job answers in well under a second.
+        self._scancel_timeout_s = scancel_timeout_s
 
-    def _run(self, *args: str) -> subprocess.CompletedProcess[str]:
+    def _run(self, *args: str, timeout_s: float | None = None) -> subprocess.CompletedProcess[str]:
         try:
             return subprocess.run(
-                args, capture_output=True, text=True, timeout=self._timeout_s, check=False
+                args,
+                capture_output=True,
+                text=True,
+                timeout=self._timeout_s if timeout_s is None else timeout_s,
+                check=False,
             )
         except (OSError, subprocess.TimeoutExpired) as exc:
             raise BackendError(f"{args[0]} failed: {exc}") from exc
@@ -90,15 +98,23 @@ class SlurmJobSignaller:
         """Each running job of ``node`` and what scancel answered ("" when it succeeded)."""
         answers = {}
         for job_id in self.jobs_on(node):
-            done = self._run(*self.command(job_id))
-            answers[job_id] = "" if done.returncode == 0 else (done.stderr.strip() or "failed")
-            if done.returncode == 0:
+            answers[job_id] = self.send(job_id)
+            if answers[job_id]:
+                logger.warning("node %s: job %s not signalled: %s", node, job_id, answers[job_id])
+            else:
                 logger.info(
                     "node %s: job %s sent SIG%s before the drain", node, job_id, self.signal_name
                 )
-            else:
-                logger.warning("node %s: job %s not signalled: %s", node, job_id, answers[job_id])
         return answers
+
+    def send(self, job_id: str) -> str:
+        """Signals one job: "" when scancel succeeded, else why not. A job that left RUNNING
+        between ``squeue`` and ``scancel`` costs at most ``scancel_timeout_s``, not the drain."""
+        try:
+            done = self._run(*self.command(job_id), timeout_s=self._scancel_timeout_s)
+        except BackendError as exc:
+            return str(exc)
+        return "" if done.returncode == 0 else (done.stderr.strip() or "failed")
 
 
 class PodsApi(Protocol):
