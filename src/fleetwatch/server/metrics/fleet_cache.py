@@ -124,7 +124,7 @@ class FleetCache:
         query = select(nodes.c.id, nodes.c.name, nodes.c.interval_s, nodes.c.last_seen)
         if self._node_mark is not None:
             query = query.where(nodes.c.last_seen >= self._node_mark - _OVERLAP)
-        for row in conn.execute(query):
+        for row in conn.execute(query).all():  # one batch: every node moves at every push
             old = self._nodes.get(row.id)
             hashed = old.hashed if old is not None else node_hash(row.name)
             self._nodes[row.id] = CachedNode(

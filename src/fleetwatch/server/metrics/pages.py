@@ -5,7 +5,9 @@ any fleet size (one series per node for a handful of families, one per GPU only 
 has a verdict): the process's own counters (ingest, background jobs, leadership, storage), node
 state, the fleet's event counters (host errors by kind and severity among them), port counts by
 state and the nodes with a port down or degraded, risk and verdicts, straggler ratios, evictions,
-and the fleet's availability figures over the last 7 days.
+and the fleet's availability figures over the last 7 days. Its parts read from the database per
+scrape (ports, stragglers, evictions) are shared for ``metrics_cache_ttl_s``
+(:mod:`~fleetwatch.server.metrics.ttl_parts`).
 
 A **shard** (``?shard=i&shards=n``) carries the per-GPU series and the per-node detail of its
 nodes (see :mod:`~fleetwatch.server.metrics.shards`): the GPUs' newest telemetry, identity and
@@ -48,10 +50,17 @@ def default_page(
         [
             generate_latest(registry).decode(),
             fleet.render(),
-            render_port_summary(db, {node.id: node.name for node in fleet.cache.nodes()}),
+            fleet.db_parts.get(
+                "ports",
+                lambda: render_port_summary(
+                    db, {node.id: node.name for node in fleet.cache.nodes()}
+                ),
+            ),
             render_risk(snapshot, settings.risk_horizons_h),
-            render_straggler_ratios(db),
-            render_evictions(db, settings.drain_budget_pct),
+            fleet.db_parts.get("stragglers", lambda: render_straggler_ratios(db)),
+            fleet.db_parts.get(
+                "evictions", lambda: render_evictions(db, settings.drain_budget_pct)
+            ),
             availability.render() if availability is not None else "",
         ]
     )

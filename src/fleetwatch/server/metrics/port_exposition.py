@@ -29,8 +29,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Row, func, select
+from sqlalchemy import ColumnElement, func, literal_column, select
 
+from fleetwatch.server.db.base import Json
 from fleetwatch.server.db.session import Database
 from fleetwatch.server.db.tables import node_ports
 from fleetwatch.server.metrics.fleet_cache import IDS_PER_QUERY
@@ -112,10 +113,30 @@ _PORT_COLUMNS = (
     node_ports.c.phys_state_code,
     node_ports.c.rate_gbps,
     node_ports.c.link_width,
-    node_ports.c.counters,
-    node_ports.c.hw_counters,
-    node_ports.c.rates,
 )
+
+
+def _exported_values(dialect: str) -> ColumnElement[Any]:
+    """One JSON array per port of only the values exported: for each of PORT_COUNTERS in turn,
+    the counter as read and its rate's point (``{per_s, increase, reset}``), null where absent.
+
+    A port's ``counters`` and ``rates`` hold every counter of its adapter (about 20, each rate
+    with its increase and reset flag); decoding both whole cost more than rendering the shard's
+    ports, and a column per value costs a decode per value. The database copies each value's
+    JSON text as stored (PostgreSQL's jsonb ``->``, SQLite's ``->``), so the values are the ones
+    a whole decode gives. The names are constants of this module, not input.
+    """
+    if dialect == "postgresql":
+        parts = [
+            f"{spec.kind} -> '{spec.counter}', rates -> '{spec.kind}' -> '{spec.counter}'"
+            for spec in PORT_COUNTERS
+        ]
+        return literal_column(f"jsonb_build_array({', '.join(parts)})", Json)
+    parts = [
+        f"{spec.kind} -> '$.{spec.counter}', rates -> '$.{spec.kind}.{spec.counter}'"
+        for spec in PORT_COUNTERS
+    ]
+    return literal_column(f"json_array({', '.join(parts)})", Json)
 
 
 # -- a shard ------------------------------------------------------------------------------------
@@ -125,39 +146,45 @@ def render_ports(db: Database, node_names: Mapping[int, str]) -> str:
     """The per-port families of the ports of ``node_names`` (node id to name), ordered by node
     name, device and port within each family."""
     rows = _load_ports(db, list(node_names))
-    rows.sort(key=lambda r: (node_names[r.node_id], r.device, r.port))
+    rows.sort(key=lambda r: (node_names[r[0]], r[1], r[2]))
     state: list[str] = []
     phys: list[str] = []
     rate: list[str] = []
     width: list[str] = []
     totals: list[list[str]] = [[] for _ in PORT_COUNTERS]
     rates: list[list[str]] = [[] for _ in PORT_COUNTERS]
+    # (total's name + "{", its lines, rate's name + "{", its lines) per counter, in row order.
+    outputs = [
+        (spec.total + "{", totals[i], spec.rate + "{", rates[i])
+        for i, spec in enumerate(PORT_COUNTERS)
+    ]
+    escaped_nodes = {node_id: escape_label(name) for node_id, name in node_names.items()}
     for row in rows:
+        node_id, device, port, netdev, state_name, state_code, phys_name, phys_code = row[:8]
+        rate_gbps, link_width = row[8], row[9]
         # Device names are [A-Za-z0-9._-]; a netdev may hold any printable but / (as Linux).
-        labels = (
-            f'node="{escape_label(node_names[row.node_id])}",device="{row.device}",'
-            f'port="{row.port}"' + (f',netdev="{escape_label(row.netdev)}"' if row.netdev else "")
+        labels = f'node="{escaped_nodes[node_id]}",device="{device}",port="{port}"' + (
+            f',netdev="{escape_label(netdev)}"' if netdev else ""
         )
-        if row.state_code is not None:
-            name = f',state="{row.state}"' if row.state else ""
-            state.append(f"fleetwatch_port_state{{{labels}{name}}} {row.state_code}\n")
-        if row.phys_state_code is not None:
-            name = f',phys_state="{row.phys_state}"' if row.phys_state else ""
-            phys.append(f"fleetwatch_port_phys_state{{{labels}{name}}} {row.phys_state_code}\n")
-        if row.rate_gbps is not None:
-            rate.append(
-                f"fleetwatch_port_rate_bits_per_second{{{labels}}} {row.rate_gbps * 1e9!r}\n"
-            )
-        if row.link_width is not None:
-            width.append(f"fleetwatch_port_link_width_lanes{{{labels}}} {row.link_width}\n")
-        per_s: dict[str, Any] = row.rates or {}
-        for i, spec in enumerate(PORT_COUNTERS):
-            value = (getattr(row, spec.kind) or {}).get(spec.counter)
+        closed = labels + "} "
+        if state_code is not None:
+            name = f',state="{state_name}"' if state_name else ""
+            state.append(f"fleetwatch_port_state{{{labels}{name}}} {state_code}\n")
+        if phys_code is not None:
+            name = f',phys_state="{phys_name}"' if phys_name else ""
+            phys.append(f"fleetwatch_port_phys_state{{{labels}{name}}} {phys_code}\n")
+        if rate_gbps is not None:
+            rate.append(f"fleetwatch_port_rate_bits_per_second{{{closed}{rate_gbps * 1e9!r}\n")
+        if link_width is not None:
+            width.append(f"fleetwatch_port_link_width_lanes{{{closed}{link_width}\n")
+        values = row[10]
+        for i, (total_name, total_lines, rate_name, rate_lines) in enumerate(outputs):
+            value = values[2 * i]
             if value is not None:
-                totals[i].append(f"{spec.total}{{{labels}}} {value}\n")
-            point = (per_s.get(spec.kind) or {}).get(spec.counter)
+                total_lines.append(f"{total_name}{closed}{value}\n")
+            point = values[2 * i + 1]
             if point is not None:
-                rates[i].append(f"{spec.rate}{{{labels}}} {point['per_s']!r}\n")
+                rate_lines.append(f"{rate_name}{closed}{point['per_s']!r}\n")
     families = [
         ("fleetwatch_port_state", _STATE_HELP, state),
         ("fleetwatch_port_phys_state", _PHYS_STATE_HELP, phys),
@@ -183,12 +210,14 @@ def render_ports(db: Database, node_names: Mapping[int, str]) -> str:
     return "".join(out)
 
 
-def _load_ports(db: Database, node_ids: Sequence[int]) -> list[Row[Any]]:
-    rows: list[Row[Any]] = []
+def _load_ports(db: Database, node_ids: Sequence[int]) -> list[Any]:
+    """The ports of ``node_ids``: rows of the columns of _PORT_COLUMNS, then _exported_values."""
+    rows: list[Any] = []
     with db.read() as conn:
+        query = select(*_PORT_COLUMNS, _exported_values(conn.dialect.name))
         for start in range(0, len(node_ids), IDS_PER_QUERY):
             chunk = node_ids[start : start + IDS_PER_QUERY]
-            rows.extend(conn.execute(select(*_PORT_COLUMNS).where(node_ports.c.node_id.in_(chunk))))
+            rows.extend(conn.execute(query.where(node_ports.c.node_id.in_(chunk))).all())
     return rows
 
 
