@@ -495,8 +495,7 @@ class FleetJudge:
         for name in set(names):
             slowdown_of[name] = self.thresholds.slowdown_for(name)[0]
         slowdown = np.array([slowdown_of[name] for name in names], np.float64)
-        columns = {name: w.column(name) for name in JUDGED_FIELDS}
-        judged = may_fire(columns, w.boots_as_floats(), w.starts, slowdown, self.thresholds)
+        judged = may_fire(w.columns(), w.boots_as_floats(), w.starts, slowdown, self.thresholds)
         judged |= w.has_inexact()
         lost = {e.uuid for evs in node_events.values() for e in evs if e.kind == "gpu_lost"}
         for uuid in lost:
