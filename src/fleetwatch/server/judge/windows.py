@@ -38,7 +38,10 @@ _NO_TIME = np.iinfo(np.int64).min
 
 
 def to_us(ts: datetime) -> int:
-    """Microseconds since the epoch, exactly (a float would round them)."""
+    """Microseconds since the epoch, exactly (a float would round them); a naive ``ts`` is
+    UTC (SQLite's timestamps, read without the UTC column type's conversion)."""
+    if ts.tzinfo is None:
+        ts = ts.replace(tzinfo=UTC)
     return (ts - EPOCH) // _US
 
 
