@@ -10,7 +10,8 @@ counter past 2**53) is also kept exactly on the side, and handed back as it was 
 Memory: a field's column is stored as float32 while every value in it converts to float32 and back
 unchanged (temperatures, flags, small counters: nearly all of them), and turns float64 for good
 the first time one does not; readers always get float64, so nothing downstream sees a different
-number. Slots are int32. At 100,000 GPUs this halves the windows (about 0.45 GiB to 0.25 GiB).
+number. Slots are int32. A sample then takes 88 bytes instead of 164 (18 fields): at 100,000 GPUs
+about 0.3 GiB instead of 0.6.
 
 :class:`SampleWindows` answers what the judge needs without building objects: the newest sample
 per GPU, the columns for the vectorised screen (:mod:`fleetwatch.rules.health_screen`), and, only
