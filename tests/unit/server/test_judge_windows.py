@@ -113,3 +113,41 @@ def test_a_rule_reading_a_field_the_windows_do_not_keep_fails_loudly() -> None:
     sample = windows.series(0, UUID)[0].sample
     with pytest.raises(AttributeError):
         _ = sample.power_w
+
+
+def test_columns_read_back_exactly_whether_stored_narrow_or_not() -> None:
+    """A field's column is kept as float32 while that is exact; a value float32 would round
+    (61.1, 2**24 + 1) turns it float64, and readers get the float64 values either way."""
+    windows = SampleWindows(FIELDS, KINDS)
+    t = [NOW + timedelta(seconds=10 * i) for i in range(4)]
+    windows.add([0, 0], t[:2], ["b", "b"], [[60.0, 61.0], [1, 2], [False, True]])
+    windows.merge()
+    windows.add([1, 0], [t[0], t[2]], ["b", "b"], [[61.1, 62.0], [2**24 + 1, None], [None, False]])
+    windows.merge()
+    assert windows.column("gpu_temp_c").dtype == np.float64
+    assert windows.column("gpu_temp_c").tolist() == [60.0, 61.0, 62.0, 61.1]
+    counters = windows.column("ecc_sbe_volatile_total")
+    assert counters[:2].tolist() == [1.0, 2.0] and np.isnan(counters[2])
+    assert counters[3] == float(2**24 + 1)
+    assert dict(windows.columns()).keys() == set(FIELDS)
+    assert windows.series(1, UUID)[0].sample.ecc_sbe_volatile_total == 2**24 + 1
+    assert windows.series(1, UUID)[0].sample.gpu_temp_c == 61.1
+
+
+def test_merging_places_new_samples_as_a_full_sort_would() -> None:
+    rng = np.random.default_rng(SEED)
+    windows = SampleWindows(FIELDS, KINDS)
+    seen: dict[int, list[datetime]] = {}
+    for _ in range(5):  # passes, each adding to a random set of slots (some new)
+        slots = rng.choice(40, size=int(rng.integers(1, 40)), replace=False).tolist()
+        for slot in slots:
+            newest = seen[slot][-1] if slot in seen else NOW
+            stamps = [
+                newest + timedelta(seconds=10 * (k + 1)) for k in range(int(rng.integers(1, 4)))
+            ]
+            _add(windows, slot, stamps)
+            seen.setdefault(slot, []).extend(stamps)
+        windows.merge()
+    assert windows.slots.tolist() == sorted(seen)
+    for position, slot in enumerate(windows.slots.tolist()):
+        assert [s.sample.ts for s in windows.series(position, UUID)] == seen[slot]

@@ -214,10 +214,10 @@ def test_alerts_resolve_only_what_the_patched_snapshot_judged_anew(
     base = assessor.latest
     assert base is not None
     cleared = [g for g in base.gpus if g.node == "node-x"]
-    cleared = [type(g)(**{**g.__dict__, "verdicts": ()}) for g in cleared]
+    cleared = [replace(g, verdicts=()) for g in cleared]
     old = FleetAssessment(
         base.whole_at - timedelta(seconds=1),
-        [type(g)(**{**g.__dict__, "verdicts": ()}) for g in base.gpus],
+        [replace(g, verdicts=()) for g in base.gpus],
         None,
         None,
     )

@@ -46,7 +46,9 @@ T = TypeVar("T")
 U = TypeVar("U")
 
 
-@dataclass(frozen=True)
+# Slotted: a snapshot holds one of each per GPU (100,000 at fleet scale), and the previous
+# snapshot lives on while the next is built.
+@dataclass(frozen=True, slots=True)
 class GpuAssessment:
     uuid: str
     node: str
@@ -63,7 +65,7 @@ class GpuAssessment:
         return any(v.takes_gpu_out for v in self.verdicts)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class GpuRisk:
     gpu: GpuAssessment
     probability: float | None
@@ -301,15 +303,18 @@ def _assessed_gpus(
         .order_by(nodes.c.name, gpus.c.index)
     )
     assessed = []
+    # One string object per node name and per SKU, not one per GPU row.
+    nodes_seen: dict[str, str] = {}
+    skus: dict[str | None, str | None] = {}
     for row in rows:
         installed = installs.get(row.serial or row.uuid, row.first_seen)
         assessed.append(
             GpuAssessment(
                 uuid=row.uuid,
-                node=row.node,
+                node=nodes_seen.setdefault(row.node, row.node),
                 index=row.slot,
                 serial=row.serial,
-                sku=row.name,
+                sku=skus.setdefault(row.name, row.name),
                 installed_at=installed,
                 age_days=max((now - installed).total_seconds(), 0.0) / _DAY_S,
                 features=features.get(row.uuid, {}),

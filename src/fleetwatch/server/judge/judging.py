@@ -32,7 +32,7 @@ from typing import Any, Literal
 
 import numpy as np
 from numpy.typing import NDArray
-from sqlalchemy import Connection, Row, Select, func, select
+from sqlalchemy import Connection, DateTime, Row, Select, func, select, type_coerce
 
 from fleetwatch.rules.health import BootSample, HealthVerdict, judge_health, judge_missing_gpus
 from fleetwatch.rules.health_screen import JUDGED_FIELDS, may_fire
@@ -161,9 +161,12 @@ _GPU_COLUMNS = (
 
 
 def _judged_samples() -> Select[Any]:
-    """The sample columns the rules read (see rules.health_screen.JUDGED_FIELDS)."""
+    """The sample columns the rules read (see rules.health_screen.JUDGED_FIELDS). The time is
+    read as the driver gives it (aware, or naive UTC on SQLite): the windows turn it into
+    microseconds (windows.to_us), which the UTC column type's per-row conversion only slows."""
     c = gpu_samples.c
-    columns = (c.id, SAMPLE_GPU_UUID, c.ts, SAMPLE_BOOT_ID, *(c[name] for name in JUDGED_FIELDS))
+    ts = type_coerce(c.ts, DateTime(timezone=True)).label("ts")
+    columns = (c.id, SAMPLE_GPU_UUID, ts, SAMPLE_BOOT_ID, *(c[name] for name in JUDGED_FIELDS))
     return select(*columns).select_from(SAMPLES_WITH_GPU_AND_BOOT)
 
 
@@ -264,12 +267,18 @@ class FleetJudge:
 
     def _add(self, rows: Sequence[Row[Any]]) -> None:
         """Add a chunk of sample rows to the windows (each GPU's newer samples only)."""
-        newest_id = max(row.id for row in rows)
+        # Column by column (rows of _judged_samples: id, gpu_uuid, ts, boot_id, fields): a
+        # chunk is 100,000 rows, and attribute access per row is most of the cost.
+        columns: list[Sequence[Any]] = list(zip(*rows, strict=True))
+        newest_id = max(columns[0])
         self._last_id = newest_id if self._last_id is None else max(self._last_id, newest_id)
-        known = [(gpu.slot, row) for row in rows if (gpu := self._gpus.get(row.gpu_uuid))]
-        if known:
-            slots = [slot for slot, _ in known]
-            columns = list(zip(*(row for _, row in known), strict=True))
+        found = [self._gpus.get(uuid) for uuid in columns[1]]
+        if None in found:  # samples of a GPU this judge does not know: skipped
+            kept = [i for i, gpu in enumerate(found) if gpu is not None]
+            columns = [[column[i] for i in kept] for column in columns]
+            found = [found[i] for i in kept]
+        if found:
+            slots = [gpu.slot for gpu in found if gpu is not None]
             self.windows.add(slots, columns[2], columns[3], columns[4:])
 
     def _load_samples_of(
@@ -495,8 +504,7 @@ class FleetJudge:
         for name in set(names):
             slowdown_of[name] = self.thresholds.slowdown_for(name)[0]
         slowdown = np.array([slowdown_of[name] for name in names], np.float64)
-        columns = {name: w.column(name) for name in JUDGED_FIELDS}
-        judged = may_fire(columns, w.boots_as_floats(), w.starts, slowdown, self.thresholds)
+        judged = may_fire(w.columns(), w.boots_as_floats(), w.starts, slowdown, self.thresholds)
         judged |= w.has_inexact()
         lost = {e.uuid for evs in node_events.values() for e in evs if e.kind == "gpu_lost"}
         for uuid in lost:

@@ -7,6 +7,12 @@ sample is one float64 per field the rules read (NaN: not reported), its time in 
 its boot, in arrays sorted by GPU slot, then time. A value float64 cannot hold exactly (an integer
 counter past 2**53) is also kept exactly on the side, and handed back as it was read.
 
+Memory: a field's column is stored as float32 while every value in it converts to float32 and back
+unchanged (temperatures, flags, small counters: nearly all of them), and turns float64 for good
+the first time one does not; readers always get float64, so nothing downstream sees a different
+number. Slots are int32. A sample then takes 88 bytes instead of 164 (18 fields): at 100,000 GPUs
+about 0.3 GiB instead of 0.6.
+
 :class:`SampleWindows` answers what the judge needs without building objects: the newest sample
 per GPU, the columns for the vectorised screen (:mod:`fleetwatch.rules.health_screen`), and, only
 for the few GPUs the screen picks, the samples as objects the rules take (:meth:`series`).
@@ -14,7 +20,7 @@ for the few GPUs the screen picks, the samples as objects the rules take (:meth:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -33,7 +39,10 @@ _NO_TIME = np.iinfo(np.int64).min
 
 
 def to_us(ts: datetime) -> int:
-    """Microseconds since the epoch, exactly (a float would round them)."""
+    """Microseconds since the epoch, exactly (a float would round them); a naive ``ts`` is
+    UTC (SQLite's timestamps, read without the UTC column type's conversion)."""
+    if ts.tzinfo is None:
+        ts = ts.replace(tzinfo=UTC)
     return (ts - EPOCH) // _US
 
 
@@ -60,6 +69,22 @@ def _as_floats(column: Sequence[Any]) -> NDArray[np.float64]:
     return raw.astype(np.float64)
 
 
+def _narrowed(values: NDArray[np.float64]) -> NDArray[np.floating[Any]]:
+    """``values`` as float32 if each converts back to the same float64 (NaN stays NaN), else
+    as they are: a reader widening the float32 column gets exactly ``values``."""
+    with np.errstate(over="ignore"):  # beyond float32's range: inf, which then differs
+        narrow = values.astype(np.float32)
+    same = (narrow.astype(np.float64) == values) | np.isnan(values)
+    return narrow if bool(same.all()) else values
+
+
+def _joined(parts: Sequence[NDArray[Any]]) -> NDArray[Any]:
+    """One column from parts of it, float32 only if every part is."""
+    if all(part.dtype == np.float32 for part in parts):
+        return np.concatenate(parts)
+    return np.concatenate([part.astype(np.float64, copy=False) for part in parts])
+
+
 class SampleWindows:
     """The judged fields of every GPU's window, sorted by (slot, time); see the module doc.
 
@@ -72,10 +97,11 @@ class SampleWindows:
         self._kinds = tuple(kinds)
         self._column = {name: j for j, name in enumerate(self.fields)}
         self._reading = _reading_class(self.fields)
-        self.slot = np.empty(0, np.int64)
+        self.slot = np.empty(0, np.int32)
         self.ts = np.empty(0, np.int64)
         self.boot = np.empty(0, np.int32)
-        self.values = np.empty((len(self.fields), 0), np.float64)
+        # One column per field, float32 while exact (see the module doc).
+        self._values: list[NDArray[Any]] = [np.empty(0, np.float32) for _ in self.fields]
         self._boots: list[str | None] = []
         self._boot_codes: dict[str | None, int] = {}
         self._exact: dict[tuple[int, int, int], Any] = {}  # (slot, ts, field) -> value
@@ -101,13 +127,14 @@ class SampleWindows:
         added since the last one as one read in time order."""
         if not slots:
             return
-        slot = np.asarray(slots, dtype=np.int64)
+        slot = np.asarray(slots, dtype=np.int32)
         ts = np.fromiter((to_us(t) for t in stamps), np.int64, len(stamps))
         boot = np.fromiter((self._boot_code(b) for b in boots), np.int32, len(boots))
-        values = np.empty((len(self.fields), slot.size), np.float64)
+        values = []
         for j, column in enumerate(columns):
-            values[j] = _as_floats(column)
-        self._keep_exact(slot, ts, values, columns)
+            floats = _as_floats(column)
+            self._keep_exact(slot, ts, j, floats, column)
+            values.append(_narrowed(floats))
         self._pending.append((slot, ts, boot, values))
         self.pending += int(slot.size)
 
@@ -117,31 +144,37 @@ class SampleWindows:
         both were judged already or are history."""
         if not self._pending:
             return
-        slot = np.concatenate([p[0] for p in self._pending])
-        ts = np.concatenate([p[1] for p in self._pending])
-        boot = np.concatenate([p[2] for p in self._pending])
-        values = np.concatenate([p[3] for p in self._pending], axis=1)
-        self._pending, self.pending = [], 0
+        pending, self._pending, self.pending = self._pending, [], 0
+        slot = np.concatenate([p[0] for p in pending])
+        ts = np.concatenate([p[1] for p in pending])
+        boot = np.concatenate([p[2] for p in pending])
+        values = [_joined([p[3][j] for p in pending]) for j in range(len(self.fields))]
+        del pending
         if int(slot.max()) >= self._newest.size:
             grown = np.full(int(slot.max()) + 1, _NO_TIME, np.int64)
             grown[: self._newest.size] = self._newest
             self._newest = grown
         order = np.lexsort((ts, slot))  # stable: equal times keep the order they were read in
-        slot, ts, boot, values = slot[order], ts[order], boot[order], values[:, order]
+        slot, ts, boot = slot[order], ts[order], boot[order]
         repeat = np.zeros(slot.size, dtype=bool)
         repeat[1:] = (slot[1:] == slot[:-1]) & (ts[1:] == ts[:-1])
         keep = (ts > self._newest[slot]) & ~repeat
         if not keep.any():
             return
-        slot, ts, boot, values = slot[keep], ts[keep], boot[keep], values[:, keep]
+        chosen = order[keep]
+        slot, ts, boot = slot[keep], ts[keep], boot[keep]
+        values = [column[chosen] for column in values]
         np.maximum.at(self._newest, slot, ts)
-        # Old samples of a slot precede (and are older than) its new ones: a stable sort on the
-        # slot alone keeps every window in time order.
-        merged = np.argsort(np.concatenate((self.slot, slot)), kind="stable")
-        self.slot = np.concatenate((self.slot, slot))[merged]
-        self.ts = np.concatenate((self.ts, ts))[merged]
-        self.boot = np.concatenate((self.boot, boot))[merged]
-        self.values = np.concatenate((self.values, values), axis=1)[:, merged]
+        # Old samples of a slot precede (and are older than) its new ones, and both are sorted
+        # by slot: a new sample goes after every old one of its slot or a lower one, and before
+        # the rest (the order a stable sort of old then new by slot gives, without sorting).
+        old_at = np.arange(self.slot.size) + np.searchsorted(slot, self.slot, side="left")
+        new_at = np.arange(slot.size) + np.searchsorted(self.slot, slot, side="right")
+        self.slot = _interleaved(self.slot, old_at, slot, new_at)
+        self.ts = _interleaved(self.ts, old_at, ts, new_at)
+        self.boot = _interleaved(self.boot, old_at, boot, new_at)
+        for j, column in enumerate(values):
+            self._values[j] = _interleaved(self._values[j], old_at, column, new_at)
         self._segments()
 
     def compact(self, history_us: int, dense_us: int, step_us: int) -> None:
@@ -165,7 +198,7 @@ class SampleWindows:
         would here."""
         self.merge()
         out = SampleWindows(self.fields, self._kinds)
-        wanted = np.asarray(sorted(set(slots)), dtype=np.int64)
+        wanted = np.asarray(sorted(set(slots)), dtype=np.int32)
         # The windows are sorted by slot: each wanted one is a range of the arrays.
         at = np.searchsorted(self.slots, wanted)
         found = at < self.slots.size
@@ -179,7 +212,7 @@ class SampleWindows:
         remap = np.zeros(max(len(self._boots), 1), np.int32)
         remap[[self._boot_codes[b] for b in out._boots]] = np.arange(len(out._boots))
         out.slot, out.ts, out.boot = self.slot[keep], self.ts[keep], remap[boots]
-        out.values = self.values[:, keep]
+        out._values = [column[keep] for column in self._values]
         out._newest = np.full(self._newest.size, _NO_TIME, np.int64)
         present = wanted[wanted < self._newest.size]
         out._newest[present] = self._newest[present]
@@ -207,7 +240,7 @@ class SampleWindows:
         if keep.all():
             return
         self.slot, self.ts, self.boot = self.slot[keep], self.ts[keep], self.boot[keep]
-        self.values = self.values[:, keep]
+        self._values = [column[keep] for column in self._values]
         self._segments()
         if self._exact:
             present = set(zip(self.slot.tolist(), self.ts.tolist(), strict=True))
@@ -222,7 +255,7 @@ class SampleWindows:
         first[1:] = self.slot[1:] != self.slot[:-1]
         self.starts = np.flatnonzero(first)
         self.ends = np.append(self.starts[1:], self.slot.size)
-        self.slots = self.slot[self.starts]
+        self.slots = self.slot[self.starts].astype(np.int64)  # one per window: small
 
     def _boot_code(self, boot: str | None) -> int:
         code = self._boot_codes.get(boot)
@@ -233,14 +266,15 @@ class SampleWindows:
 
     def _keep_exact(
         self,
-        slot: NDArray[np.int64],
+        slot: NDArray[np.int32],
         ts: NDArray[np.int64],
+        j: int,
         values: NDArray[np.float64],
-        columns: Sequence[Sequence[Any]],
+        column: Sequence[Any],
     ) -> None:
-        big = np.argwhere(np.abs(values) >= _EXACT)  # NaN compares False
-        for j, i in big.tolist():
-            self._exact[(int(slot[i]), int(ts[i]), j)] = columns[j][i]
+        big = np.flatnonzero(np.abs(values) >= _EXACT)  # NaN compares False
+        for i in big.tolist():
+            self._exact[(int(slot[i]), int(ts[i]), j)] = column[i]
 
     # -- reading -------------------------------------------------------------------------------
 
@@ -253,8 +287,13 @@ class SampleWindows:
         return out
 
     def column(self, name: str) -> NDArray[np.float64]:
-        column: NDArray[np.float64] = self.values[self._column[name]]
-        return column
+        """Field ``name`` of every sample, as float64 (a copy where it is stored as float32)."""
+        return self._values[self._column[name]].astype(np.float64, copy=False)
+
+    def columns(self) -> Mapping[str, NDArray[np.float64]]:
+        """Every field as :meth:`column` gives it, each widened only when it is read (so a
+        reader going field by field holds one float64 column at a time)."""
+        return _Columns(self)
 
     def boots_as_floats(self) -> NDArray[np.float64]:
         """Each sample's boot as a number, NaN where the boot is unknown."""
@@ -271,7 +310,7 @@ class SampleWindows:
     def value(self, i: int, name: str) -> Any:
         """Sample ``i``'s value of ``name`` as it was read (None: not reported)."""
         j = self._column[name]
-        return self._typed(int(self.slot[i]), int(self.ts[i]), j, float(self.values[j, i]))
+        return self._typed(int(self.slot[i]), int(self.ts[i]), j, float(self._values[j][i]))
 
     def _typed(self, slot: int, ts: int, j: int, value: float) -> Any:
         if value != value:  # NaN
@@ -289,10 +328,36 @@ class SampleWindows:
         slot = int(self.slots[window])
         for i in range(int(self.starts[window]), int(self.ends[window])):
             ts = int(self.ts[i])
-            values = [self._typed(slot, ts, j, v) for j, v in enumerate(self.values[:, i].tolist())]
+            row = [float(column[i]) for column in self._values]
+            values = [self._typed(slot, ts, j, v) for j, v in enumerate(row)]
             reading = self._reading(uuid, EPOCH + timedelta(microseconds=ts), values)
             out.append(BootSample(self._boots[int(self.boot[i])], _as_sample(reading)))
         return out
+
+
+class _Columns(Mapping[str, NDArray[np.float64]]):
+    def __init__(self, windows: SampleWindows) -> None:
+        self._windows = windows
+
+    def __getitem__(self, name: str) -> NDArray[np.float64]:
+        return self._windows.column(name)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._windows.fields)
+
+    def __len__(self) -> int:
+        return len(self._windows.fields)
+
+
+def _interleaved(
+    old: NDArray[Any], old_at: NDArray[np.int64], new: NDArray[Any], new_at: NDArray[np.int64]
+) -> NDArray[Any]:
+    """``old`` and ``new`` placed at ``old_at`` and ``new_at`` of one array (float32 only if
+    both are)."""
+    out = np.empty(old.size + new.size, np.result_type(old.dtype, new.dtype))
+    out[old_at] = old
+    out[new_at] = new
+    return out
 
 
 def _as_sample(reading: Any) -> GpuSample:
