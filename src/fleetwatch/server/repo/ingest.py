@@ -103,11 +103,14 @@ _CLAIM_BATCH = {
 # PostgreSQL: every GPU of the batch in one statement (one plan, one round trip) instead of one
 # execution per GPU.
 # The GPUs travel as one jsonb array (a text[] of JSON would be escaped value by value in
-# Python); each timestamp as its ISO text with offset, which timestamptz reads back exactly.
+# Python); each timestamp as its ISO text with offset, which timestamptz reads back exactly. The
+# uuid list lets the planner find the rows by index: it guesses 100 rows for the recordset and
+# would otherwise hash-join against a scan of every GPU.
 _UPDATE_LATEST_PG = text(
     "UPDATE gpus SET latest_ts = v.ts, latest = v.latest, last_seen = :b_now "
     "FROM jsonb_to_recordset(:b_rows) AS v(uuid text, ts timestamptz, latest jsonb) "
-    "WHERE gpus.uuid = v.uuid AND (gpus.latest_ts IS NULL OR gpus.latest_ts <= v.ts)"
+    "WHERE gpus.uuid = ANY(CAST(:b_uuids AS text[])) AND gpus.uuid = v.uuid "
+    "AND (gpus.latest_ts IS NULL OR gpus.latest_ts <= v.ts)"
 ).bindparams(bindparam("b_rows", type_=JSONB), bindparam("b_now", type_=DateTime(timezone=True)))
 _UPDATE_LATEST = (
     update(gpus)
@@ -514,6 +517,7 @@ def _update_latest(
                     {"uuid": uuid, "ts": s.ts.isoformat(), "latest": latest[uuid]}
                     for uuid, s in newest.items()
                 ],
+                "b_uuids": list(newest),
                 "b_now": now,
             },
         )
