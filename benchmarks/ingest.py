@@ -873,6 +873,7 @@ def run_inprocess(
             batch = decode_batch(raw, ingest_limits(settings, _now()))
             store_batch(db, batch, content_sha256=hashlib.sha256(raw).hexdigest(), now=_now())
         started = time.perf_counter()
+        pg_before = _live_postgres_cpu_s(backend)
         done = 0
         for body in bodies[20:]:
             if time.perf_counter() - started > args.inproc_duration:
@@ -895,6 +896,8 @@ def run_inprocess(
             rows += result.samples
             done += 1
         elapsed = time.perf_counter() - started
+        pg_after = _live_postgres_cpu_s(backend)
+        pg_cpu = None if pg_after is None or pg_before is None else pg_after - pg_before
     finally:
         db.dispose()
     steps = {
@@ -915,10 +918,12 @@ def run_inprocess(
         "rows_per_s": round(rows / elapsed, 1),
         "cpu_us_per_request": round(1e6 * total_cpu / done, 1),
         "cpu_us_per_row": round(1e6 * total_cpu / rows, 2),
+        "postgres_cpu_us_per_row": round(1e6 * pg_cpu / rows, 2) if pg_cpu is not None else None,
         "steps": steps,
     }
     log(
         f"{backend.name} in-process {ticks} tick(s)/batch: {rows / elapsed:,.0f} rows/s, "
+        f"PostgreSQL {_per_row(out['postgres_cpu_us_per_row'])}, "
         + ", ".join(f"{k} {v['cpu_us_per_request']} us CPU" for k, v in steps.items())
     )
     return out
@@ -926,6 +931,15 @@ def run_inprocess(
 
 def _now() -> datetime:
     return datetime.now(UTC)
+
+
+def _live_postgres_cpu_s(backend: Backend) -> float | None:
+    """CPU seconds of the live PostgreSQL processes working for the benchmark's database (its
+    backends plus the shared WAL writer, checkpointer, ...), without the postmaster's reaped
+    children: on a shared machine those are mostly other sessions'. None for SQLite."""
+    if not isinstance(backend, PostgresBackend):
+        return None
+    return sum(cpu for pid, cpu in postgres_cpu_s(backend.db_name).items() if pid > 0)
 
 
 # --------------------------------------------------------------------------------------------
@@ -1098,8 +1112,8 @@ def markdown(results: dict[str, Any]) -> str:
             "",
             "| backend | rows/request | rows/s (1 thread) | "
             + " | ".join(steps)
-            + " | in-process total | live server | difference |",
-            "|" + "---|" * (6 + len(steps)),
+            + " | in-process total | live server | difference | PostgreSQL (live processes) |",
+            "|" + "---|" * (7 + len(steps)),
         ]
         for b, r in inproc:
             # Compared with the raw client's run where there is one (the least disturbed).
@@ -1120,9 +1134,13 @@ def markdown(results: dict[str, Any]) -> str:
             lines.append(
                 f"| {b['backend']} | {r['rows_per_request']} | {r['rows_per_s']:,.0f} | {cells} "
                 f"| {r['cpu_us_per_request']:,.0f} ({r['cpu_us_per_row']:.1f}) "
-                f"| {_num(live_us)} | {diff} |"
+                f"| {_num(live_us)} | {diff} | {_per_row(r.get('postgres_cpu_us_per_row'))} |"
             )
     return "\n".join(lines)
+
+
+def _per_row(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f} us/row"
 
 
 def _num(value: float | None) -> str:

@@ -209,6 +209,21 @@ def test_ingest_late_batch_from_before_a_reboot_does_not_switch_the_boot_back(
     assert [p["boot_id"] for p in stored] == ["boot-1", "boot-1", "boot-2"]
 
 
+def test_ingest_first_boot_id_fills_in_without_a_node_boot_event(push: Push, read: Read) -> None:
+    # An agent that could not read its boot id at first, then could; then could not again.
+    without = make_batch("node-a", gpus=1)
+    del without["node"]["boot_id"]
+    _ok(push(without))
+    assert read("/v1/nodes/node-a").json()["boot_id"] is None
+    _ok(push(make_batch("node-a", gpus=1, boot_id="boot-1")))
+    assert read("/v1/nodes/node-a").json()["boot_id"] == "boot-1"
+    again_without = make_batch("node-a", gpus=1)
+    del again_without["node"]["boot_id"]
+    _ok(push(again_without))
+    assert read("/v1/nodes/node-a").json()["boot_id"] == "boot-1"
+    assert read("/v1/events", kind="node_boot").json()["count"] == 0
+
+
 def _counter_samples(uuid: str, start: datetime, values: list[int]) -> list[dict[str, Any]]:
     return [
         {
@@ -289,6 +304,30 @@ def test_ingest_newest_sample_of_a_batch_becomes_latest(push: Push, read: Read) 
     ]
     _ok(push(_batch_of("node-a", samples)))
     assert read(f"/v1/gpus/{uuid}").json()["latest"]["values"]["gpu_temp_c"] == 60.0
+
+
+def test_ingest_latest_state_moves_forward_per_gpu_within_one_batch(push: Push, read: Read) -> None:
+    # One batch, two GPUs: the stored state of one is newer than the batch, the other's older.
+    first, second = gpu_uuid("node-a", 0), gpu_uuid("node-a", 1)
+    now = datetime.now(UTC).replace(microsecond=123456)
+    earlier = make_batch("node-a", gpus=2, start=now - timedelta(minutes=5))
+    earlier["samples"] = [make_sample(second, now - timedelta(minutes=5), gpu_temp_c=20.0)]
+    _ok(push(earlier))
+    newer = make_batch("node-a", gpus=1, start=now)
+    newer["samples"] = [make_sample(first, now, gpu_temp_c=70.0)]
+    _ok(push(newer))
+
+    mixed = make_batch("node-a", gpus=2, start=now - timedelta(minutes=1))
+    mixed["samples"] = [
+        make_sample(first, now - timedelta(minutes=1), gpu_temp_c=40.0),
+        make_sample(second, now - timedelta(minutes=1), gpu_temp_c=45.0),
+    ]
+    _ok(push(mixed))
+    kept = read(f"/v1/gpus/{first}").json()["latest"]
+    assert _iso(kept["ts"]) == now and kept["values"]["gpu_temp_c"] == 70.0
+    moved = read(f"/v1/gpus/{second}").json()["latest"]
+    assert _iso(moved["ts"]) == now - timedelta(minutes=1)
+    assert moved["values"]["gpu_temp_c"] == 45.0
 
 
 # -- node liveness ---------------------------------------------------------------------------

@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, bindparam, func, insert, select, update
+from sqlalchemy import Connection, DateTime, bindparam, func, insert, select, text, update
+from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import SQLAlchemyError
@@ -68,12 +69,49 @@ _UPDATE_NODE = (
     .values({k: bindparam(k) for k in _NODE_FIELDS})
 )
 _UPDATE_NODE_BOOT = _UPDATE_NODE.values(boot_id=bindparam("boot_id"))
+# PostgreSQL: lock, read and update the node in one statement (RETURNING sees the row before the
+# update through the locked sub-select). The boot id only fills in where none was stored: a
+# changed one (a reboot) is set by a second statement once the batch is known to be newer.
+_OLD_NODE = (
+    select(nodes.c.id, nodes.c.boot_id)
+    .where(nodes.c.name == bindparam("b_name"))
+    .with_for_update()
+    .subquery("old")
+)
+_LOCK_UPDATE_NODE = (
+    update(nodes)
+    .where(nodes.c.id == _OLD_NODE.c.id)
+    .values(
+        {
+            **{k: bindparam(k) for k in _NODE_FIELDS},
+            "boot_id": func.coalesce(
+                _OLD_NODE.c.boot_id, bindparam("boot_id", type_=nodes.c.boot_id.type)
+            ),
+        }
+    )
+    .returning(nodes.c.id, _OLD_NODE.c.boot_id)
+)
+_SET_BOOT = (
+    update(nodes).where(nodes.c.id == bindparam("b_id")).values(boot_id=bindparam("boot_id"))
+)
 _CLAIM_BATCH = {
     name: insert_(ingest_batches)
     .on_conflict_do_nothing(index_elements=["batch_id"])
     .returning(ingest_batches.c.batch_id)
     for name, insert_ in (("postgresql", pg_insert), ("sqlite", sqlite_insert))
 }
+# PostgreSQL: every GPU of the batch in one statement (one plan, one round trip) instead of one
+# execution per GPU.
+# The GPUs travel as one jsonb array (a text[] of JSON would be escaped value by value in
+# Python); each timestamp as its ISO text with offset, which timestamptz reads back exactly. The
+# uuid list lets the planner find the rows by index: it guesses 100 rows for the recordset and
+# would otherwise hash-join against a scan of every GPU.
+_UPDATE_LATEST_PG = text(
+    "UPDATE gpus SET latest_ts = v.ts, latest = v.latest, last_seen = :b_now "
+    "FROM jsonb_to_recordset(:b_rows) AS v(uuid text, ts timestamptz, latest jsonb) "
+    "WHERE gpus.uuid = ANY(CAST(:b_uuids AS text[])) AND gpus.uuid = v.uuid "
+    "AND (gpus.latest_ts IS NULL OR gpus.latest_ts <= v.ts)"
+).bindparams(bindparam("b_rows", type_=JSONB), bindparam("b_now", type_=DateTime(timezone=True)))
 _UPDATE_LATEST = (
     update(gpus)
     .where(
@@ -156,39 +194,68 @@ def _upsert_node(conn: Connection, batch: BatchView, now: datetime) -> int:
         "agent_version": info.agent_version,
         "last_seen": now,
     }
-    if info.boot_id is not None:
-        fields["boot_id"] = info.boot_id
-    row = conn.execute(_SELECT_NODE, {"b_name": info.name}).first()
-    if row is None:
-        # Two first batches of a new node may race (retries, replicas): ON CONFLICT lets the
-        # second wait for the first and then find its row, instead of failing on the unique name.
-        conn.execute(
-            _INSERT_NODE[conn.dialect.name], {"name": info.name, "first_seen": now, **fields}
-        )
-        row = conn.execute(_SELECT_NODE, {"b_name": info.name}).one()
-    rebooted = row.boot_id is not None and info.boot_id is not None and row.boot_id != info.boot_id
-    if rebooted and _older_than_node_state(conn, batch, row.id):
+    if conn.dialect.name == "postgresql":
+        node_id, stored_boot = _lock_update_node(conn, info.name, fields, info.boot_id, now)
+    else:
+        node_id, stored_boot = _select_update_node(conn, info.name, fields, info.boot_id, now)
+    rebooted = stored_boot is not None and info.boot_id is not None and stored_boot != info.boot_id
+    if rebooted and _older_than_node_state(conn, batch, node_id):
         # A spooled batch from before the reboot, replayed after newer ones: it must not switch
         # the node back to its old boot, nor announce a reboot that is already known.
         rebooted = False
-        fields.pop("boot_id", None)
-    conn.execute(
-        _UPDATE_NODE_BOOT if "boot_id" in fields else _UPDATE_NODE, {"b_id": row.id, **fields}
-    )
+    elif rebooted:
+        conn.execute(_SET_BOOT, {"b_id": node_id, "boot_id": info.boot_id})
     if rebooted:
         # Volatile counters restart from zero after a reboot; the event marks where.
         conn.execute(
             insert(events).values(
-                node_id=row.id,
+                node_id=node_id,
                 kind="node_boot",
                 ts=now,
                 received_at=now,
                 message="node rebooted (boot_id changed)",
                 batch_id=batch.batch_id,
-                details={"previous_boot_id": row.boot_id, "boot_id": info.boot_id},
+                details={"previous_boot_id": stored_boot, "boot_id": info.boot_id},
             )
         )
-    return int(row.id)
+    return node_id
+
+
+def _lock_update_node(
+    conn: Connection, name: str, fields: dict[str, Any], boot_id: str | None, now: datetime
+) -> tuple[int, str | None]:
+    """PostgreSQL: the node's id and stored boot id, its fields updated, in one statement; a
+    stored boot id is kept (the caller sets a new one)."""
+    params = {"b_name": name, "boot_id": boot_id, **fields}
+    row = conn.execute(_LOCK_UPDATE_NODE, params).first()
+    if row is None:
+        # Two first batches of a new node may race (retries, replicas): ON CONFLICT lets the
+        # second wait for the first and then find its row, instead of failing on the unique name.
+        conn.execute(
+            _INSERT_NODE[conn.dialect.name],
+            {"name": name, "first_seen": now, "boot_id": boot_id, **fields},
+        )
+        row = conn.execute(_LOCK_UPDATE_NODE, params).one()
+    return int(row[0]), row[1]
+
+
+def _select_update_node(
+    conn: Connection, name: str, fields: dict[str, Any], boot_id: str | None, now: datetime
+) -> tuple[int, str | None]:
+    """SQLite (no RETURNING of the row before an update): the same as
+    :func:`_lock_update_node`, in a SELECT and an UPDATE."""
+    row = conn.execute(_SELECT_NODE, {"b_name": name}).first()
+    if row is None:
+        conn.execute(
+            _INSERT_NODE[conn.dialect.name],
+            {"name": name, "first_seen": now, "boot_id": boot_id, **fields},
+        )
+        row = conn.execute(_SELECT_NODE, {"b_name": name}).one()
+    if row.boot_id is None and boot_id is not None:
+        conn.execute(_UPDATE_NODE_BOOT, {"b_id": row.id, "boot_id": boot_id, **fields})
+    else:
+        conn.execute(_UPDATE_NODE, {"b_id": row.id, **fields})
+    return int(row.id), row.boot_id
 
 
 def _older_than_node_state(conn: Connection, batch: BatchView, node_id: int) -> bool:
@@ -437,16 +504,28 @@ def _update_latest(
             newest[sample.uuid] = sample
     if not newest:
         return
+    latest = {
+        uuid: s.values() | ({LATEST_MIG_KEY: mig[uuid]} if uuid in mig else {})
+        for uuid, s in newest.items()
+    }
     # Replayed old batches must not overwrite fresher state: only move latest_ts forward.
+    if conn.dialect.name == "postgresql":
+        conn.execute(
+            _UPDATE_LATEST_PG,
+            {
+                "b_rows": [
+                    {"uuid": uuid, "ts": s.ts.isoformat(), "latest": latest[uuid]}
+                    for uuid, s in newest.items()
+                ],
+                "b_uuids": list(newest),
+                "b_now": now,
+            },
+        )
+        return
     conn.execute(
         _UPDATE_LATEST,
         [
-            {
-                "b_uuid": uuid,
-                "b_ts": s.ts,
-                "b_latest": s.values() | ({LATEST_MIG_KEY: mig[uuid]} if uuid in mig else {}),
-                "b_now": now,
-            }
+            {"b_uuid": uuid, "b_ts": s.ts, "b_latest": latest[uuid], "b_now": now}
             for uuid, s in newest.items()
         ],
     )
