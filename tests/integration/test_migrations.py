@@ -308,3 +308,58 @@ def test_migration_0007_keeps_every_sample_of_a_0006_database(
             assert row["energy_mj"] == was["energy_mj"]
     finally:
         db.dispose()
+
+
+@pytest.mark.parametrize("kind", ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def test_node_and_gpu_rows_update_in_place_after_0014(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """Every push moves ``last_seen`` of its node and GPUs: no index may cover it, so that
+    PostgreSQL updates the rows in place (HOT) instead of adding an entry to every index."""
+    from sqlalchemy import text, update
+
+    from fleetwatch.server.db.tables import gpus, nodes
+
+    db = _empty_database(kind, tmp_path, request)
+    try:
+        upgrade(db.engine)
+        with db.engine.connect() as conn:
+            for table in ("nodes", "gpus"):
+                indexed = {c for ix in inspect(conn).get_indexes(table) for c in ix["column_names"]}
+                assert "last_seen" not in indexed, table
+        if kind != "postgresql":
+            return
+        now = datetime(2026, 12, 1, tzinfo=UTC)
+        with db.engine.begin() as conn:
+            options = dict(
+                conn.execute(
+                    text(
+                        "SELECT relname, reloptions FROM pg_class"
+                        " WHERE relname IN ('nodes', 'gpus')"
+                    )
+                ).all()
+            )
+            assert options == {"nodes": ["fillfactor=50"], "gpus": ["fillfactor=50"]}
+            node_id = conn.execute(
+                insert(nodes)
+                .values(name="n1", labels={}, interval_s=10.0, first_seen=now, last_seen=now)
+                .returning(nodes.c.id)
+            ).scalar_one()
+            conn.execute(
+                insert(gpus).values(
+                    uuid="GPU-1", node_id=node_id, index=0, first_seen=now, last_seen=now
+                )
+            )
+        with db.engine.begin() as conn:
+            later = now + timedelta(seconds=60)
+            conn.execute(update(nodes).values(last_seen=later))
+            conn.execute(update(gpus).values(last_seen=later, latest_ts=later, latest={"x": 1}))
+            hot = conn.execute(
+                text(
+                    "SELECT pg_stat_get_xact_tuples_hot_updated('nodes'::regclass),"
+                    " pg_stat_get_xact_tuples_hot_updated('gpus'::regclass)"
+                )
+            ).one()
+        assert tuple(hot) == (1, 1)
+    finally:
+        db.dispose()

@@ -60,7 +60,9 @@ nodes = Table(
     Column("agent_version", String(64)),
     Column("boot_id", String(64)),
     Column("first_seen", UtcDateTime, nullable=False),
-    Column("last_seen", UtcDateTime, nullable=False, index=True),
+    # Not indexed: every push updates it, and an index would keep the update from being HOT
+    # (migration 0014); its readers want most of the fleet, which a scan answers as fast.
+    Column("last_seen", UtcDateTime, nullable=False),
 )
 
 gpus = Table(
@@ -77,7 +79,7 @@ gpus = Table(
     Column("driver_version", String(64)),
     Column("vbios_version", String(64)),
     Column("first_seen", UtcDateTime, nullable=False),
-    Column("last_seen", UtcDateTime, nullable=False, index=True),
+    Column("last_seen", UtcDateTime, nullable=False),  # not indexed, as nodes.last_seen
     # The newest sample, denormalised so that /metrics and GET /v1/gpus never scan gpu_samples.
     Column("latest_ts", UtcDateTime),
     Column("latest", Json),
