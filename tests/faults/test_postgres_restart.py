@@ -31,6 +31,7 @@ from tests.integration.live import (
     fleetwatch,
     live_server,
     start_agent,
+    stop_agents,
 )
 
 pytestmark = pytest.mark.slow
@@ -102,7 +103,7 @@ def test_postgres_restarts_under_two_servers_lose_and_duplicate_nothing(tmp_path
                         "--collectors", "sim", "--sim-spec", str(spec), interval_s=0.5)
             for name, server in zip(names, servers, strict=True)
         ]  # fmt: skip
-        cleanup.callback(lambda: [agent.stop() for agent in agents])  # on failure too
+        cleanup.callback(lambda: stop_agents(agents))  # on failure too
         for mode in RESTARTS:
             before = _stored_by_node(url)
             _until("traffic from every node",
@@ -123,7 +124,7 @@ def test_postgres_restarts_under_two_servers_lose_and_duplicate_nothing(tmp_path
             "spools drained",
             lambda: all(a.metric("fleetwatch_agent_spool_batches") == 0 for a in agents),
         )
-        logs = {agent.name: agent.stop() for agent in agents}
+        logs = stop_agents(agents)
         result = tally(url, agents, logs)
     for number, line in enumerate(seen, 1):
         print(f"restart #{number}: {line}")

@@ -38,6 +38,7 @@ from tests.integration.live import (
     free_port,
     live_server,
     start_agent,
+    stop_agents,
 )
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres]
@@ -106,7 +107,7 @@ def test_server_killed_inside_inflight_requests_loses_and_duplicates_nothing(
                         "--collectors", "sim", "--sim-spec", str(spec), interval_s=0.5)
             for name in names
         ]  # fmt: skip
-        cleanup.callback(lambda: [agent.stop() for agent in agents])  # on failure too
+        cleanup.callback(lambda: stop_agents(agents))  # on failure too
         for kind in ROUNDS:
             before = _stored(monitor)
             _until("traffic", lambda before=before: _stored(monitor) > before)  # type: ignore[misc]
@@ -135,7 +136,7 @@ def test_server_killed_inside_inflight_requests_loses_and_duplicates_nothing(
             "spools drained",
             lambda: all(a.metric("fleetwatch_agent_spool_batches") == 0 for a in agents),
         )
-        logs = {agent.name: agent.stop() for agent in agents}
+        logs = stop_agents(agents)
     result = tally(url, agents, logs)
     for number, line in enumerate(seen, 1):
         print(f"kill -9 #{number}: {line}")

@@ -18,7 +18,14 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.integration.live import create_token, fleetwatch, free_port, live_server, start_agent
+from tests.integration.live import (
+    create_token,
+    fleetwatch,
+    free_port,
+    live_server,
+    start_agent,
+    stop_agents,
+)
 
 OUTAGE_S = 60
 # One real capture per node: each holds one GPU of its own.
@@ -87,7 +94,7 @@ def test_agents_lose_nothing_and_duplicate_nothing_across_a_server_outage(
             if all(a.metric("fleetwatch_agent_spool_batches") == 0 for a in agents):
                 break
             time.sleep(0.5)
-        logs = {a.name: a.stop() for a in agents}
+        logs = stop_agents(agents)
         with httpx.Client(
             base_url=server.url, headers={"Authorization": f"Bearer {read_token}"}
         ) as read:

@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.integration.live import create_token, fleetwatch, live_server, start_agent
+from tests.integration.live import create_token, fleetwatch, live_server, start_agent, stop_agents
 
 AGENTS = 50
 GPUS = 8
@@ -84,7 +84,7 @@ def test_fifty_agents_push_to_one_server(tmp_path: Path) -> None:
             metrics = read.get("/metrics").text
         finally:
             read.close()
-            logs = [agent.stop() for agent in agents]
+            logs = list(stop_agents(agents).values())
     assert sorted(n["name"] for n in nodes) == sorted(names)
     assert all(n["state"] == "up" for n in nodes)
     assert all(n["interval_s"] == PUSH_INTERVAL_S for n in nodes)

@@ -40,7 +40,7 @@ from fleetwatch.server.db.session import Database, make_engine
 from fleetwatch.server.repo.models import store_model
 from tests.conftest import require_tool
 from tests.factories import make_batch
-from tests.integration.live import fleetwatch, free_port, live_server, start_agent
+from tests.integration.live import fleetwatch, free_port, live_server, start_agent, stop_agents
 
 pytestmark = pytest.mark.slow
 
@@ -303,7 +303,7 @@ def test_every_dashboard_query_returns_data_from_a_live_fleet(
             shard_targets = _query(prom, 'up{job="fleetwatch-shards"}')
             gpus_per_node = _query(prom, "count by (node, gpu) (fleetwatch_gpu_info)")
         finally:
-            logs = {a.name: a.stop() for a in agents}
+            logs = stop_agents(agents)
     assert not empty, f"{len(empty)} of {len(queries)} queries returned nothing: {empty}"
     # The shipped relabeling: 16 targets, ?shard=0..15, each GPU scraped from one of them only.
     assert sorted(int(t["metric"]["shard"]) for t in shard_targets) == list(range(16))
