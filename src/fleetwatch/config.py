@@ -94,6 +94,13 @@ class ServerSettings(BaseSettings):
         description="Ingest transactions at once per worker; more wait their turn, which costs "
         "less than many threads contending for one interpreter lock and the database",
     )
+    ingest_group_max_batches: int = Field(
+        default=64,
+        ge=0,
+        le=1024,
+        description="PostgreSQL: routine pushes (known node and GPUs, samples only) waiting at "
+        "one moment are stored in one transaction, up to this many; 0 stores each push alone",
+    )
     refit_interval_s: float = Field(
         default=21600.0,
         ge=0,

@@ -28,6 +28,7 @@ from fleetwatch.server.db.session import Database, make_engine, sqlite_directory
 from fleetwatch.server.db.storage import StorageCollector, StorageHealth
 from fleetwatch.server.docs import add_offline_docs
 from fleetwatch.server.errors import install_error_handlers
+from fleetwatch.server.ingest_writer import GroupWriter
 from fleetwatch.server.jobs.leader import single_process_problem
 from fleetwatch.server.jobs.registry import BackgroundJobs
 from fleetwatch.server.judge.liveness import Liveness
@@ -93,6 +94,19 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
     return app.openapi_schema
 
 
+def _group_writer(
+    db: Database, settings: ServerSettings, metrics: ServerMetrics
+) -> GroupWriter | None:
+    """PostgreSQL's group commit of routine pushes (SQLite has one writer: nothing to share)."""
+    if db.is_sqlite or settings.ingest_group_max_batches == 0:
+        return None
+    writer = GroupWriter(
+        db, max_batches=settings.ingest_group_max_batches, on_group=metrics.count_group
+    )
+    writer.start()
+    return writer
+
+
 def create_app(
     settings: ServerSettings | None = None, *, clock: Callable[[], datetime] | None = None
 ) -> FastAPI:
@@ -142,6 +156,7 @@ def create_app(
         app.state.registry = registry
         app.state.metrics = metrics
         app.state.ingest_slots = threading.BoundedSemaphore(settings.max_concurrent_ingest)
+        app.state.group_writer = group_writer = _group_writer(db, settings, metrics)
         app.state.token_cache = TokenCache(settings.token_cache_ttl_s)
         app.state.fleet = FleetExposition(
             db,
@@ -179,6 +194,8 @@ def create_app(
         try:
             yield
         finally:
+            if group_writer is not None:
+                group_writer.stop()
             notice_watch.stop()  # the reverse of starting: each restores the signal handler
             eviction_watch.stop()
             risk_prefetch.stop()

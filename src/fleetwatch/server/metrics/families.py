@@ -7,6 +7,7 @@ Counted as things happen, on the registry each app builds (:class:`ServerMetrics
     fleetwatch_ingest_request_duration_seconds       fleetwatch_background_item_errors_total{job}
     fleetwatch_background_job_failures_total{job}    fleetwatch_background_runs_total{job}
     fleetwatch_background_pass_seconds{job}          fleetwatch_leader{role}
+    fleetwatch_ingest_group_batches                  fleetwatch_ingest_group_left_out_total
 
 Set by the leader's retention pass (``jobs/retention.py``)::
 
@@ -47,6 +48,12 @@ __all__ = ["ServerMetrics"]
 class ServerMetrics:
     """The service's own counters, on a registry the app owns."""
 
+    def count_group(self, batches: int, grouped: int) -> None:
+        """One group transaction of ``batches`` pushes, ``grouped`` of them stored in it."""
+        self.ingest_group_batches.observe(batches)
+        if batches > grouped:
+            self.ingest_group_left_out.inc(batches - grouped)
+
     def __init__(self, registry: CollectorRegistry) -> None:
         self.ingest_batches = Counter(
             "fleetwatch_ingest_batches_total",
@@ -64,6 +71,19 @@ class ServerMetrics:
             "fleetwatch_ingest_rejections_total",
             "Rejected ingest requests by HTTP status.",
             ["status"],
+            registry=registry,
+        )
+        # Group commit (server/ingest_writer.py, PostgreSQL): how many pushes shared a
+        # transaction, and how many a group left to be stored alone (new nodes, reboots, ...).
+        self.ingest_group_batches = Histogram(
+            "fleetwatch_ingest_group_batches",
+            "Routine pushes per group transaction (PostgreSQL group commit).",
+            buckets=(1, 2, 4, 8, 16, 32, 64, 128),
+            registry=registry,
+        )
+        self.ingest_group_left_out = Counter(
+            "fleetwatch_ingest_group_left_out_total",
+            "Pushes a group left to be stored on their own (not routine, or the group failed).",
             registry=registry,
         )
         self.ingest_latency = Histogram(

@@ -44,12 +44,12 @@ logger = logging.getLogger(__name__)
 # nothing it was refused, but a cloned node sends a new batch every interval.
 _CONFLICT_EVENT_EVERY = timedelta(hours=1)
 
-_IDENTITY = ("index", "serial", "pci_bus_id", "name", "driver_version", "vbios_version")
+IDENTITY_FIELDS = ("index", "serial", "pci_bus_id", "name", "driver_version", "vbios_version")
 
 # Statements built once: building and hashing a SQLAlchemy statement per batch costs more CPU than
 # running it.
 _SELECT_KNOWN_GPUS = select(
-    gpus.c.uuid, gpus.c.node_id, gpus.c.last_seen, *(gpus.c[k] for k in _IDENTITY)
+    gpus.c.uuid, gpus.c.node_id, gpus.c.last_seen, *(gpus.c[k] for k in IDENTITY_FIELDS)
 ).where(gpus.c.uuid.in_(bindparam("uuids", expanding=True)))
 _SELECT_NODE = (
     select(nodes.c.id, nodes.c.boot_id).where(nodes.c.name == bindparam("b_name")).with_for_update()
@@ -156,7 +156,7 @@ def store_batch(
             _claim_batch_id(conn, batch, node_id, content_sha256, now)
             node_gpus = _upsert_gpus(conn, batch, node_id, now, live_intervals)
             learned = write_samples(conn, db, batch.samples, node_id, batch.node.boot_id, now=now)
-            _update_latest(conn, batch.samples, now, _mig_layouts(batch))
+            update_latest(conn, batch.samples, now, mig_layouts(batch))
             _insert_events(conn, batch, node_id, node_gpus, now)
             # Older batch views (and the BatchView protocol) have no ports: absent is none.
             ports = port_readings(getattr(batch, "ports", None))
@@ -308,7 +308,7 @@ def _upsert_gpus(
 
     new_rows, changed = [], []
     for uuid, gpu in declared.items():
-        identity = _identity(gpu)
+        identity = identity_of(gpu)
         row = known.get(uuid)
         if row is None:
             new_rows.append(
@@ -323,7 +323,7 @@ def _upsert_gpus(
         conn.execute(
             update(gpus)
             .where(gpus.c.uuid == bindparam("b_uuid"))
-            .values(node_id=bindparam("node_id"), **{k: bindparam(k) for k in _IDENTITY}),
+            .values(node_id=bindparam("node_id"), **{k: bindparam(k) for k in IDENTITY_FIELDS}),
             changed,
         )
     if not any(e.pci_bus_id and not e.uuid for e in batch.events):
@@ -444,8 +444,8 @@ def _record_claims(db: Database, claimed: GpuClaimed, batch_id: str, now: dateti
         logger.warning("could not record gpu_uuid_conflict events", exc_info=True)
 
 
-def _identity(gpu: GpuView) -> dict[str, Any]:
-    return {key: getattr(gpu, key) for key in _IDENTITY}
+def identity_of(gpu: GpuView) -> dict[str, Any]:
+    return {key: getattr(gpu, key) for key in IDENTITY_FIELDS}
 
 
 def _check_references(
@@ -478,7 +478,7 @@ def _check_references(
         )
 
 
-def _mig_layouts(batch: BatchView) -> dict[str, dict[str, Any]]:
+def mig_layouts(batch: BatchView) -> dict[str, dict[str, Any]]:
     """GPU uuid -> its declared MIG mode and instances (only MIG-enabled GPUs declare one): JSON
     from the server's structs, a pydantic ``MigIdentity`` from tools and tests."""
     layouts = {}
@@ -491,7 +491,7 @@ def _mig_layouts(batch: BatchView) -> dict[str, dict[str, Any]]:
     return layouts
 
 
-def _update_latest(
+def update_latest(
     conn: Connection, samples: Sequence[SampleView], now: datetime, mig: dict[str, dict[str, Any]]
 ) -> None:
     """The newest sample of each GPU into ``gpus.latest``, with the GPU's MIG layout beside it

@@ -50,7 +50,7 @@ SAMPLE_COPY_STATEMENT = f"COPY gpu_samples ({', '.join(SAMPLE_COLUMNS)}) FROM ST
 
 # One C call reads a sample's 34 values as a tuple (a Python loop of getattr cost about as
 # much as the rest of the write together); works on the msgspec structs and pydantic models alike.
-_SAMPLE_VALUES = attrgetter(*SAMPLE_FIELD_NAMES)
+SAMPLE_VALUES = attrgetter(*SAMPLE_FIELD_NAMES)
 
 _SELECT_GPU_IDS = select(gpus.c.uuid, gpus.c.id).where(
     gpus.c.uuid.in_(bindparam("uuids", expanding=True))
@@ -66,7 +66,7 @@ _INSERT_BOOT = {
 }
 
 
-class _Keys:
+class CommittedKeys:
     """Committed keys of one database: GPU UUID -> gpus.id, (node, boot id) -> node_boots.id."""
 
     def __init__(self) -> None:
@@ -87,21 +87,21 @@ class LearnedKeys:
 
     def remember(self) -> None:
         """Call after the commit."""
-        keys = _keys_of(self.db)
+        keys = keys_of(self.db)
         with keys.lock:
             keys.gpus.update(self.gpus)
             keys.boots.update(self.boots)
 
 
-_KEYS: weakref.WeakKeyDictionary[Database, _Keys] = weakref.WeakKeyDictionary()
+_KEYS: weakref.WeakKeyDictionary[Database, CommittedKeys] = weakref.WeakKeyDictionary()
 _KEYS_LOCK = threading.Lock()
 
 
-def _keys_of(db: Database) -> _Keys:
+def keys_of(db: Database) -> CommittedKeys:
     with _KEYS_LOCK:
         keys = _KEYS.get(db)
         if keys is None:
-            keys = _KEYS[db] = _Keys()
+            keys = _KEYS[db] = CommittedKeys()
         return keys
 
 
@@ -119,19 +119,19 @@ def write_samples(
     learned = LearnedKeys(db)
     if not samples:
         return learned
-    keys = _keys_of(db)
+    keys = keys_of(db)
     gpu_ids = _gpu_ids(conn, keys, {s.uuid for s in samples}, learned)
-    boot = None if boot_id is None else _boot_key(conn, keys, node_id, boot_id, now, learned)
-    rows = ((gpu_ids[s.uuid], node_id, s.ts, boot, *_SAMPLE_VALUES(s)) for s in samples)
+    boot = None if boot_id is None else boot_key(conn, keys, node_id, boot_id, now, learned)
+    rows = ((gpu_ids[s.uuid], node_id, s.ts, boot, *SAMPLE_VALUES(s)) for s in samples)
     if conn.dialect.name == "postgresql":
-        _copy_rows(conn, rows)
+        copy_rows(conn, rows)
     else:
         conn.execute(insert(gpu_samples), [dict(zip(SAMPLE_COLUMNS, r, strict=True)) for r in rows])
     return learned
 
 
 def _gpu_ids(
-    conn: Connection, keys: _Keys, uuids: set[str], learned: LearnedKeys
+    conn: Connection, keys: CommittedKeys, uuids: set[str], learned: LearnedKeys
 ) -> dict[str, int]:
     with keys.lock:
         found = {uuid: keys.gpus[uuid] for uuid in uuids if uuid in keys.gpus}
@@ -143,9 +143,9 @@ def _gpu_ids(
     return found
 
 
-def _boot_key(
+def boot_key(
     conn: Connection,
-    keys: _Keys,
+    keys: CommittedKeys,
     node_id: int,
     boot_id: str,
     now: datetime,
@@ -166,7 +166,7 @@ def _boot_key(
     return int(found)
 
 
-def _copy_rows(conn: Connection, rows: Iterable[tuple[Any, ...]]) -> None:
+def copy_rows(conn: Connection, rows: Iterable[tuple[Any, ...]]) -> None:
     """PostgreSQL's bulk path, inside the SQLAlchemy transaction (same connection)."""
     raw = conn.connection.driver_connection
     assert raw is not None

@@ -17,14 +17,16 @@ from fleetwatch.errors import InvalidInput, PayloadTooLarge, UnsupportedMediaTyp
 from fleetwatch.rules.host_errors import is_urgent_host_event
 from fleetwatch.rules.thresholds import HealthThresholds
 from fleetwatch.server.batch_decoder import decode_batch, ingest_limits
-from fleetwatch.server.batch_structs import EventStruct
+from fleetwatch.server.batch_structs import BatchStruct, EventStruct
 from fleetwatch.server.db.base import utcnow
 from fleetwatch.server.db.session import Database
 from fleetwatch.server.deps import IngestAuth
 from fleetwatch.server.errors import status_for
+from fleetwatch.server.ingest_writer import GroupWriter
 from fleetwatch.server.jobs.leader import notify_wake
 from fleetwatch.server.metrics.families import ServerMetrics
-from fleetwatch.server.repo.ingest import store_batch
+from fleetwatch.server.repo.ingest import IngestResult, store_batch
+from fleetwatch.server.repo.ingest_group import GroupedBatch, is_routine
 from fleetwatch.server.schemas.common import ErrorResponse, IngestAccepted, IngestResponse
 from fleetwatch.telemetry import BATCH_EXAMPLE
 
@@ -130,18 +132,27 @@ def _thresholds(request: Request) -> HealthThresholds | None:
     return assessor.judge.thresholds if assessor is not None else None
 
 
-def _ingest(
-    body: bytes,
+# A body up to this size is decoded on the event loop (a 48-sample push takes a few hundred
+# microseconds): a thread hop would cost about as much. A larger one is decoded in a thread.
+_DECODE_INLINE_BYTES = 256 * 1024
+
+
+def _decode(body: bytes, settings: ServerSettings) -> tuple[BatchStruct, str]:
+    """The validated batch and the SHA-256 of its body (what a replay is compared by)."""
+    batch = decode_batch(body, ingest_limits(settings, utcnow()))
+    return batch, hashlib.sha256(body).hexdigest()
+
+
+def _store(
+    batch: BatchStruct,
+    digest: str,
     settings: ServerSettings,
     db: Database,
     slots: threading.Semaphore,
     thresholds: HealthThresholds | None = None,
-) -> tuple[IngestResponse, str | None]:
-    """The response, and the batch's node when it holds an urgent event (else None)."""
-    batch = decode_batch(body, ingest_limits(settings, utcnow()))
-    digest = hashlib.sha256(body).hexdigest()
+) -> IngestResult:
     with slots:  # validation runs freely; only the transaction waits for a slot
-        result = store_batch(
+        return store_batch(
             db,
             batch,
             content_sha256=digest,
@@ -149,6 +160,10 @@ def _ingest(
             live_intervals=settings.unreachable_after_intervals,
             thresholds=thresholds,
         )
+
+
+def _answer(batch: BatchStruct, result: IngestResult) -> tuple[IngestResponse, str | None]:
+    """The response, and the batch's node when it holds an urgent event (else None)."""
     logger.debug(
         "batch %s from %s: %d samples, %d events, duplicate=%s",
         batch.batch_id,
@@ -168,6 +183,29 @@ def _ingest(
     return response, batch.node.name if urgent else None
 
 
+async def _decode_and_store(request: Request, body: bytes) -> tuple[IngestResponse, str | None]:
+    settings: ServerSettings = request.app.state.settings
+    if len(body) <= _DECODE_INLINE_BYTES:
+        batch, digest = _decode(body, settings)
+    else:
+        batch, digest = await run_in_threadpool(_decode, body, settings)
+    result: IngestResult | None = None
+    writer: GroupWriter | None = getattr(request.app.state, "group_writer", None)
+    if writer is not None and is_routine(batch):
+        result = await writer.store(GroupedBatch(batch, digest))
+    if result is None:
+        result = await run_in_threadpool(
+            _store,
+            batch,
+            digest,
+            settings,
+            request.app.state.db,
+            request.app.state.ingest_slots,
+            _thresholds(request),
+        )
+    return _answer(batch, result)
+
+
 @router.post(
     "/ingest",
     response_model=IngestResponse,
@@ -184,14 +222,7 @@ async def ingest(request: Request, _token: IngestAuth) -> IngestResponse:
     try:
         _check_content_type(request)
         body = await _read_body(request, settings.max_body_bytes)
-        response, urgent_node = await run_in_threadpool(
-            _ingest,
-            body,
-            settings,
-            request.app.state.db,
-            request.app.state.ingest_slots,
-            _thresholds(request),
-        )
+        response, urgent_node = await _decode_and_store(request, body)
         if urgent_node is not None:
             request.app.state.urgent.add([urgent_node])  # this process's own snapshot
             # The leader may be another process or replica: tell it through the database (the
