@@ -89,6 +89,7 @@ def load_config(
         "xid_first_s": min(10.0, args.duration / 3),
         "probe_timeout_s": args.probe_timeout,
         "progress_s": args.progress,
+        "register_first": not args.no_register_first,
     }
 
 
@@ -151,6 +152,12 @@ def measure(
     side: PrometheusSide | None,
 ) -> dict[str, Any]:
     start_event = json.loads(generator.next_line(timeout_s=1800))
+    if start_event["event"] == "registered":
+        log(
+            f"every node pushed once before the window ({start_event['rows']:,} rows, "
+            f"{start_event['errors']} failed) in {start_event['seconds']:.0f} s"
+        )
+        start_event = json.loads(generator.next_line(timeout_s=1800))
     start, start_wall = start_event["t"], start_event["wall"]
     end = start + args.duration
     log(f"agents built in {start_event['build_s']:.1f} s; the window starts")
@@ -312,6 +319,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         type=int,
         help="Prometheus scrapes the pages of this many nodes only (default: all): for a machine "
         "without the memory for the whole fleet's series beside the server",
+    )
+    p.add_argument(
+        "--no-register-first",
+        action="store_true",
+        help="start the window on an empty fleet (every node's first push inside it)",
     )
     p.add_argument("--seed", type=int, default=12)
     p.add_argument("--json-out", type=Path, help="write every figure to this JSON file")

@@ -294,6 +294,16 @@ def _ms(seconds: float | None) -> float | None:
     return None if seconds is None else 1000 * seconds
 
 
+def _registered(r: dict[str, Any]) -> str:
+    done = (r.get("load") or {}).get("registered") or {}
+    if not done:
+        return " The fleet was empty when the window started (every first push inside it)."
+    return (
+        f" Before the window every node pushed once ({done['rows']:,} rows, "
+        f"{done['errors']} failed, {done['seconds']:.0f} s): the window measures a running fleet."
+    )
+
+
 def markdown(r: dict[str, Any]) -> str:
     m, s = r["machine"], r["scale"]
     cpu = r["window"]["cpu_s"]
@@ -309,7 +319,7 @@ def markdown(r: dict[str, Any]) -> str:
         f"{s['tick_s']:g} s, a push every {s['push_interval_s']:g} s, "
         f"{r['window']['seconds']:.0f} s measured; server: {s['servers']}; "
         f"machine: {m['cpus']} CPUs ({m['cpu_model']}), {m['memory_gib']} GiB, {m['date']}, "
-        f"load average at start {m['loadavg_at_start']}.{share}",
+        f"load average at start {m['loadavg_at_start']}.{share}{_registered(r)}",
         "",
         "| figure | target | measured | met |",
         "|---|---|---|---|",
