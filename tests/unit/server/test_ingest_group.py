@@ -261,3 +261,38 @@ def test_concurrent_pushes_through_http_share_transactions_and_are_stored_once(
     count = next(float(line.split()[-1]) for line in grouped if "_count" in line)
     assert total >= len(pushes), "every routine push went through a group"
     assert count < total, "some groups held more than one push"
+
+
+@pytest.mark.parametrize("path", ["alone", "group"])
+def test_a_transaction_that_only_references_a_node_never_holds_its_pushes(
+    pg: Database, migrated_postgres_url: str, path: str
+) -> None:
+    # A background pass inserting rows that reference nodes (events, rollups) holds KEY SHARE on
+    # each of them until it commits; before FOR NO KEY UPDATE every push of those nodes waited.
+    import threading
+
+    import psycopg
+
+    _alone(pg, _item(_push("a", 0)))
+    dsn = ServerSettings(database_url=migrated_postgres_url).database_url
+    holder = psycopg.connect(dsn.replace("postgresql+psycopg://", "postgresql://"))
+    try:
+        holder.execute("SELECT id FROM nodes WHERE name = 'a' FOR KEY SHARE")  # left open
+        item = _item(_push("a", 1))
+        done = threading.Event()
+
+        def store() -> None:
+            if path == "alone":
+                _alone(pg, item)
+            else:
+                assert store_group(pg, [item], now=START)[0] is not None
+            done.set()
+
+        worker = threading.Thread(target=store, daemon=True)
+        worker.start()
+        stored_while_held = done.wait(timeout=60)
+    finally:
+        holder.rollback()
+        holder.close()
+    worker.join(timeout=60)
+    assert stored_while_held, "the push waited for a transaction that only held the node's key"

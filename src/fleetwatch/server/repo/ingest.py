@@ -52,7 +52,9 @@ _SELECT_KNOWN_GPUS = select(
     gpus.c.uuid, gpus.c.node_id, gpus.c.last_seen, *(gpus.c[k] for k in IDENTITY_FIELDS)
 ).where(gpus.c.uuid.in_(bindparam("uuids", expanding=True)))
 _SELECT_NODE = (
-    select(nodes.c.id, nodes.c.boot_id).where(nodes.c.name == bindparam("b_name")).with_for_update()
+    select(nodes.c.id, nodes.c.boot_id)
+    .where(nodes.c.name == bindparam("b_name"))
+    .with_for_update(key_share=True)
 )
 _INSERT_NODE = {
     "postgresql": pg_insert(nodes).on_conflict_do_nothing(index_elements=["name"]),
@@ -70,12 +72,15 @@ _UPDATE_NODE = (
 )
 _UPDATE_NODE_BOOT = _UPDATE_NODE.values(boot_id=bindparam("boot_id"))
 # PostgreSQL: lock, read and update the node in one statement (RETURNING sees the row before the
-# update through the locked sub-select). The boot id only fills in where none was stored: a
+# update through the locked sub-select). FOR NO KEY UPDATE (key_share): it serialises the pushes
+# of one node as FOR UPDATE would, but does not wait for transactions that only hold the node's
+# key (a background pass inserting rows that reference nodes takes KEY SHARE on every node it
+# names, for as long as its transaction lasts: with FOR UPDATE every push of those nodes waited). The boot id only fills in where none was stored: a
 # changed one (a reboot) is set by a second statement once the batch is known to be newer.
 _OLD_NODE = (
     select(nodes.c.id, nodes.c.boot_id)
     .where(nodes.c.name == bindparam("b_name"))
-    .with_for_update()
+    .with_for_update(key_share=True)
     .subquery("old")
 )
 _LOCK_UPDATE_NODE = (

@@ -49,10 +49,11 @@ __all__ = ["GroupedBatch", "is_routine", "store_group"]
 _TS = DateTime(timezone=True)
 
 # Locked in id order: two groups (two server processes) sharing nodes then wait for each other
-# instead of deadlocking.
+# instead of deadlocking. FOR NO KEY UPDATE, as store_batch locks one node: it does not wait for
+# background transactions that merely reference the nodes (their KEY SHARE locks).
 _LOCK_NODES = text(
     "SELECT id, name, boot_id FROM nodes WHERE name = ANY(CAST(:names AS text[])) "
-    "ORDER BY id FOR UPDATE"
+    "ORDER BY id FOR NO KEY UPDATE"
 )
 _CLAIM = text(
     "INSERT INTO ingest_batches (batch_id, node_id, received_at, content_sha256, samples, events) "
