@@ -11,6 +11,9 @@ which a silent node counts as unreachable), two nodes report one UUID at once (a
 misconfigured agent): the batch is refused with 409 and a ``gpu_uuid_conflict`` event is stored
 on the owning node, at most one an hour per GPU and reporting node. Silent for longer, the GPU
 moved: it changes node and a ``gpu_moved`` event on the new node says from where.
+
+On PostgreSQL routine pushes are usually stored several at once by
+:mod:`~fleetwatch.server.repo.ingest_group`, which leaves everything unusual to this function.
 """
 
 from __future__ import annotations
