@@ -95,8 +95,10 @@ def test_packed_read_builds_the_windows_the_row_read_builds(
     passes(START + timedelta(minutes=4))  # the first pass: by time, the later samples not yet
     assert _state(packed) == _state(rows)
     _push(push, "node-a", 30, 20, "boot-2")  # rebooted
+    _push(push, "node-c", 30, 20, "boot-1")  # GPUs new since the first pass
     passes(START + timedelta(minutes=8))  # by id from here on
     assert _state(packed) == _state(rows)
+    assert gpu_uuid("node-c", 2) in _state(packed)["series"]
     state = _state(packed)
     assert set(state["boots"]) == {"boot-1", "boot-2"}
     assert state["exact"] and all(type(v) is int for v in state["exact"].values())

@@ -217,8 +217,23 @@ class FleetJudge:
         self._state = threading.Lock()
 
     def _load_gpus(self, conn: Connection) -> dict[int, tuple[str, datetime, float]]:
-        for row in conn.execute(select(*_GPU_COLUMNS)):
-            self._known(row)
+        if not self._by_id:
+            for row in conn.execute(select(*_GPU_COLUMNS)):
+                self._known(row)
+        else:
+            # A known GPU's row only changes its node and last_seen (the rest is kept from the
+            # first read, as _known does): read those, and whole rows of new GPUs alone.
+            new = []
+            for seen in conn.execute(select(gpus.c.id, gpus.c.node_id, gpus.c.last_seen)):
+                gpu = self._by_id.get(seen.id)
+                if gpu is None:
+                    new.append(seen.id)
+                else:
+                    gpu.node_id, gpu.last_seen = seen.node_id, seen.last_seen
+            if new:
+                query = select(*_GPU_COLUMNS).where(gpus.c.id.in_(new)).order_by(gpus.c.id)
+                for row in conn.execute(query):
+                    self._known(row)
         return {
             row.id: (row.name, row.last_seen, row.interval_s)
             for row in conn.execute(
