@@ -46,8 +46,9 @@ from fleetwatch.server.db.sample_joins import (
     SAMPLE_GPU_UUID,
     SAMPLES_WITH_GPU_AND_BOOT,
 )
-from fleetwatch.server.db.tables import events, gpu_samples, gpus, nodes
+from fleetwatch.server.db.tables import events, gpu_samples, gpus, node_boots, nodes
 from fleetwatch.server.jobs.isolation import ItemGuard
+from fleetwatch.server.judge.packed_samples import PackedChunk, packed_samples, reads_packed
 from fleetwatch.server.judge.windows import EPOCH, SampleWindows
 from fleetwatch.telemetry import Event
 
@@ -141,6 +142,7 @@ def _jsonable(value: Any) -> Any:
 
 @dataclass
 class _Gpu:
+    id: int  # gpus.id, the key its samples are stored under
     uuid: str
     node_id: int
     pci_bus_id: str | None
@@ -151,6 +153,7 @@ class _Gpu:
 
 
 _GPU_COLUMNS = (
+    gpus.c.id,
     gpus.c.uuid,
     gpus.c.node_id,
     gpus.c.pci_bus_id,
@@ -202,6 +205,9 @@ class FleetJudge:
         self.sparse_step = timedelta(seconds=step)
         self.max_lag = max_lag
         self._gpus: dict[str, _Gpu] = {}
+        self._by_id: dict[int, _Gpu] = {}  # by gpus.id, for the packed sample read
+        # node_boots.id to boot_id: rows of node_boots are only ever inserted, never changed.
+        self._boot_ids: dict[int, str] = {}
         kinds = [gpu_samples.c[name].type.python_type for name in JUDGED_FIELDS]
         self.windows = SampleWindows(JUDGED_FIELDS, kinds)
         self._last_id: int | None = None
@@ -211,8 +217,23 @@ class FleetJudge:
         self._state = threading.Lock()
 
     def _load_gpus(self, conn: Connection) -> dict[int, tuple[str, datetime, float]]:
-        for row in conn.execute(select(*_GPU_COLUMNS)):
-            self._known(row)
+        if not self._by_id:
+            for row in conn.execute(select(*_GPU_COLUMNS)):
+                self._known(row)
+        else:
+            # A known GPU's row only changes its node and last_seen (the rest is kept from the
+            # first read, as _known does): read those, and whole rows of new GPUs alone.
+            new = []
+            for seen in conn.execute(select(gpus.c.id, gpus.c.node_id, gpus.c.last_seen)):
+                gpu = self._by_id.get(seen.id)
+                if gpu is None:
+                    new.append(seen.id)
+                else:
+                    gpu.node_id, gpu.last_seen = seen.node_id, seen.last_seen
+            if new:
+                query = select(*_GPU_COLUMNS).where(gpus.c.id.in_(new)).order_by(gpus.c.id)
+                for row in conn.execute(query):
+                    self._known(row)
         return {
             row.id: (row.name, row.last_seen, row.interval_s)
             for row in conn.execute(
@@ -232,6 +253,7 @@ class FleetJudge:
         gpu = self._gpus.get(row.uuid)
         if gpu is None:
             gpu = self._gpus[row.uuid] = _Gpu(
+                row.id,
                 row.uuid,
                 row.node_id,
                 row.pci_bus_id,
@@ -242,9 +264,13 @@ class FleetJudge:
             )
         else:
             gpu.node_id, gpu.last_seen = row.node_id, row.last_seen
+        self._by_id[row.id] = gpu
         return gpu
 
     def _load_samples(self, conn: Connection, now: datetime) -> None:
+        if reads_packed(conn):
+            self._load_packed(conn, now)
+            return
         if self._last_id is None:
             # The newest sample's time, from gpus (ts has only a BRIN index on PostgreSQL).
             newest = conn.execute(select(func.max(gpus.c.latest_ts))).scalar()
@@ -264,6 +290,50 @@ class FleetJudge:
             if self.windows.pending >= _COMPACT_AFTER:
                 self._compact()
         self._compact()
+
+    def _load_packed(self, conn: Connection, now: datetime) -> None:
+        """:meth:`_load_samples` on PostgreSQL: the same rows, read as packed arrays
+        (:mod:`~fleetwatch.server.judge.packed_samples`) instead of row objects."""
+        if self._last_id is None:
+            newest = conn.execute(select(func.max(gpus.c.latest_ts))).scalar()
+            if newest is None:
+                return
+            chunks = packed_samples(
+                conn, JUDGED_FIELDS, until=now, since=newest - self.history, chunk=_CHUNK
+            )
+        else:
+            after = self._last_id - _ID_OVERLAP
+            chunks = packed_samples(conn, JUDGED_FIELDS, until=now, after_id=after, chunk=_CHUNK)
+        for chunk in chunks:
+            self._add_packed(conn, chunk)
+            if self.windows.pending >= _COMPACT_AFTER:
+                self._compact()
+        self._compact()
+
+    def _add_packed(self, conn: Connection, chunk: PackedChunk) -> None:
+        """:meth:`_add` for a packed chunk."""
+        newest_id = int(chunk.ids.max())
+        self._last_id = newest_id if self._last_id is None else max(self._last_id, newest_id)
+        gpu_ids, gpu_of = np.unique(chunk.gpu_ids, return_inverse=True)
+        slot_by_id = [gpu.slot if (gpu := self._by_id.get(i)) else -1 for i in gpu_ids.tolist()]
+        slots = np.asarray(slot_by_id, np.int64)[gpu_of]
+        known = slots >= 0  # samples of a GPU this judge does not know: skipped
+        if not known.all():
+            chunk = _rows_of(chunk, known)
+            slots = slots[known]
+        boot_keys, boot_of = np.unique(chunk.boots, return_inverse=True)
+        boots = self._boots_of(conn, boot_keys.tolist())
+        self.windows.add_arrays(slots, chunk.ts_us, boots, boot_of, chunk.values, chunk.raw)
+
+    def _boots_of(self, conn: Connection, keys: Sequence[int]) -> list[str | None]:
+        """The boot_id of each node_boots key (None: -1, or a key without a row, as the row
+        reader's outer join gives it)."""
+        missing = [k for k in keys if k >= 0 and k not in self._boot_ids]
+        if missing:
+            query = select(node_boots.c.id, node_boots.c.boot_id)
+            for row in conn.execute(query.where(node_boots.c.id.in_(missing))):
+                self._boot_ids[row.id] = row.boot_id
+        return [self._boot_ids.get(k) for k in keys]
 
     def _add(self, rows: Sequence[Row[Any]]) -> None:
         """Add a chunk of sample rows to the windows (each GPU's newer samples only)."""
@@ -652,3 +722,15 @@ class FleetJudge:
         seen = {g.uuid: g.last_seen for g in newest.values()}
         for v in judge_missing_gpus(expected, reporting, now=now, last_seen=seen):
             out[v.gpu].append(Verdict.from_health(v))
+
+
+def _rows_of(chunk: PackedChunk, keep: NDArray[np.bool_]) -> PackedChunk:
+    """The rows ``keep`` of ``chunk``."""
+    return PackedChunk(
+        ids=chunk.ids[keep],
+        gpu_ids=chunk.gpu_ids[keep],
+        ts_us=chunk.ts_us[keep],
+        boots=chunk.boots[keep],
+        values=[column[keep] for column in chunk.values],
+        raw=[column[keep] for column in chunk.raw],
+    )

@@ -20,7 +20,7 @@ for the few GPUs the screen picks, the samples as objects the rules take (:meth:
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -133,9 +133,33 @@ class SampleWindows:
         values = []
         for j, column in enumerate(columns):
             floats = _as_floats(column)
-            self._keep_exact(slot, ts, j, floats, column)
+            self._keep_exact(slot, ts, j, floats, column.__getitem__)
             values.append(_narrowed(floats))
         self._pending.append((slot, ts, boot, values))
+        self.pending += int(slot.size)
+
+    def add_arrays(
+        self,
+        slots: NDArray[np.int64],
+        ts_us: NDArray[np.int64],
+        boots: Sequence[str | None],
+        boot_of: NDArray[np.int64],
+        values: Sequence[NDArray[np.float64]],
+        raw: Sequence[NDArray[Any]],
+    ) -> None:
+        """:meth:`add` for samples already in arrays (the packed PostgreSQL read): times in
+        microseconds, sample ``i``'s boot ``boots[boot_of[i]]``, per field its values as float64
+        (NaN: not reported) and as read (``raw``, where float64 cannot hold one exactly)."""
+        if not slots.size:
+            return
+        slot = slots.astype(np.int32)
+        codes = np.array([self._boot_code(b) for b in boots], np.int32)
+        boot = codes[boot_of] if codes.size else np.empty(0, np.int32)
+        narrowed = []
+        for j, floats in enumerate(values):
+            self._keep_exact(slot, ts_us, j, floats, _item_of(raw[j]))
+            narrowed.append(_narrowed(floats))
+        self._pending.append((slot, ts_us, boot, narrowed))
         self.pending += int(slot.size)
 
     def merge(self) -> None:
@@ -270,11 +294,11 @@ class SampleWindows:
         ts: NDArray[np.int64],
         j: int,
         values: NDArray[np.float64],
-        column: Sequence[Any],
+        value_as_read: Callable[[int], Any],
     ) -> None:
         big = np.flatnonzero(np.abs(values) >= _EXACT)  # NaN compares False
         for i in big.tolist():
-            self._exact[(int(slot[i]), int(ts[i]), j)] = column[i]
+            self._exact[(int(slot[i]), int(ts[i]), j)] = value_as_read(i)
 
     # -- reading -------------------------------------------------------------------------------
 
@@ -358,6 +382,11 @@ def _interleaved(
     out[old_at] = old
     out[new_at] = new
     return out
+
+
+def _item_of(column: NDArray[Any]) -> Callable[[int], Any]:
+    """Value ``i`` of ``column`` as a Python int, float or bool (as a row reader gives it)."""
+    return lambda i: column[i].item()
 
 
 def _as_sample(reading: Any) -> GpuSample:

@@ -1,0 +1,125 @@
+"""On PostgreSQL the judge reads new samples packed (server.judge.packed_samples): the windows it
+builds are the ones the row reader builds from the same rows, value for value, pass after pass."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import numpy as np
+import pytest
+from tests.factories import gpu_uuid, make_batch, make_sample
+from tests.unit.server.conftest import Push
+
+from fleetwatch.rules.thresholds import HealthThresholds
+from fleetwatch.rules.xid_catalog import XidCatalog
+from fleetwatch.server.db.session import Database
+from fleetwatch.server.judge import judging
+from fleetwatch.server.judge.judging import FleetJudge
+from fleetwatch.server.judge.packed_samples import packed_samples, reads_packed
+
+START = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=10)
+BIG = 2**60 + 7  # a counter float64 cannot hold exactly
+
+
+def _values(index: int, k: int) -> dict[str, Any]:
+    """Readings that take every path of the packed read: reals that are not float32-exact,
+    unreported fields (NULL), flags, small integers and a counter past 2**53."""
+    values: dict[str, Any] = {"gpu_temp_c": 55.3 + k % 3, "pcie_link_gen": 5}
+    if index == 0:
+        values["ecc_sbe_volatile_total"] = BIG + k
+        values["remapped_rows_pending"] = k % 2 == 0
+    if index == 1:
+        values.update(gpu_temp_c=None, ecc_sbe_volatile_total=None, gpu_recovery_action=k % 2)
+    return values
+
+
+def _push(push: Push, node: str, first: int, ticks: int, boot: str) -> None:
+    at = START + timedelta(seconds=10 * first)
+    batch = make_batch(node, gpus=3, start=at, boot_id=boot)
+    batch["samples"] = [
+        make_sample(gpu_uuid(node, i), at + timedelta(seconds=10 * k), **_values(i, first + k))
+        for k in range(ticks)
+        for i in range(3)
+    ]
+    assert push(batch).status_code == 200
+
+
+def _judge() -> FleetJudge:
+    return FleetJudge(catalog=XidCatalog.load(), thresholds=HealthThresholds())
+
+
+def _state(judge: FleetJudge) -> dict[str, Any]:
+    w = judge.windows
+    w.merge()
+    series = {
+        gpu.uuid: [(s.boot_id, s.sample.ts, *(getattr(s.sample, f) for f in w.fields))
+                   for s in w.series(int(np.searchsorted(w.slots, gpu.slot)), gpu.uuid)]
+        for gpu in judge._gpus.values()
+    }  # fmt: skip
+    return {
+        "slot": w.slot.tolist(),
+        "ts": w.ts.tolist(),
+        "boots": [w._boots[code] for code in w.boot.tolist()],
+        # NaN as None: NaN != NaN, and a list holding it would never compare equal.
+        "values": [(c.dtype.str, [None if v != v else v for v in c.tolist()]) for c in w._values],
+        "exact": w._exact,
+        "last_id": judge._last_id,
+        "series": series,
+    }
+
+
+def _load(judge: FleetJudge, db: Database, now: datetime) -> None:
+    with db.read() as conn:
+        judge._load_gpus(conn)
+        judge._load_samples(conn, now)
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
+def test_packed_read_builds_the_windows_the_row_read_builds(
+    push: Push, db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with db.read() as conn:
+        assert reads_packed(conn)
+    packed, rows = _judge(), _judge()
+
+    def passes(now: datetime) -> None:
+        _load(packed, db, now)
+        with monkeypatch.context() as patched:
+            patched.setattr(judging, "reads_packed", lambda conn: False)
+            _load(rows, db, now)
+
+    _push(push, "node-a", 0, 30, "boot-1")
+    _push(push, "node-b", 0, 30, "boot-1")
+    passes(START + timedelta(minutes=4))  # the first pass: by time, the later samples not yet
+    assert _state(packed) == _state(rows)
+    _push(push, "node-a", 30, 20, "boot-2")  # rebooted
+    _push(push, "node-c", 30, 20, "boot-1")  # GPUs new since the first pass
+    passes(START + timedelta(minutes=8))  # by id from here on
+    assert _state(packed) == _state(rows)
+    assert gpu_uuid("node-c", 2) in _state(packed)["series"]
+    state = _state(packed)
+    assert set(state["boots"]) == {"boot-1", "boot-2"}
+    assert state["exact"] and all(type(v) is int for v in state["exact"].values())
+    assert 55.3 in state["series"][gpu_uuid("node-a", 0)][0]  # the decimal, not the float32
+    passes(START + timedelta(minutes=9))  # nothing new
+    assert _state(packed) == _state(rows)
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
+def test_packed_read_comes_in_time_ordered_chunks(push: Push, db: Database) -> None:
+    _push(push, "node-a", 0, 10, "boot-1")
+    with db.read() as conn:
+        chunks = list(
+            packed_samples(conn, ["gpu_temp_c"], until=START + timedelta(hours=1), after_id=0,
+                           chunk=7)
+        )  # fmt: skip
+    assert [c.ids.size for c in chunks] == [7, 7, 7, 7, 2]
+    ts = np.concatenate([c.ts_us for c in chunks])
+    assert (np.diff(ts) >= 0).all()
+    first = START.timestamp() * 1_000_000
+    assert ts[0] == first
+    with pytest.raises(ValueError, match="exactly one"):
+        next(packed_samples(conn, ["gpu_temp_c"], until=START))
