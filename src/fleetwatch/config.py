@@ -94,6 +94,14 @@ class ServerSettings(BaseSettings):
         description="Ingest transactions at once per worker; more wait their turn, which costs "
         "less than many threads contending for one interpreter lock and the database",
     )
+    gc_gen0_threshold: int = Field(
+        default=50_000,
+        ge=0,
+        description="Allocations between the interpreter's youngest garbage collections in a "
+        "server process (Python's default is 700); 0 leaves Python's own settings. A server "
+        "holding a large fleet's snapshot spends a quarter of a second on each full collection, "
+        "and the default makes them frequent",
+    )
     ingest_group_max_batches: int = Field(
         default=64,
         ge=0,

@@ -7,6 +7,7 @@ the ``/healthz``, ``/readyz`` and ``/metrics`` routes live in :mod:`fleetwatch.s
 
 from __future__ import annotations
 
+import gc
 import logging
 import threading
 from collections.abc import AsyncIterator, Callable
@@ -94,6 +95,16 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
     return app.openapi_schema
 
 
+def _tune_garbage_collector(settings: ServerSettings) -> None:
+    """Fewer collections in a server process: with a 100,000-GPU fleet's windows, snapshot and
+    caches in memory, each full collection walks millions of objects (about 0.25 s measured at
+    20,000 GPUs, paid by whichever pass triggered it: most of a planner pass). The older
+    generations keep Python's ratios, so a full collection still follows the young ones."""
+    if settings.gc_gen0_threshold > 0:
+        _, gen1, gen2 = gc.get_threshold()
+        gc.set_threshold(settings.gc_gen0_threshold, gen1, gen2)
+
+
 def _group_writer(
     db: Database, settings: ServerSettings, metrics: ServerMetrics
 ) -> GroupWriter | None:
@@ -124,6 +135,7 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        _tune_garbage_collector(settings)
         engine = make_engine(settings)
         storage = StorageHealth(
             sqlite_directory(engine),

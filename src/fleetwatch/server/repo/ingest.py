@@ -78,8 +78,9 @@ _UPDATE_NODE_BOOT = _UPDATE_NODE.values(boot_id=bindparam("boot_id"))
 # update through the locked sub-select). FOR NO KEY UPDATE (key_share): it serialises the pushes
 # of one node as FOR UPDATE would, but does not wait for transactions that only hold the node's
 # key (a background pass inserting rows that reference nodes takes KEY SHARE on every node it
-# names, for as long as its transaction lasts: with FOR UPDATE every push of those nodes waited). The boot id only fills in where none was stored: a
-# changed one (a reboot) is set by a second statement once the batch is known to be newer.
+# names, for as long as its transaction lasts: with FOR UPDATE every push of those nodes waited).
+# The boot id only fills in where none was stored: a changed one (a reboot) is set by a second
+# statement once the batch is known to be newer.
 _OLD_NODE = (
     select(nodes.c.id, nodes.c.boot_id)
     .where(nodes.c.name == bindparam("b_name"))
