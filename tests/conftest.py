@@ -8,6 +8,7 @@ and CI set), where they fail instead: a green run then means PostgreSQL was test
 
 from __future__ import annotations
 
+import gc
 import os
 import secrets
 from collections.abc import Iterator
@@ -29,6 +30,15 @@ REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
 # Encrypts webhook secrets at rest in tests (PostgreSQL servers refuse secrets without a key).
 TEST_SECRET_KEY = "gbQ8wacjKpfPdEwoxF_F7tkviWrs_OSrv8akOYcNQFo="
+
+
+@pytest.fixture(autouse=True)
+def _gc_thresholds_restored() -> Iterator[None]:
+    """A started app tunes this process's garbage collector (gc_gen0_threshold), as a server
+    process should; a test process hosts many apps, so each test gets the thresholds back."""
+    before = gc.get_threshold()
+    yield
+    gc.set_threshold(*before)
 
 
 @pytest.fixture(scope="session")

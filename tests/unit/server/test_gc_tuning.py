@@ -1,23 +1,15 @@
-"""A server process collects its young garbage less often (config gc_gen0_threshold)."""
+"""A server process collects its young garbage less often (config gc_gen0_threshold); the
+thresholds are restored after each test by tests/conftest.py."""
 
 from __future__ import annotations
 
 import gc
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 from fastapi.testclient import TestClient
 
 from fleetwatch.config import ServerSettings
 from fleetwatch.server.app import create_app
-
-
-@pytest.fixture
-def restored_thresholds() -> Iterator[tuple[int, int, int]]:
-    before = gc.get_threshold()
-    yield before
-    gc.set_threshold(*before)
 
 
 def _settings(tmp_path: Path, **overrides: object) -> ServerSettings:
@@ -29,17 +21,13 @@ def _settings(tmp_path: Path, **overrides: object) -> ServerSettings:
     )
 
 
-def test_a_started_server_raises_the_youngest_threshold_only(
-    tmp_path: Path, restored_thresholds: tuple[int, int, int]
-) -> None:
+def test_a_started_server_raises_the_youngest_threshold_only(tmp_path: Path) -> None:
     gc.set_threshold(700, 10, 10)
     with TestClient(create_app(_settings(tmp_path, gc_gen0_threshold=12_345))):
         assert gc.get_threshold() == (12_345, 10, 10)
 
 
-def test_zero_leaves_pythons_own_settings(
-    tmp_path: Path, restored_thresholds: tuple[int, int, int]
-) -> None:
+def test_zero_leaves_pythons_own_settings(tmp_path: Path) -> None:
     gc.set_threshold(700, 10, 10)
     with TestClient(create_app(_settings(tmp_path, gc_gen0_threshold=0))):
         assert gc.get_threshold() == (700, 10, 10)

@@ -248,9 +248,9 @@ def test_concurrent_pushes_through_http_share_transactions_and_are_stored_once(
 
         assert set(client.portal.call(send_all)) == {200}  # type: ignore[union-attr]
         page = client.get("/metrics", headers=bearer(reader)).text
-    with db.engine.connect() as conn:
-        stored = conn.execute(text("SELECT count(*) FROM gpu_samples")).scalar_one()
-        claims = conn.execute(text("SELECT count(*) FROM ingest_batches")).scalar_one()
+        with db.read() as conn:  # while the app's engine is still open
+            stored = conn.execute(text("SELECT count(*) FROM gpu_samples")).scalar_one()
+            claims = conn.execute(text("SELECT count(*) FROM ingest_batches")).scalar_one()
     assert stored == 24 * len(nodes) + 24 * len(pushes), "each push once, replays not again"
     assert claims == len(nodes) + len(pushes)
     grouped = [
