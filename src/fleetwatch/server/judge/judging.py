@@ -23,9 +23,10 @@ Samples older than a GPU's newest judged sample are stored but not judged live: 
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections import defaultdict
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any, Literal
@@ -268,47 +269,43 @@ class FleetJudge:
         return gpu
 
     def _load_samples(self, conn: Connection, now: datetime) -> None:
-        if reads_packed(conn):
-            self._load_packed(conn, now)
-            return
         if self._last_id is None:
             # The newest sample's time, from gpus (ts has only a BRIN index on PostgreSQL).
             newest = conn.execute(select(func.max(gpus.c.latest_ts))).scalar()
             if newest is None:
                 return
-            query = _judged_samples().where(gpu_samples.c.ts >= newest - self.history)
+            since, after_id = newest - self.history, None
         else:
             # Ids, not times: late samples (a spool emptying, a simulated fleet) are found too.
             # The overlap re-reads rows that may have committed out of id order on PostgreSQL.
-            query = _judged_samples().where(gpu_samples.c.id > self._last_id - _ID_OVERLAP)
-        query = query.where(gpu_samples.c.ts <= now).order_by(gpu_samples.c.ts)
+            since, after_id = None, self._last_id - _ID_OVERLAP
         # In chunks: a first pass reads minutes of the whole fleet's samples. Compacting between
         # chunks thins exactly as once at the end (see SampleWindows.compact), so memory stays
         # near the thinned windows' size.
-        for rows in conn.execute(query.execution_options(yield_per=_CHUNK)).partitions():
-            self._add(rows)
+        for add_chunk in self._sample_chunks(conn, now, since, after_id):
+            add_chunk()
             if self.windows.pending >= _COMPACT_AFTER:
                 self._compact()
         self._compact()
 
-    def _load_packed(self, conn: Connection, now: datetime) -> None:
-        """:meth:`_load_samples` on PostgreSQL: the same rows, read as packed arrays
-        (:mod:`~fleetwatch.server.judge.packed_samples`) instead of row objects."""
-        if self._last_id is None:
-            newest = conn.execute(select(func.max(gpus.c.latest_ts))).scalar()
-            if newest is None:
-                return
-            chunks = packed_samples(
-                conn, JUDGED_FIELDS, until=now, since=newest - self.history, chunk=_CHUNK
-            )
-        else:
-            after = self._last_id - _ID_OVERLAP
-            chunks = packed_samples(conn, JUDGED_FIELDS, until=now, after_id=after, chunk=_CHUNK)
-        for chunk in chunks:
-            self._add_packed(conn, chunk)
-            if self.windows.pending >= _COMPACT_AFTER:
-                self._compact()
-        self._compact()
+    def _sample_chunks(
+        self, conn: Connection, now: datetime, since: datetime | None, after_id: int | None
+    ) -> Iterator[Callable[[], None]]:
+        """The samples with ``ts <= now`` and ``ts >= since`` or ``id > after_id``, chunk by
+        chunk in time order, each as the call that adds it to the windows: on PostgreSQL read
+        as packed arrays (:mod:`~fleetwatch.server.judge.packed_samples`), elsewhere as rows."""
+        if reads_packed(conn):
+            for chunk in packed_samples(
+                conn, JUDGED_FIELDS, until=now, since=since, after_id=after_id, chunk=_CHUNK
+            ):
+                yield functools.partial(self._add_packed, conn, chunk)
+            return
+        query = _judged_samples().where(
+            gpu_samples.c.ts >= since if since is not None else gpu_samples.c.id > after_id
+        )
+        query = query.where(gpu_samples.c.ts <= now).order_by(gpu_samples.c.ts)
+        for rows in conn.execute(query.execution_options(yield_per=_CHUNK)).partitions():
+            yield functools.partial(self._add, rows)
 
     def _add_packed(self, conn: Connection, chunk: PackedChunk) -> None:
         """:meth:`_add` for a packed chunk."""

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 from sqlalchemy import REAL, BigInteger, Boolean, Connection, Float, Integer, SmallInteger
+from sqlalchemy.types import TypeEngine
 
 from fleetwatch.server.db.tables import gpu_samples
 
@@ -55,22 +56,25 @@ def reads_packed(conn: Connection) -> bool:
     return conn.dialect.name == "postgresql" and conn.dialect.driver == "psycopg"
 
 
+# Per column type, most specific first (BigInteger and SmallInteger are Integers, REAL is a
+# Float): the SQL that sends a value fixed width, NULL as 0 ("{}" is the column), and its numpy
+# dtype. A real goes through text, for the reason the module's docstring gives.
+_SENDS: tuple[tuple[type[TypeEngine[Any]], str, str], ...] = (
+    (Boolean, "boolsend(COALESCE({}, false))", "u1"),
+    (SmallInteger, "int2send(COALESCE({}, 0)::int2)", ">i2"),
+    (BigInteger, "int8send(COALESCE({}, 0)::int8)", ">i8"),
+    (Integer, "int4send(COALESCE({}, 0)::int4)", ">i4"),
+    (REAL, "float8send(COALESCE({}::text::float8, 0::float8))", ">f8"),
+    (Float, "float8send(COALESCE({}, 0)::float8)", ">f8"),
+)
+
+
 def _send(name: str) -> tuple[str, str]:
     """The SQL that sends field ``name`` fixed width (0 for NULL) and the numpy dtype of it."""
     kind = gpu_samples.c[name].type
-    column = f'"{name}"'
-    if isinstance(kind, Boolean):
-        return f"boolsend(COALESCE({column}, false))", "u1"
-    if isinstance(kind, SmallInteger):
-        return f"int2send(COALESCE({column}, 0)::int2)", ">i2"
-    if isinstance(kind, BigInteger):
-        return f"int8send(COALESCE({column}, 0)::int8)", ">i8"
-    if isinstance(kind, Integer):
-        return f"int4send(COALESCE({column}, 0)::int4)", ">i4"
-    if isinstance(kind, REAL):
-        return f"float8send(COALESCE({column}::text::float8, 0::float8))", ">f8"
-    if isinstance(kind, Float):
-        return f"float8send(COALESCE({column}, 0)::float8)", ">f8"
+    for base, template, dtype in _SENDS:
+        if isinstance(kind, base):
+            return template.format(f'"{name}"'), dtype
     raise TypeError(f"gpu_samples.{name}: no packed form for {kind!r}")
 
 

@@ -132,19 +132,20 @@ def _routine_members(
 ) -> list[_Member]:
     """Lock the nodes, claim the batch ids and keep the items that are routine (see the module's
     docstring); claims of the others are withdrawn."""
-    names = sorted({item.batch.node.name for item in items if is_routine(item.batch)})
-    if not names:
+    routine = [item for item in items if is_routine(item.batch)]
+    if not routine:
         return []
+    names = sorted({item.batch.node.name for item in routine})
     stored_nodes = {
         row.name: (int(row.id), row.boot_id) for row in conn.execute(_LOCK_NODES, {"names": names})
     }
     candidates: list[tuple[GroupedBatch, int]] = []
     seen_nodes: set[str] = set()
     seen_ids: set[str] = set()
-    for item in items:
+    for item in routine:
         batch = item.batch
         node = stored_nodes.get(batch.node.name)
-        if not is_routine(batch) or node is None:
+        if node is None:
             continue
         if batch.node.name in seen_nodes or batch.batch_id in seen_ids:
             continue
