@@ -14,7 +14,7 @@ import psycopg
 import pytest
 from fastapi.testclient import TestClient
 from prometheus_client import CollectorRegistry
-from sqlalchemy import select
+from sqlalchemy import insert, select
 from tests.conftest import bearer
 from tests.factories import gpu_uuid, make_batch
 from tests.faults.waiting import wait_for
@@ -28,7 +28,14 @@ from fleetwatch.rules.thresholds import HealthThresholds
 from fleetwatch.rules.xid_catalog import XidCatalog
 from fleetwatch.server.act.planner import EvictionPlanner, PlannerState
 from fleetwatch.server.db.session import Database, make_engine
-from fleetwatch.server.db.tables import alerts, eviction_audit, evictions, job_notices
+from fleetwatch.server.db.tables import (
+    alerts,
+    eviction_audit,
+    evictions,
+    job_notices,
+    webhook_outbox,
+    webhook_subscriptions,
+)
 from fleetwatch.server.jobs import registry as registry_module
 from fleetwatch.server.jobs.leader import (
     MAX_PAYLOAD_BYTES,
@@ -229,6 +236,51 @@ def test_alerts_resolve_only_what_the_patched_snapshot_judged_anew(
     assert {(r.node, r.state) for r in rows} == {("node-x", "resolved"), ("node-y", "firing")}
 
 
+def test_targeted_alerts_fire_for_their_nodes_only_and_never_resolve(
+    client: TestClient, push: Push, db: Database
+) -> None:
+    """The urgent lane's alerts (``Alerter.run_for``) fire for the named nodes' verdicts and
+    queue their pages, count a repeat as one alert, and leave every other node alone: no alert
+    for another node's verdict, no resolve of a firing alert whose condition is gone."""
+    state = client.app.state  # type: ignore[attr-defined]
+    assessor: Assessor = state.assessor
+    for node in ("node-x", "node-y"):
+        assert push(make_batch(node, gpus=2, ticks=1)).status_code == 200
+    assessor.run_once()
+    for node in ("node-x", "node-y"):
+        assert push(_xid_batch(node, 79)).status_code == 200
+    assessor.run_nodes({"node-x", "node-y"})
+    with db.write() as conn:
+        conn.execute(
+            insert(webhook_subscriptions).values(
+                name="on-call", kind="generic", url="http://receiver.test/hook", secret=None,
+                filters={}, enabled=True, created_at=datetime.now(UTC),
+            )
+        )  # fmt: skip
+    alerter = Alerter(db, state.settings, lambda: assessor.latest)
+    first = alerter.run_for({"node-x"})
+    assert (first.fired, first.still, first.resolved, first.queued) == (1, 0, 0, 1)
+    with db.read() as conn:
+        rows = conn.execute(select(alerts.c.node, alerts.c.state, alerts.c.occurrences)).all()
+        pages = conn.execute(select(webhook_outbox.c.alert_id, webhook_outbox.c.event)).all()
+    assert [(r.node, r.state, r.occurrences) for r in rows] == [("node-x", "firing", 1)]
+    assert [(p.alert_id, p.event) for p in pages] == [(first.ids[0], "trigger")]
+    assert alerter.run_once().fired == 1  # the whole pass adds node-y's (and counts node-x's)
+    # node-y's condition gone from the view: only a whole pass may resolve it.
+    base = assessor.latest
+    assert base is not None
+    gpus = [g if g.node == "node-x" else replace(g, verdicts=()) for g in base.gpus]
+    view = FleetAssessment(base.at, gpus, base.bundle, base.model_version, base.fleet_at)
+    again = Alerter(db, state.settings, lambda: view).run_for({"node-x", "node-y"})
+    assert (again.fired, again.still, again.resolved) == (0, 1, 0)
+    with db.read() as conn:
+        rows = conn.execute(select(alerts.c.node, alerts.c.state, alerts.c.occurrences)).all()
+    assert sorted((r.node, r.state, r.occurrences) for r in rows) == [
+        ("node-x", "firing", 3),
+        ("node-y", "firing", 1),
+    ]
+
+
 class _Poked:
     def __init__(self) -> None:
         self.pokes = 0
@@ -286,6 +338,12 @@ def _noticed_nodes(db: Database) -> set[str]:
         return {row.node for row in rows}
 
 
+def _firing_xid_nodes(db: Database) -> set[str]:
+    with db.read() as conn:
+        query = select(alerts.c.node).where(alerts.c.state == "firing", alerts.c.kind == "xid")
+        return set(conn.execute(query).scalars())
+
+
 def test_an_urgent_wake_evicts_without_a_whole_fleet_pass(
     push: Push,
     client: TestClient,
@@ -324,11 +382,13 @@ def test_an_urgent_wake_evicts_without_a_whole_fleet_pass(
     assert whole_passes == []
     assert _evicted(db) == {"node-x": "pending"}
     assert _noticed_nodes(db) == {"node-x"}  # the job hears of node-x at once
+    assert _firing_xid_nodes(db) == {"node-x"}  # and on-call is paged for it
     assert jobs._urgent_pass() == 0  # nothing waiting
     jobs._assess_then_act()
     assert whole_passes == [1]
     assert _evicted(db) == {"node-x": "pending", "node-y": "paged"}  # a budget of one node
     assert _noticed_nodes(db) == {"node-x", "node-y"}
+    assert _firing_xid_nodes(db) == {"node-x", "node-y"}
     assert registry_module.URGENT_IDLE_S >= settings.assess_interval_s
 
 

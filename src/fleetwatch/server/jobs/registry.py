@@ -17,8 +17,8 @@ planner        ``planner_interval_s``           leader    after each assessment 
 notices        ``planner_interval_s``           leader    after each plan on the leader; for
                                                           its nodes after an urgent plan
 stragglers     ``straggler_interval_s``         leader
-alerts         ``alert_interval_s``             leader    after each assessment or urgent pass
-                                                          on the leader
+alerts         ``alert_interval_s``             leader    after each assessment on the leader;
+                                                          for its nodes after an urgent pass
 weekly_report  every 10 minutes                 leader
 webhooks       ``webhook_delivery_interval_s``  leader    when an alert is queued
 refit          ``refit_interval_s`` (0: never)  leader    on ``POST /v1/models/refit``, there
@@ -26,13 +26,13 @@ refit          ``refit_interval_s`` (0: never)  leader    on ``POST /v1/models/r
 
 With ``background_jobs`` off nothing runs; with ``--role api`` a process never leads. The urgent
 lane (:mod:`fleetwatch.server.jobs.urgent`) patches the newest snapshot with the nodes of urgent
-events and, on the leader, plans for those nodes (:meth:`EvictionPlanner.run_for`) and alerts at
-once, in a thread of its own, beside a whole-fleet pass in progress (its plan waits for a
-whole-fleet plan in progress). Its passes are counted and timed as job ``urgent``
-(``fleetwatch_background_pass_seconds``; a run that finds nothing, at the start or once an hour,
-takes about 0 s). Each assessment is per process (every replica answers ``/v1/risk``
-from its own snapshot); the planner and the alerts of a new leader first wait for an assessment
-of its own, as a standby's snapshot may predate what the old leader acted on.
+events and, on the leader, plans and alerts for those nodes (:meth:`EvictionPlanner.run_for`,
+:meth:`Alerter.run_for`) at once, in a thread of its own, beside a whole-fleet pass in progress
+(its plan waits for a whole-fleet plan in progress). Its passes are counted and timed as job
+``urgent`` (``fleetwatch_background_pass_seconds``; a run that finds nothing, at the start or
+once an hour, takes about 0 s). Each assessment is per process (every replica answers
+``/v1/risk`` from its own snapshot); the planner and the alerts of a new leader first wait for
+an assessment of its own, as a standby's snapshot may predate what the old leader acted on.
 """
 
 from __future__ import annotations
@@ -204,7 +204,7 @@ class BackgroundJobs:
     def _assess_then_act(self) -> None:
         self.assessor.run_once()
         if self.is_leader:  # a replica's snapshot answers its requests; the leader plans, alerts
-            self._act(self.planner.run_once, self.notices.run_once)
+            self._act(self.planner.run_once, self.notices.run_once, self.alerter.run_once)
 
     def _urgent_pass(self) -> int:
         """The urgent lane's targeted pass over the nodes waiting (nothing if none); their
@@ -216,13 +216,22 @@ class BackgroundJobs:
         if self.is_leader:
             # A targeted snapshot says nothing new of the other nodes: their notices stand.
             notify = functools.partial(self.notices.run_once, snapshot, nodes=names)
-            self._act(functools.partial(self.planner.run_for, names), notify)
+            self._act(
+                functools.partial(self.planner.run_for, names),
+                notify,
+                functools.partial(self.alerter.run_for, names),
+            )
         return len(names)
 
-    def _act(self, plan: Callable[[], object], notify: Callable[[], object]) -> None:
+    def _act(
+        self,
+        plan: Callable[[], object],
+        notify: Callable[[], object],
+        alert: Callable[[], object],
+    ) -> None:
         # The planner and the alerts have their own loops too: one failing must not keep the
         # other from acting on this assessment (each failure is logged and counted there).
-        steps = (("planner", plan), ("notices", notify), ("alerts", self.alerter.run_once))
+        steps = (("planner", plan), ("notices", notify), ("alerts", alert))
         for job, step in steps:
             try:
                 step()  # a fatal Xid drains and pages without waiting for their ticks

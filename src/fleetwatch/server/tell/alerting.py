@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -47,13 +47,18 @@ from fleetwatch.rules.xid_catalog import SEVERITY_RANK
 from fleetwatch.server.db.session import Database
 from fleetwatch.server.db.tables import alerts, webhook_outbox, webhook_subscriptions
 from fleetwatch.server.jobs.isolation import ItemGuard
-from fleetwatch.server.jobs.locks import LockKey, try_transaction_lock
+from fleetwatch.server.jobs.locks import LockKey, transaction_lock, try_transaction_lock
 from fleetwatch.server.judge.assessment import FleetAssessment
 from fleetwatch.server.judge.planned import Planned
 from fleetwatch.server.judge.silence import FleetSilence, fleet_silence
 from fleetwatch.server.repo.maintenance import load_planned
 from fleetwatch.server.repo.nodes import unheard_nodes
-from fleetwatch.server.tell.conditions import Condition, derive_conditions
+from fleetwatch.server.tell.conditions import (
+    Condition,
+    derive_conditions,
+    gpu_conditions,
+    node_clusters,
+)
 from fleetwatch.server.tell.outbox import enqueue
 
 __all__ = ["AlertPass", "Alerter", "matches"]
@@ -144,6 +149,40 @@ class Alerter:
             result.fired,
             result.still,
             result.resolved,
+            result.queued,
+        )
+        return result
+
+    def run_for(self, names: Collection[str], now: datetime | None = None) -> AlertPass:
+        """Fire (or count) the alerts of the GPU verdicts of nodes ``names`` only: the urgent
+        lane's pass, after a targeted assessment of those nodes.
+
+        It only adds: a condition of another node, or one of these nodes gone, is left to the
+        whole pass (deriving the conditions of 100,000 GPUs takes seconds, which a fatal Xid
+        should not wait for; resolving needs that whole view).
+        """
+        now = now or datetime.now(UTC)
+        wanted = frozenset(names)
+        if not wanted:
+            return AlertPass()
+        with self._lock:
+            snapshot = self.assessment()
+            with self.db.write() as conn:
+                # Waits, rather than skips, for another process's pass: a page that skipped
+                # would wait a whole alert interval.
+                transaction_lock(conn, LockKey.ALERTS)
+                planned = load_planned(conn, now)
+                active = gpu_conditions(
+                    conn, snapshot, planned, node_clusters(conn, wanted), only=wanted
+                )
+                result = self._pass(conn, active, now, covered=lambda row: False)
+        if result.queued:
+            self.on_queued()
+        logger.debug(
+            "alerts for %d nodes: %d fired, %d still, %d deliveries queued",
+            len(wanted),
+            result.fired,
+            result.still,
             result.queued,
         )
         return result

@@ -26,6 +26,7 @@ condition of its own: the one ``fleet:silence`` condition stands for them all.
 
 from __future__ import annotations
 
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -41,7 +42,7 @@ from fleetwatch.server.judge.planned import Planned, caused_by_maintenance
 from fleetwatch.server.judge.silence import FleetSilence, fleet_silence
 from fleetwatch.server.repo.evictions import OPEN_STATES
 
-__all__ = ["Condition", "derive_conditions"]
+__all__ = ["Condition", "derive_conditions", "gpu_conditions", "node_clusters"]
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,12 @@ class Condition:
 def _cluster(labels: Any) -> str | None:
     value = (labels or {}).get("cluster") if isinstance(labels, dict) else None
     return str(value) if value is not None else None
+
+
+def node_clusters(conn: Connection, names: Collection[str]) -> dict[str, str | None]:
+    """The ``cluster`` label of each node of ``names`` (None: it has none)."""
+    rows = conn.execute(select(nodes.c.name, nodes.c.labels).where(nodes.c.name.in_(list(names))))
+    return {row.name: _cluster(row.labels) for row in rows}
 
 
 def derive_conditions(
@@ -94,47 +101,7 @@ def derive_conditions(
         conn.execute(select(nodes.c.name, nodes.c.labels, nodes.c.last_seen, nodes.c.interval_s))
     )
     clusters = {row.name: _cluster(row.labels) for row in node_rows}
-    if assessment is not None:
-        alerting = [
-            (gpu, v)
-            for gpu in assessment.gpus
-            for v in gpu.verdicts
-            if (v.counts_against_gpu or v.kind == "host")
-            and SEVERITY_RANK[v.severity] >= SEVERITY_RANK["warning"]
-            and not (planned.covers(gpu.node) and caused_by_maintenance(v))
-        ]
-        slots = _slots(conn, sorted({gpu.uuid for gpu, _ in alerting}))
-        for gpu, v in alerting:
-            key = f"gpu:{gpu.uuid}:{v.rule}"
-            if v.evidence.get("scope") == "node":
-                # Given to each GPU of the node (judging), it is one fault: one alert.
-                key = f"node:{gpu.node}:{v.rule}"
-                if key in found:
-                    continue
-            what = v.note or (f"Xid {', '.join(map(str, v.xids))}" if v.xids else v.rule)
-            found[key] = Condition(
-                key,
-                v.kind,
-                v.severity,
-                f"{v.rule} on {gpu.node} GPU {gpu.index} (serial {gpu.serial or '?'}): {what}",
-                v.action,
-                {
-                    "rule": v.rule,
-                    "gpu_index": gpu.index,
-                    "sku": gpu.sku,
-                    "xids": list(v.xids),
-                    "source": v.source,
-                    "first_seen": _iso(v.first_seen),
-                    "last_seen": _iso(v.last_seen),
-                    "takes_gpu_out": v.takes_gpu_out,
-                    **dict(v.evidence),
-                },
-                gpu.node,
-                gpu.uuid,
-                gpu.serial,
-                slots.get(gpu.uuid),
-                clusters.get(gpu.node),
-            )
+    found.update(gpu_conditions(conn, assessment, planned, clusters))
     if silence.storm:
         found["fleet:silence"] = _fleet_silence(silence)
     for row in node_rows:
@@ -228,6 +195,63 @@ def derive_conditions(
             onset.message or f"wear-out onset in {group}",
             "investigate",
             {"rule": "wear_out_onset", "at": _iso(onset.ts), **(onset.details or {})},
+        )
+    return found
+
+
+def gpu_conditions(
+    conn: Connection,
+    assessment: FleetAssessment | None,
+    planned: Planned,
+    clusters: Mapping[str, str | None],
+    only: Collection[str] | None = None,
+) -> dict[str, Condition]:
+    """The conditions of the GPU verdicts (and host verdicts about a GPU or its node) in
+    ``assessment``, of the nodes ``only`` when given (the urgent lane's), by dedup key."""
+    found: dict[str, Condition] = {}
+    if assessment is None:
+        return found
+    wanted = None if only is None else frozenset(only)
+    alerting = [
+        (gpu, v)
+        for gpu in assessment.gpus
+        if wanted is None or gpu.node in wanted
+        for v in gpu.verdicts
+        if (v.counts_against_gpu or v.kind == "host")
+        and SEVERITY_RANK[v.severity] >= SEVERITY_RANK["warning"]
+        and not (planned.covers(gpu.node) and caused_by_maintenance(v))
+    ]
+    slots = _slots(conn, sorted({gpu.uuid for gpu, _ in alerting}))
+    for gpu, v in alerting:
+        key = f"gpu:{gpu.uuid}:{v.rule}"
+        if v.evidence.get("scope") == "node":
+            # Given to each GPU of the node (judging), it is one fault: one alert.
+            key = f"node:{gpu.node}:{v.rule}"
+            if key in found:
+                continue
+        what = v.note or (f"Xid {', '.join(map(str, v.xids))}" if v.xids else v.rule)
+        found[key] = Condition(
+            key,
+            v.kind,
+            v.severity,
+            f"{v.rule} on {gpu.node} GPU {gpu.index} (serial {gpu.serial or '?'}): {what}",
+            v.action,
+            {
+                "rule": v.rule,
+                "gpu_index": gpu.index,
+                "sku": gpu.sku,
+                "xids": list(v.xids),
+                "source": v.source,
+                "first_seen": _iso(v.first_seen),
+                "last_seen": _iso(v.last_seen),
+                "takes_gpu_out": v.takes_gpu_out,
+                **dict(v.evidence),
+            },
+            gpu.node,
+            gpu.uuid,
+            gpu.serial,
+            slots.get(gpu.uuid),
+            clusters.get(gpu.node),
         )
     return found
 
