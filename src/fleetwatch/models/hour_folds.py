@@ -27,7 +27,7 @@ from numpy.typing import NDArray
 
 from fleetwatch.rules.thresholds import HealthThresholds
 
-__all__ = ["FOLD_COLUMNS", "HourFold", "SampleChunk"]
+__all__ = ["FOLD_COLUMNS", "HourFold", "SampleChunk", "fold_arrays"]
 
 _NVLINK = (
     "nvlink_crc_flit_errors_total",
@@ -77,12 +77,22 @@ class SampleChunk:
     ) -> SampleChunk:
         """``columns``: per name of :data:`FOLD_COLUMNS` a sequence of values (None allowed),
         in the order of ``slot``, ``ts`` (microseconds) and ``node``; sorted here."""
+        return cls.from_arrays(slot, ts, node, *fold_arrays(columns))
+
+    @classmethod
+    def from_arrays(
+        cls,
+        slot: NDArray[np.int64],
+        ts: NDArray[np.int64],
+        node: NDArray[np.int64],
+        values: Mapping[str, NDArray[np.float64]],
+        reasons: NDArray[np.int64],
+    ) -> SampleChunk:
+        """:meth:`from_columns` for columns already arrays: ``values`` float64 with NaN where
+        a field is absent, ``reasons`` the throttle bit masks with 0 there; sorted here."""
         order = np.lexsort((ts, slot))  # stable: equal times keep the order they were read in
-        values = {name: _floats(columns[name])[order] for name in FOLD_COLUMNS}
-        raw = np.array(columns["clocks_event_reasons"], dtype=object)
-        raw[raw == None] = 0  # noqa: E711 - elementwise, not identity
-        reasons = raw.astype(np.int64)[order]
-        return cls(slot[order], ts[order], node[order], values, reasons)
+        sorted_values = {name: values[name][order] for name in FOLD_COLUMNS}
+        return cls(slot[order], ts[order], node[order], sorted_values, reasons[order])
 
     def __len__(self) -> int:
         return int(self.slot.size)
@@ -92,6 +102,17 @@ class SampleChunk:
         return SampleChunk(
             self.slot[keep], self.ts[keep], self.node[keep], values, self.reasons[keep]
         )
+
+
+def fold_arrays(
+    columns: Mapping[str, Any],
+) -> tuple[dict[str, NDArray[np.float64]], NDArray[np.int64]]:
+    """The :data:`FOLD_COLUMNS` of ``columns`` (sequences of values, None: not reported) as
+    float64 arrays with NaN for None, and the throttle masks as int64 with 0 for None."""
+    values = {name: _floats(columns[name]) for name in FOLD_COLUMNS}
+    raw = np.array(columns["clocks_event_reasons"], dtype=object)
+    raw[raw == None] = 0  # noqa: E711 - elementwise, not identity
+    return values, raw.astype(np.int64)
 
 
 def _floats(column: Any) -> NDArray[np.float64]:

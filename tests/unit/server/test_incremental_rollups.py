@@ -1,6 +1,8 @@
 """The rollups job's incremental passes store what one full recompute of the same data stores,
-on SQLite and PostgreSQL: late samples, samples out of order, Xids arriving after their hour was
-rolled up, counters too large for float64, and passes with nothing new."""
+on SQLite and PostgreSQL (where the passes read the samples packed, the recompute as rows): late
+samples, samples out of order, Xids arriving after their hour was rolled up, counters too large
+for float64, temperatures float32 cannot hold, fields not reported, and passes with nothing
+new."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from tests.unit.server.conftest import Push
 from fleetwatch.rules.xid_catalog import XidCatalog
 from fleetwatch.server.db.session import Database
 from fleetwatch.server.db.tables import gpu_hourly
+from fleetwatch.server.jobs import rollups as rollups_module
 from fleetwatch.server.jobs.rollups import RollupJob, refresh_rollups
 
 CATALOG = XidCatalog.load()
@@ -84,6 +87,14 @@ def test_incremental_passes_store_what_a_full_recompute_stores(
         return original(self, *args)
 
     monkeypatch.setattr(RollupJob, "_first_pass", counted)
+    packed_reads = []
+    real_packed = rollups_module.packed_samples
+
+    def spied(*args: Any, **kwargs: Any) -> Any:
+        packed_reads.append(kwargs.get("since") or kwargs.get("after_id"))
+        return real_packed(*args, **kwargs)
+
+    monkeypatch.setattr(rollups_module, "packed_samples", spied)
     xid48 = _xid("node-a", HOUR + timedelta(minutes=3), 48)
     assert push(_batch("node-a", HOUR, 20, events=[xid48])).status_code == 200
     assert push(_batch("node-b", HOUR + timedelta(minutes=2), 20)).status_code == 200
@@ -92,6 +103,15 @@ def test_incremental_passes_store_what_a_full_recompute_stores(
     later = NOW + timedelta(hours=1)
     assert push(_batch("node-a", HOUR + timedelta(minutes=20), 50)).status_code == 200
     assert push(_batch("node-b", HOUR + timedelta(minutes=40), 30)).status_code == 200
+    # Temperatures a float32 cannot hold exactly (the packed read sends a real as its decimal),
+    # and fields not reported in some samples.
+    odd = _batch("node-d", HOUR + timedelta(minutes=10), 12, values=lambda i, t: {
+        "gpu_temp_c": 55.3 + 0.7 * t + 0.01 * i,
+        "clocks_event_reasons": 0x8 if t % 2 else 1})  # fmt: skip
+    for k, sample in enumerate(odd["samples"]):
+        if k % 3 == 0:
+            del sample["gpu_temp_c"], sample["clocks_event_reasons"], sample["pcie_replay_total"]
+    assert push(odd).status_code == 200
     job(now=later)
     # A spool emptying: samples from five hours back (before the hours held), an Xid stored now
     # for an hour already rolled up, node-b samples older than the newest folded ones (an agent
@@ -114,6 +134,8 @@ def test_incremental_passes_store_what_a_full_recompute_stores(
     job(now=later)
     job(now=later + timedelta(minutes=5))  # nothing new
     assert len(first_passes) == 1, "later passes are incremental"
+    # PostgreSQL reads the samples packed, in every pass (the same rows, held to the recompute).
+    assert len(packed_reads) == (5 if db.engine.dialect.name == "postgresql" else 0)
     incremental = _stored(db)
     assert len(incremental) > 8
     assert _recomputed(db, later + timedelta(minutes=5)) == incremental

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from fleetwatch.models.hour_folds import FOLD_COLUMNS, HourFold, SampleChunk
+from fleetwatch.models.hour_folds import FOLD_COLUMNS, HourFold, SampleChunk, fold_arrays
 from fleetwatch.models.telemetry_features import GPU_CATEGORIES
 from fleetwatch.rules.xid_catalog import XidCatalog
 
@@ -82,26 +82,57 @@ class RecentHours:
         if not rows:
             return set()
         columns = list(zip(*rows, strict=True))
-        ids = np.asarray(columns[0], np.int64)
+        size = len(rows)
+        values, reasons = fold_arrays({name: columns[4 + j] for j, name in enumerate(FOLD_COLUMNS)})
+        return self.fold_packed(
+            np.asarray(columns[0], np.int64),
+            np.fromiter((self.slot(u) for u in columns[1]), np.int64, size),
+            np.fromiter(((t - _EPOCH) // _US for t in columns[3]), np.int64, size),
+            np.asarray(columns[2], np.int64),
+            values,
+            reasons,
+            skip_seen=skip_seen,
+            oldest=oldest,
+        )
+
+    def fold_packed(
+        self,
+        ids: NDArray[np.int64],
+        slot: NDArray[np.int64],
+        ts: NDArray[np.int64],
+        node: NDArray[np.int64],
+        values: Mapping[str, NDArray[np.float64]],
+        reasons: NDArray[np.int64],
+        *,
+        skip_seen: bool,
+        oldest: datetime,
+    ) -> set[GpuHour]:
+        """:meth:`fold` for samples already arrays (a packed read): per row its id, slot
+        (:meth:`slot` of its GPU), time in microseconds since the epoch, node id, the
+        :data:`FOLD_COLUMNS` as float64 (NaN: absent) and the throttle masks (0: absent)."""
+        if ids.size == 0:
+            return set()
         keep = ~np.isin(ids, self._recent_ids) if skip_seen else np.ones(ids.size, dtype=bool)
         self._remember(ids)
-        ts = np.fromiter(((t - _EPOCH) // _US for t in columns[3]), np.int64, ids.size)
         hour = ts - ts % _HOUR_US
         keep &= hour >= (oldest - _EPOCH) // _US
         floor = (self.floor - _EPOCH) // _US
         redo: set[GpuHour] = set()
         old = keep & (hour < floor)
         for i in np.flatnonzero(old).tolist():
-            redo.add((_hour(int(hour[i])), columns[1][i]))
+            redo.add((_hour(int(hour[i])), self._uuids[int(slot[i])]))
         keep &= ~old
         if not keep.any():
             return redo
         picked = np.flatnonzero(keep)
-        slot = np.fromiter((self.slot(columns[1][i]) for i in picked), np.int64, picked.size)
-        node = np.asarray(columns[2], np.int64)[picked]
-        values = {name: [columns[4 + j][i] for i in picked] for j, name in enumerate(FOLD_COLUMNS)}
-        chunk = SampleChunk.from_columns(slot, ts[picked], node, values)
-        hours = hour[picked][np.lexsort((ts[picked], slot))]
+        chunk = SampleChunk.from_arrays(
+            slot[picked],
+            ts[picked],
+            node[picked],
+            {name: values[name][picked] for name in FOLD_COLUMNS},
+            reasons[picked],
+        )
+        hours = hour[picked][np.lexsort((ts[picked], slot[picked]))]
         for h in np.unique(hours).tolist():
             at = _hour(int(h))
             fold = self.folds.get(at)

@@ -16,6 +16,8 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import numpy as np
+from numpy.typing import NDArray
 from sqlalchemy import Connection, Select, and_, case, delete, func, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
@@ -34,6 +36,7 @@ from fleetwatch.server.jobs.recent_rollups import (
     RecentHours,
 )
 from fleetwatch.server.jobs.state import load_state, save_state
+from fleetwatch.server.judge.packed_samples import packed_samples, reads_packed
 
 __all__ = [
     "RollupJob",
@@ -49,6 +52,7 @@ _CHUNK = 100_000  # sample rows fetched at a time
 _UUIDS = 500  # GPU UUIDs per IN (...) list
 _ROWS_PER_INSERT = 500  # rows per INSERT ... VALUES: 18 parameters each, under SQLite's 32,766
 _FAR_FUTURE = datetime(9999, 1, 1, tzinfo=UTC)
+_PACKED = ("node_id", *FOLD_COLUMNS)  # the packed read's fields: the node, then a fold's
 
 
 def floor_hour(t: datetime) -> datetime:
@@ -282,6 +286,8 @@ class RollupJob:
         self.lookback_hours = lookback_hours
         self.backfill_hours = backfill_hours
         self._recent: RecentHours | None = None
+        # A GPU's UUID by its gpus.id (the packed read's key); a GPU keeps both for good.
+        self._uuid_by_gpu_id: dict[int, str] = {}
 
     def __call__(self, now: datetime | None = None) -> int | None:
         now = now or datetime.now(UTC)
@@ -317,9 +323,7 @@ class RollupJob:
             return recent, 0
         start = max(floor_hour(start), current - timedelta(hours=self.backfill_hours))
         recent.floor = start
-        query = _fold_samples().where(gpu_samples.c.ts >= start).order_by(gpu_samples.c.ts)
-        for rows in conn.execute(query.execution_options(yield_per=_CHUNK)).partitions():
-            recent.fold(rows, skip_seen=False, oldest=start)
+        self._fold_new(conn, recent, since=start, skip_seen=False, oldest=start)
         recent.note_xids(_xids_by_gpu_hour(conn, start, _FAR_FUTURE))
         written = 0
         hour = start
@@ -337,10 +341,8 @@ class RollupJob:
         current = floor_hour(now)
         oldest = current - timedelta(hours=self.backfill_hours)
         assert recent.after_id is not None
-        query = _fold_samples().where(gpu_samples.c.id > recent.after_id - SAMPLE_ID_OVERLAP)
-        redo: set[tuple[datetime, str]] = set()
-        for rows in conn.execute(query.execution_options(yield_per=_CHUNK)).partitions():
-            redo |= recent.fold(rows, skip_seen=True, oldest=oldest)
+        after_id = recent.after_id - SAMPLE_ID_OVERLAP
+        redo = self._fold_new(conn, recent, after_id=after_id, skip_seen=True, oldest=oldest)
         redo |= self._late_xids(conn, recent, oldest)
         recent.note_xids(_xids_by_gpu_hour(conn, recent.floor, _FAR_FUTURE))
         written = 0
@@ -354,6 +356,61 @@ class RollupJob:
                 written += self._write(conn, recent, hour, recent.dirty.pop(hour))
         recent.forget_before(current - timedelta(hours=self.lookback_hours))
         return written
+
+    def _fold_new(
+        self,
+        conn: Connection,
+        recent: RecentHours,
+        *,
+        since: datetime | None = None,
+        after_id: int | None = None,
+        skip_seen: bool,
+        oldest: datetime,
+    ) -> set[tuple[datetime, str]]:
+        """Fold the samples with ``ts >= since`` (in time order) or ``id > after_id`` into
+        ``recent``; the GPU-hours to recompute from the database. On PostgreSQL they are read
+        as packed arrays (:mod:`~fleetwatch.server.judge.packed_samples`): fetched as rows,
+        a pass over 100,000 GPUs spent most of its time building a tuple and an object per
+        value, and collecting them."""
+        redo: set[tuple[datetime, str]] = set()
+        if reads_packed(conn):
+            for chunk in packed_samples(
+                conn, _PACKED, until=_FAR_FUTURE, since=since, after_id=after_id, chunk=_CHUNK
+            ):
+                slots = self._slots_of(conn, recent, chunk.gpu_ids)
+                values = {name: chunk.values[1 + j] for j, name in enumerate(FOLD_COLUMNS)}
+                reasons = chunk.raw[_PACKED.index("clocks_event_reasons")].astype(np.int64)
+                redo |= recent.fold_packed(
+                    chunk.ids,
+                    slots,
+                    chunk.ts_us,
+                    chunk.raw[0].astype(np.int64),
+                    values,
+                    reasons,
+                    skip_seen=skip_seen,
+                    oldest=oldest,
+                )
+            return redo
+        query = _fold_samples()
+        if since is not None:
+            query = query.where(gpu_samples.c.ts >= since).order_by(gpu_samples.c.ts)
+        else:
+            query = query.where(gpu_samples.c.id > after_id)
+        for rows in conn.execute(query.execution_options(yield_per=_CHUNK)).partitions():
+            redo |= recent.fold(rows, skip_seen=skip_seen, oldest=oldest)
+        return redo
+
+    def _slots_of(
+        self, conn: Connection, recent: RecentHours, gpu_ids: NDArray[np.int64]
+    ) -> NDArray[np.int64]:
+        """The slot in ``recent`` of each sample's GPU, by its ``gpus.id``."""
+        keys, key_of = np.unique(gpu_ids, return_inverse=True)
+        missing = [k for k in keys.tolist() if k not in self._uuid_by_gpu_id]
+        for i in range(0, len(missing), _UUIDS):
+            query = select(gpus.c.id, gpus.c.uuid).where(gpus.c.id.in_(missing[i : i + _UUIDS]))
+            self._uuid_by_gpu_id.update({row.id: row.uuid for row in conn.execute(query)})
+        slots = [recent.slot(self._uuid_by_gpu_id[k]) for k in keys.tolist()]
+        return np.asarray(slots, np.int64)[key_of]
 
     def _late_xids(
         self, conn: Connection, recent: RecentHours, oldest: datetime

@@ -74,7 +74,7 @@ def _send(name: str) -> tuple[str, str]:
     kind = gpu_samples.c[name].type
     for base, template, dtype in _SENDS:
         if isinstance(kind, base):
-            return template.format(f'"{name}"'), dtype
+            return template.format(f's."{name}"'), dtype
     raise TypeError(f"gpu_samples.{name}: no packed form for {kind!r}")
 
 
