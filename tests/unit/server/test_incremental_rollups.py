@@ -19,6 +19,7 @@ from fleetwatch.rules.xid_catalog import XidCatalog
 from fleetwatch.server.db.session import Database
 from fleetwatch.server.db.tables import gpu_hourly
 from fleetwatch.server.jobs import rollups as rollups_module
+from fleetwatch.server.jobs.recent_rollups import RecentHours
 from fleetwatch.server.jobs.rollups import RollupJob, refresh_rollups
 
 CATALOG = XidCatalog.load()
@@ -154,3 +155,35 @@ def test_a_pass_by_another_process_makes_the_next_one_start_over(push: Push, db:
     incremental = _stored(db)
     assert _recomputed(db, NOW) == incremental
     assert [row["samples"] for row in incremental] == [30, 30]
+
+
+def test_a_rollup_the_database_refuses_costs_that_gpu_hour_alone(
+    push: Push, db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One GPU-hour row the database refuses (here: samples NULL) is left out; every other row
+    of the same write is stored, and the next pass writes through the same path again
+    (on PostgreSQL the rows go through a temporary table, which a refusal leaves empty)."""
+    assert push(_batch("node-a", HOUR, 20)).status_code == 200
+    assert push(_batch("node-b", HOUR, 20)).status_code == 200
+    real_rows = RecentHours.rows
+    bad = gpu_uuid("node-b", 1)
+
+    def one_bad(self: RecentHours, hour: datetime, slots: Any) -> Any:
+        rows, exact = real_rows(self, hour, slots)
+        return [{**row, "samples": None} if row["gpu_uuid"] == bad else row for row in rows], exact
+
+    monkeypatch.setattr(RecentHours, "rows", one_bad)
+    job = RollupJob(db, CATALOG)
+    assert job(now=NOW) == 3
+    stored = {row["gpu_uuid"] for row in _stored(db)}
+    assert stored == {gpu_uuid("node-a", 0), gpu_uuid("node-a", 1), gpu_uuid("node-b", 0)}
+    assert job.guard.errors == 1
+    monkeypatch.setattr(RecentHours, "rows", real_rows)
+    assert push(_batch("node-b", HOUR + timedelta(minutes=20), 5)).status_code == 200
+    job(now=NOW)
+    incremental = _stored(db)
+    samples = {row["gpu_uuid"]: row["samples"] for row in incremental}
+    assert samples == {
+        gpu_uuid(n, i): 20 if n == "node-a" else 25 for n in ("node-a", "node-b") for i in (0, 1)
+    }
+    assert _recomputed(db, NOW) == incremental
