@@ -7,8 +7,8 @@ and ``--hourly-hours`` of rollups, cloned for each run. Then:
 1. in this process, on the objects ``server/jobs/registry.py`` builds, wall and CPU seconds of
    the whole-fleet passes (assessment, planner, alerts: a first pass of a fresh leader, then one
    after 30 s more samples) and of the urgent lane's for one node (targeted assessment,
-   ``EvictionPlanner.run_for``, alerts) after a fatal Xid stored on it, over ``--targeted``
-   nodes;
+   ``EvictionPlanner.run_for``, ``Alerter.run_for``) after a fatal Xid stored on it, over
+   ``--targeted`` nodes;
 2. through a real ``fleetwatch server`` (uvicorn, every background job on, product timers): a
    batch with a fatal Xid 79 pushed to ``/v1/ingest`` for a node of the fleet, timed until its
    eviction shows at ``GET /v1/evictions?node=``, ``--probes`` times, one every ``--gap-s`` s
@@ -141,7 +141,7 @@ def in_process(run_url: str, base: datetime, targeted: int) -> dict[str, Any]:
         for name, step in (
             ("assessment", lambda n=node, t=now: jobs.assessor.run_nodes({n}, t)),
             ("planner", lambda n=node, t=now: jobs.planner.run_for({n}, t)),
-            ("alerts", lambda t=now: jobs.alerter.run_once(t)),
+            ("alerts", lambda n=node, t=now: jobs.alerter.run_for({n}, t)),
         ):
             row = {"phase": "urgent", "node": node, **bg._timed(name, step)}
             _log(f"  urgent   {name:10s} wall {row['wall_s']:7.2f} s  cpu {row['cpu_s']:7.2f} s")
