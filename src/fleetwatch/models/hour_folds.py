@@ -27,7 +27,7 @@ from numpy.typing import NDArray
 
 from fleetwatch.rules.thresholds import HealthThresholds
 
-__all__ = ["FOLD_COLUMNS", "HourFold", "SampleChunk", "fold_arrays"]
+__all__ = ["FOLD_COLUMNS", "HourFold", "SampleChunk", "sample_arrays"]
 
 _NVLINK = (
     "nvlink_crc_flit_errors_total",
@@ -77,7 +77,7 @@ class SampleChunk:
     ) -> SampleChunk:
         """``columns``: per name of :data:`FOLD_COLUMNS` a sequence of values (None allowed),
         in the order of ``slot``, ``ts`` (microseconds) and ``node``; sorted here."""
-        return cls.from_arrays(slot, ts, node, *fold_arrays(columns))
+        return cls.from_arrays(slot, ts, node, *sample_arrays(columns))
 
     @classmethod
     def from_arrays(
@@ -104,7 +104,7 @@ class SampleChunk:
         )
 
 
-def fold_arrays(
+def sample_arrays(
     columns: Mapping[str, Any],
 ) -> tuple[dict[str, NDArray[np.float64]], NDArray[np.int64]]:
     """The :data:`FOLD_COLUMNS` of ``columns`` (sequences of values, None: not reported) as

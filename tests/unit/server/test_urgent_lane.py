@@ -200,6 +200,16 @@ def test_a_targeted_snapshot_does_not_count_as_a_risk_assessment(
         assert PlannerState.load(conn).assessed_at == first.at
 
 
+def _xid79_on_both_nodes(push: Push, assessor: Assessor) -> None:
+    """node-x and node-y assessed whole, then an Xid 79 on each judged by a targeted pass."""
+    for node in ("node-x", "node-y"):
+        assert push(make_batch(node, gpus=2, ticks=1)).status_code == 200
+    assessor.run_once()
+    for node in ("node-x", "node-y"):
+        assert push(_xid_batch(node, 79)).status_code == 200
+    assessor.run_nodes({"node-x", "node-y"})
+
+
 def test_alerts_resolve_only_what_the_patched_snapshot_judged_anew(
     client: TestClient, push: Push, db: Database
 ) -> None:
@@ -208,12 +218,7 @@ def test_alerts_resolve_only_what_the_patched_snapshot_judged_anew(
     targeted node's own cleared alert resolves."""
     state = client.app.state  # type: ignore[attr-defined]
     assessor: Assessor = state.assessor
-    for node in ("node-x", "node-y"):
-        assert push(make_batch(node, gpus=2, ticks=1)).status_code == 200
-    assessor.run_once()
-    for node in ("node-x", "node-y"):
-        assert push(_xid_batch(node, 79)).status_code == 200
-    assessor.run_nodes({"node-x", "node-y"})
+    _xid79_on_both_nodes(push, assessor)
     alerter = Alerter(db, state.settings, lambda: assessor.latest)
     assert alerter.run_once().fired == 2  # one per node: Xid 79 on GPU 1
     # Another process's newer view: both alerts' conditions gone from a snapshot patched for
@@ -244,12 +249,7 @@ def test_targeted_alerts_fire_for_their_nodes_only_and_never_resolve(
     for another node's verdict, no resolve of a firing alert whose condition is gone."""
     state = client.app.state  # type: ignore[attr-defined]
     assessor: Assessor = state.assessor
-    for node in ("node-x", "node-y"):
-        assert push(make_batch(node, gpus=2, ticks=1)).status_code == 200
-    assessor.run_once()
-    for node in ("node-x", "node-y"):
-        assert push(_xid_batch(node, 79)).status_code == 200
-    assessor.run_nodes({"node-x", "node-y"})
+    _xid79_on_both_nodes(push, assessor)
     with db.write() as conn:
         conn.execute(
             insert(webhook_subscriptions).values(

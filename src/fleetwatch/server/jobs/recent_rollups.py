@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from fleetwatch.models.hour_folds import FOLD_COLUMNS, HourFold, SampleChunk, fold_arrays
+from fleetwatch.models.hour_folds import FOLD_COLUMNS, HourFold, SampleChunk, sample_arrays
 from fleetwatch.models.telemetry_features import GPU_CATEGORIES
 from fleetwatch.rules.xid_catalog import XidCatalog
 
@@ -83,8 +83,10 @@ class RecentHours:
             return set()
         columns = list(zip(*rows, strict=True))
         size = len(rows)
-        values, reasons = fold_arrays({name: columns[4 + j] for j, name in enumerate(FOLD_COLUMNS)})
-        return self.fold_packed(
+        values, reasons = sample_arrays(
+            {name: columns[4 + j] for j, name in enumerate(FOLD_COLUMNS)}
+        )
+        return self.fold_arrays(
             np.asarray(columns[0], np.int64),
             np.fromiter((self.slot(u) for u in columns[1]), np.int64, size),
             np.fromiter(((t - _EPOCH) // _US for t in columns[3]), np.int64, size),
@@ -95,7 +97,7 @@ class RecentHours:
             oldest=oldest,
         )
 
-    def fold_packed(
+    def fold_arrays(
         self,
         ids: NDArray[np.int64],
         slot: NDArray[np.int64],
@@ -107,7 +109,7 @@ class RecentHours:
         skip_seen: bool,
         oldest: datetime,
     ) -> set[GpuHour]:
-        """:meth:`fold` for samples already arrays (a packed read): per row its id, slot
+        """:meth:`fold` for samples already arrays (a packed read's): per row its id, slot
         (:meth:`slot` of its GPU), time in microseconds since the epoch, node id, the
         :data:`FOLD_COLUMNS` as float64 (NaN: absent) and the throttle masks (0: absent)."""
         if ids.size == 0:

@@ -19,7 +19,6 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 from sqlalchemy import Connection, Select, and_, case, delete, func, select
-from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from fleetwatch.models.hour_folds import FOLD_COLUMNS
@@ -233,14 +232,14 @@ def _gpu_hour_rows(conn: Connection, hour: datetime, uuids: list[str]) -> list[A
 
 
 def _store_rollups(conn: Connection, rows: list[dict[str, Any]], *, replace: bool) -> None:
-    """Insert ``rows`` into gpu_hourly, many to a statement; with ``replace``, in place of the
-    rows stored for the same GPU-hours (an upsert: a GPU-hour's row is rewritten as a whole)."""
+    """Insert ``rows`` into gpu_hourly (SQLite: many to a statement); with ``replace``, in place
+    of the rows stored for the same GPU-hours (an upsert: a GPU-hour's row is rewritten whole)."""
     if not rows:
         return
-    if reads_packed(conn):
+    if conn.dialect.name == "postgresql":  # psycopg, as the settings require (like ingest)
         _copy_rollups(conn, rows, replace=replace)
         return
-    insert = (pg_insert if conn.dialect.name == "postgresql" else sqlite_insert)(gpu_hourly)
+    insert = sqlite_insert(gpu_hourly)
     for i in range(0, len(rows), _ROWS_PER_INSERT):
         statement = insert.values(rows[i : i + _ROWS_PER_INSERT])
         if replace:
@@ -410,16 +409,15 @@ class RollupJob:
             for chunk in packed_samples(
                 conn, _PACKED, until=_FAR_FUTURE, since=since, after_id=after_id, chunk=_CHUNK
             ):
-                slots = self._slots_of(conn, recent, chunk.gpu_ids)
-                values = {name: chunk.values[1 + j] for j, name in enumerate(FOLD_COLUMNS)}
-                reasons = chunk.raw[_PACKED.index("clocks_event_reasons")].astype(np.int64)
-                redo |= recent.fold_packed(
+                values = dict(zip(_PACKED, chunk.values, strict=True))
+                raw = dict(zip(_PACKED, chunk.raw, strict=True))
+                redo |= recent.fold_arrays(
                     chunk.ids,
-                    slots,
+                    self._slots_of(conn, recent, chunk.gpu_ids),
                     chunk.ts_us,
-                    chunk.raw[0].astype(np.int64),
+                    raw["node_id"].astype(np.int64),
                     values,
-                    reasons,
+                    raw["clocks_event_reasons"].astype(np.int64),
                     skip_seen=skip_seen,
                     oldest=oldest,
                 )
