@@ -148,7 +148,21 @@ class ServerSettings(BaseSettings):
     assess_interval_s: float = Field(
         default=30.0,
         gt=0,
-        description="How often each worker re-judges every GPU (rules and risk) in the background",
+        description="How often the leader re-judges every GPU (rules and risk) in the background; "
+        "a process that is not the leader adopts the leader's stored judgement instead "
+        "(PostgreSQL), or judges for itself when there is none fresh",
+    )
+    snapshot_poll_s: float = Field(
+        default=2.0,
+        ge=0,
+        description="How often a process that is not the leader looks for the leader's newer "
+        "stored fleet assessment (PostgreSQL); 0: every process judges the whole fleet itself",
+    )
+    snapshot_stale_after_s: float = Field(
+        default=300.0,
+        gt=0,
+        description="A process that is not the leader judges the fleet itself when the leader's "
+        "stored assessment was published longer ago than this (no leader, or one stuck)",
     )
     rollup_interval_s: float = Field(
         default=300.0,

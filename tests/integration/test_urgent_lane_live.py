@@ -1,6 +1,7 @@
 """The urgent lane across processes: an api process and a worker on one PostgreSQL, every timer an
 hour away. A fatal Xid pushed to the api process reaches the worker (the leader) through NOTIFY
-with its node, and the worker's targeted pass evicts the node without a whole-fleet pass."""
+with its node, and the worker's targeted pass evicts the node without a whole-fleet pass. The api
+process serves the worker's stored whole-fleet snapshot rather than judging the fleet itself."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import pytest
 
 from tests.factories import make_batch
 from tests.faults.waiting import wait_for
-from tests.integration.cluster import Fleet, push, report, runs, start, the_leader
+from tests.integration.cluster import Fleet, metric, push, report, runs, start, the_leader
 from tests.integration.live import create_token
 from tests.integration.test_leader_live import fatal_batch
 
@@ -55,6 +56,13 @@ def test_a_fatal_xid_pushed_to_the_api_process_is_evicted_by_the_urgent_lane(
             ),
             timeout=120,
         )
+        snapshots = "fleetwatch_fleet_snapshots_total{outcome="
+        wait_for(
+            "the api process adopting the worker's snapshot",
+            lambda: metric(api, snapshots + '"adopted"}'),
+        )
+        assert (metric(worker, snapshots + '"published"}') or 0) >= 1
+        assert metric(api, snapshots + '"published"}') is None, "only the leader publishes"
         whole = runs(worker, "assessment")
         urgent = runs(worker, "urgent")
         push(api, token, fatal_batch("node-urgent"))

@@ -25,6 +25,7 @@ from fleetwatch.server.auth import SCOPES
 from fleetwatch.server.db.tables import metadata
 from fleetwatch.server.judge.judging import Verdict
 from fleetwatch.server.repo.evictions import OPEN_STATES
+from fleetwatch.server.repo.fleet_snapshots import FLEET
 from fleetwatch.server.routers.jobs import JobId
 from fleetwatch.server.routers.lifetimes import LifetimeEnd
 from fleetwatch.server.routers.tokens import TokenCreate
@@ -209,6 +210,7 @@ def column_bounds() -> dict[str, int]:
         "node_slowness.node": w["node"],
         "straggler_state.job_id": w["job_id"],
         "leader_state.name": _vocabulary("planner", "rollups"),  # the jobs that keep state
+        "fleet_snapshots.name": _vocabulary(FLEET),  # the snapshots shared
         "evictions.node": w["node"],
         "evictions.state": _vocabulary(*eviction_states),
         "evictions.reason_kind": _vocabulary("rule", "risk", "straggler"),

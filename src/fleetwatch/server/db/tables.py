@@ -27,6 +27,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     SmallInteger,
     String,
     Table,
@@ -541,6 +542,24 @@ leader_state = Table(
     Column("name", String(32), primary_key=True),
     Column("value", Json, nullable=False),
     Column("updated_at", UtcDateTime, nullable=False),
+)
+
+# --- The leader's fleet assessment, shared with the other processes ----------------------------
+
+# One row per shared snapshot (one today: ``fleet``), replaced after each whole-fleet pass of the
+# leader: the other processes adopt it instead of judging 100,000 GPUs each
+# (server.judge.snapshot_sharing). ``published_at`` is the database's clock, so a follower on
+# another host judges its age without trusting its own.
+fleet_snapshots = Table(
+    "fleet_snapshots",
+    metadata,
+    Column("name", String(32), primary_key=True),
+    Column("seq", BigInteger, nullable=False, comment="one more on each publication"),
+    Column("format", SmallInteger, nullable=False, comment="the body's encoding version"),
+    Column("whole_at", UtcDateTime, nullable=False, comment="when the whole fleet was judged"),
+    Column("published_at", UtcDateTime, nullable=False),
+    Column("gpus", Integer, nullable=False),
+    Column("body", LargeBinary, nullable=False, comment="zlib-compressed msgpack"),
 )
 
 # --- Maintenance: planned downtime ------------------------------------------------------------

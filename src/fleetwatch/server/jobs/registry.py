@@ -4,7 +4,11 @@
 job            interval (setting)               runs on   also runs
 =============  ===============================  ========  =======================================
 assessment     ``assess_interval_s``            every     when a node is too many for the urgent
-                                                process   lane, on a new leader
+                                                process   lane, on a new leader; a process that
+                                                          does not lead adopts the leader's
+                                                          stored snapshot instead, when fresh
+snapshot       ``snapshot_poll_s``              not the   (PostgreSQL) adopts the leader's newer
+                                                leader    stored snapshot, if any
 urgent         when woken (else hourly, idle)   every     when a fatal Xid, a lost GPU or an
                                                 process   urgent host or port event arrives here
                                                           or (NOTIFY) on any replica: judges
@@ -30,9 +34,11 @@ events and, on the leader, plans and alerts for those nodes (:meth:`EvictionPlan
 :meth:`Alerter.run_for`) at once, in a thread of its own, beside a whole-fleet pass in progress
 (its plan waits for a whole-fleet plan in progress). Its passes are counted and timed as job
 ``urgent`` (``fleetwatch_background_pass_seconds``; a run that finds nothing, at the start or
-once an hour, takes about 0 s). Each assessment is per process (every replica answers
-``/v1/risk`` from its own snapshot); the planner and the alerts of a new leader first wait for
-an assessment of its own, as a standby's snapshot may predate what the old leader acted on.
+once an hour, takes about 0 s). Every replica answers ``/v1/risk`` from a snapshot in its own
+memory: on PostgreSQL the leader's, stored after each of its whole-fleet passes and adopted by
+the others (:mod:`fleetwatch.server.judge.snapshot_sharing`), so that one process, not every one,
+judges the whole fleet. The planner and the alerts of a new leader first wait for an assessment
+of its own, as a standby's snapshot may predate what the old leader acted on.
 """
 
 from __future__ import annotations
@@ -61,7 +67,9 @@ from fleetwatch.server.jobs.rollups import RollupJob
 from fleetwatch.server.jobs.scheduler import Job, Scheduler, Waker
 from fleetwatch.server.jobs.urgent import UrgentNodes
 from fleetwatch.server.jobs.weekly_report import WeeklyReportJob
+from fleetwatch.server.judge.assessment import FleetAssessment
 from fleetwatch.server.judge.assessor import Assessor
+from fleetwatch.server.judge.snapshot_sharing import SnapshotSharing
 from fleetwatch.server.judge.straggler_detector import StragglerDetector
 from fleetwatch.server.metrics.families import ServerMetrics
 from fleetwatch.server.secret_box import SecretBox
@@ -103,6 +111,15 @@ class BackgroundJobs:
         self.planner = EvictionPlanner(
             db, settings, self.assessor, guard=self._guard("planner"), heard_since=heard_since
         )
+        self.sharing: SnapshotSharing | None = None
+        if not db.is_sqlite and settings.snapshot_poll_s > 0:
+            self.sharing = SnapshotSharing(
+                db,
+                self.assessor,
+                stale_after_s=settings.snapshot_stale_after_s,
+                counted=metrics.fleet_snapshots,
+            )
+            self.assessor.adopter = self._follow
         # Issue 15: what each running job is told about its nodes (after each plan).
         self.notices = JobNotices(db, settings, lambda: self.assessor.latest)
         self.stragglers = StragglerDetector(db, settings, guard=self._guard("stragglers"))
@@ -124,7 +141,7 @@ class BackgroundJobs:
     def process_jobs(self) -> list[Job]:
         """What every process runs: its own assessment (then, on the leader, a plan and alerts)."""
         s = self.settings
-        return [
+        jobs = [
             Job("assessment", s.assess_interval_s, self._assess_then_act, waker=self.waker),
             # Run by its pokes; every node added pokes it, so its timer has nothing to find.
             Job(
@@ -135,6 +152,9 @@ class BackgroundJobs:
                 executor=self._urgent_thread,
             ),
         ]
+        if self.sharing is not None:
+            jobs.append(Job("snapshot", s.snapshot_poll_s, self._follow))
+        return jobs
 
     def leader_jobs(self) -> list[Job]:
         """What the leader runs; built anew each time this process becomes the leader, as what
@@ -201,10 +221,29 @@ class BackgroundJobs:
         self.scheduler.lead(self.leader_jobs())
         self.waker.poke()  # a new leader judges and plans at once, not one interval later
 
+    def _follow(self) -> bool:
+        """Adopt the leader's newer stored snapshot, if this process shares and does not lead;
+        whether it serves a fresh one of the leader's (see :meth:`SnapshotSharing.follow`)."""
+        return self.sharing is not None and not self.is_leader and self.sharing.follow()
+
     def _assess_then_act(self) -> None:
-        self.assessor.run_once()
+        if self._follow():
+            return  # the leader judged the fleet: its snapshot answers this process's requests
+        snapshot = self.assessor.run_once()
         if self.is_leader:  # a replica's snapshot answers its requests; the leader plans, alerts
             self._act(self.planner.run_once, self.notices.run_once, self.alerter.run_once)
+            if self.sharing is not None:
+                self._publish(snapshot)
+
+    def _publish(self, snapshot: FleetAssessment) -> None:
+        """Store the leader's snapshot for the other processes (after acting on it: a drain
+        does not wait for the encoding). A failure leaves them their previous one."""
+        assert self.sharing is not None
+        try:
+            self.sharing.publish(snapshot)
+        except Exception:
+            self._failures("snapshot").inc()
+            logger.exception("could not publish the fleet assessment for the other processes")
 
     def _urgent_pass(self) -> int:
         """The urgent lane's targeted pass over the nodes waiting (nothing if none); their

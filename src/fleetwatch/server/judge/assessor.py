@@ -2,12 +2,14 @@
 
 Every process (leader or not) keeps its own :class:`FleetAssessment` in memory, so every replica
 answers ``/v1/risk``, the fleet page and ``/metrics`` from a snapshot at most one interval old.
+Where the leader shares its snapshots (PostgreSQL, :mod:`fleetwatch.server.judge.snapshot_sharing`)
+the other processes :meth:`Assessor.adopt` the leader's instead of building their own.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -29,7 +31,7 @@ from fleetwatch.server.judge.assessment import (
     assess_nodes,
 )
 from fleetwatch.server.judge.judging import FleetJudge
-from fleetwatch.server.repo.models import latest_ok_model
+from fleetwatch.server.repo.models import latest_ok_model, ok_model
 
 __all__ = ["Assessor"]
 
@@ -62,6 +64,10 @@ class Assessor:
         self._publish = threading.Lock()  # latest, and the patches of a whole-fleet pass
         self._fleet_since: datetime | None = None  # a whole-fleet pass's now, while it runs
         self._patches: list[tuple[datetime, frozenset[str], list[GpuAssessment]]] = []
+        # The leader's stored snapshot, where shared: tried before a pass of this process's own
+        # when it has none yet (True: one was adopted). Set by the background jobs.
+        self.adopter: Callable[[], bool] | None = None
+        self._adopted_at: datetime | None = None  # whole_at of the newest snapshot adopted
 
     def _model(self, conn: Connection) -> tuple[int, RiskBundle] | None:
         stored = latest_ok_model(conn)
@@ -70,6 +76,16 @@ class Assessor:
         if self._bundle is None or self._bundle[0] != stored.version:
             self._bundle = (stored.version, RiskBundle.from_params(stored.params))
         return self._bundle
+
+    def bundle_of(self, conn: Connection, version: int) -> RiskBundle | None:
+        """Fitted model ``version`` (an adopted snapshot's), None when it is not stored."""
+        if self._bundle is not None and self._bundle[0] == version:
+            return self._bundle[1]
+        stored = ok_model(conn, version)
+        if stored is None:
+            return None
+        self._bundle = (version, RiskBundle.from_params(stored.params))
+        return self._bundle[1]
 
     def _covariates(self, conn: Connection, now: datetime) -> dict[str, dict[str, float]] | None:
         """The window covariates, recomputed only when the rollups changed: gpu_hourly is
@@ -115,9 +131,38 @@ class Assessor:
             for at, names, fresh in self._patches:
                 snapshot = snapshot.patched(at, names, fresh)
             self._fleet_since, self._patches = None, []
-            self._fleet_features = features
-            self.latest = snapshot
+            # A pass of this process's own (no fresh snapshot of the leader's when it began)
+            # never replaces a newer one adopted meanwhile.
+            if self._adopted_at is None or self._adopted_at <= now:
+                self._fleet_features = features
+                self.latest = snapshot
         return snapshot
+
+    def adopt(self, snapshot: FleetAssessment) -> bool:
+        """Serve ``snapshot`` (the leader's, decoded) from now on, unless this process holds a
+        newer whole-fleet one. Nodes this process judged later than ``snapshot`` did (its own
+        urgent lane) keep this process's judgement. False when it was not adopted."""
+        with self._publish:
+            latest = self.latest
+            if latest is not None and latest.whole_at >= snapshot.whole_at:
+                return False
+            if latest is not None:
+                newer = {
+                    node: at
+                    for node, at in latest.nodes_at.items()
+                    if at > snapshot.judged_at(node)
+                }
+                if newer:
+                    own: dict[str, list[GpuAssessment]] = {}
+                    for gpu in latest.gpus:
+                        if gpu.node in newer:
+                            own.setdefault(gpu.node, []).append(gpu)
+                    for node, at in sorted(newer.items(), key=lambda item: item[1]):
+                        snapshot = snapshot.patched(at, [node], own.get(node, []))
+            self._adopted_at = snapshot.whole_at
+            self._fleet_features = {gpu.uuid: gpu.features for gpu in snapshot.gpus}
+            self.latest = snapshot
+        return True
 
     def run_nodes(self, names: Collection[str], now: datetime | None = None) -> FleetAssessment:
         """The targeted pass: judge the GPUs of the nodes ``names`` alone and publish the newest
@@ -127,6 +172,8 @@ class Assessor:
         are the last whole-fleet pass's (they move with the hourly rollups, and only the risk
         reads them, never a rule)."""
         with self._targeted:
+            if self.latest is None and self.adopter is not None:
+                self.adopter()
             if self.latest is None:
                 with self._lock:
                     if self.latest is None:
@@ -146,5 +193,8 @@ class Assessor:
         return snapshot
 
     def current(self) -> FleetAssessment:
-        """The newest snapshot, building one now if the loop has not run yet."""
+        """The newest snapshot: the leader's stored one or one built now, if the loop has not
+        run yet."""
+        if self.latest is None and self.adopter is not None:
+            self.adopter()
         return self.latest if self.latest is not None else self.run_once()

@@ -8,6 +8,7 @@ Counted as things happen, on the registry each app builds (:class:`ServerMetrics
     fleetwatch_background_job_failures_total{job}    fleetwatch_background_runs_total{job}
     fleetwatch_background_pass_seconds{job}          fleetwatch_leader{role}
     fleetwatch_ingest_group_batches                  fleetwatch_ingest_group_left_out_total
+    fleetwatch_fleet_snapshots_total{outcome}
 
 Set by the leader's retention pass (``jobs/retention.py``)::
 
@@ -108,6 +109,15 @@ class ServerMetrics:
         )
         # Passes on the job's own timer (a wake-up's assessment, plan and alerts count under
         # "assessment"): on a replica that is not the leader only the assessment runs.
+        # One judgement of the fleet for every process (server/judge/snapshot_sharing.py):
+        # published by the leader, adopted by the others, refused when unreadable.
+        self.fleet_snapshots = Counter(
+            "fleetwatch_fleet_snapshots_total",
+            "Whole-fleet assessments shared between processes: published (by the leader), "
+            "adopted (instead of judging here) or refused (unreadable here).",
+            ["outcome"],
+            registry=registry,
+        )
         self.background_runs = Counter(
             "fleetwatch_background_runs_total",
             "Background passes completed on the job's timer or a wake-up, by job.",

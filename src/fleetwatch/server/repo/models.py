@@ -15,7 +15,14 @@ from fleetwatch.server.schemas.models import ModelVersionPublic
 if TYPE_CHECKING:
     from fleetwatch.models.registry import RiskBundle
 
-__all__ = ["StoredModel", "get_model", "latest_ok_model", "list_models", "store_model"]
+__all__ = [
+    "StoredModel",
+    "get_model",
+    "latest_ok_model",
+    "list_models",
+    "ok_model",
+    "store_model",
+]
 
 Trigger = Literal["schedule", "manual", "startup"]
 
@@ -92,7 +99,18 @@ def latest_ok_model(conn: Connection) -> StoredModel | None:
         .order_by(risk_models.c.version.desc())
         .limit(1)
     )
-    row = conn.execute(query).first()
+    return _stored(conn.execute(query).first())
+
+
+def ok_model(conn: Connection, version: int) -> StoredModel | None:
+    """Fitted version ``version``, or None when it is not there (or failed)."""
+    query = select(risk_models).where(
+        (risk_models.c.version == version) & (risk_models.c.status == "ok")
+    )
+    return _stored(conn.execute(query).first())
+
+
+def _stored(row: Row[Any] | None) -> StoredModel | None:
     if row is None:
         return None
     return StoredModel(
