@@ -271,6 +271,13 @@ def fleetwatch_figures(dsn: str, group: ServerGroup, load: dict[str, Any]) -> di
             "evictions_of_other_nodes": sum(others.values()),
             "evictions_of_other_nodes_by_reason": dict(others.most_common(10)),
         }
+        # The leader's shared assessment (PostgreSQL): how many it published, and its size.
+        shared = conn.execute(
+            "SELECT seq, gpus, octet_length(body) FROM fleet_snapshots WHERE name = 'fleet'"
+        ).fetchone()
+        if shared is not None:
+            figures["snapshot"] = {"published": shared[0], "gpus": shared[1], "bytes": shared[2]}
+            log(f"shared snapshot: {shared[0]} published, {shared[1]:,} GPUs, {shared[2]:,} B")
     log(
         f"FleetWatch: {rows:,} rows in gpu_samples, {load['acked_rows_total']:,} acknowledged "
         f"({'equal' if figures['db_equals_acked'] else 'NOT EQUAL'}); "
