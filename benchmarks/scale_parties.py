@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from procstats import machine_times, postgres_cpu_s, proc_cpu_s
+from procstats import machine_times, postgres_cpu_s, proc_cpu_s, process_tree
 from serverproc import ServerGroup, running_server
 
 __all__ = ["Child", "Parties", "PostgresCpu", "Snapshot", "child", "log", "server_group"]
@@ -156,10 +156,14 @@ class Snapshot:
     busy: float
     iowait: float
     total: float
+    each_server: list[float]  # CPU of each server process (tree), in the group's order
 
     @classmethod
     def take(cls, p: Parties) -> Snapshot:
         busy, iowait, total = machine_times()
+        each = [
+            sum(proc_cpu_s(pid) for pid in process_tree(s.process.pid)) for s in p.group.servers
+        ]
         cpu = {
             "server": sum(proc_cpu_s(pid) for pid in p.group.pids()),
             "postgres": p.postgres.used_s(),
@@ -168,7 +172,7 @@ class Snapshot:
             "exporters": proc_cpu_s(p.exporters) if p.exporters else 0.0,
             "harness": proc_cpu_s(os.getpid()),
         }
-        return cls(time.monotonic(), cpu, busy, iowait, total)
+        return cls(time.monotonic(), cpu, busy, iowait, total, each)
 
     def until(self, later: Snapshot) -> dict[str, Any]:
         wall = later.mono - self.mono
@@ -181,6 +185,10 @@ class Snapshot:
         return {
             "seconds": round(wall, 3),
             "cpu_s": cpu,
+            # With --api-processes N: the worker first, then each api process.
+            "server_cpu_s_each": [
+                round(b - a, 3) for a, b in zip(self.each_server, later.each_server, strict=True)
+            ],
             "machine_busy_pct": 100 * share,
             "machine_iowait_pct": 100 * iowait,
         }

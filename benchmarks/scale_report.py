@@ -329,6 +329,7 @@ def markdown(r: dict[str, Any]) -> str:
         "|---|---|---|",
         *(f"| {a} | {b} | {c} |" for a, b, c in side_by_side(r)),
         "",
+        _each_server(r),
         f"Other CPU in the window (seconds): load generator {cpu['generator']:,.1f}, "
         f"dcgm-exporter pages {cpu['exporters']:,.1f}, benchmark harness "
         f"({'/'}metrics scrapes) {cpu['harness']:,.1f}, rest of the machine {cpu['others']:,.1f}; "
@@ -369,3 +370,13 @@ def markdown(r: dict[str, Any]) -> str:
             )
         )
     return "\n".join(lines)
+
+
+def _each_server(r: dict[str, Any]) -> str:
+    """The server CPU by process, when there are several (the worker first, then the api ones)."""
+    each = r["window"].get("server_cpu_s_each") or []
+    if len(each) < 2:
+        return ""
+    names = ["worker", *(f"api {i}" for i in range(1, len(each)))]
+    split = ", ".join(f"{name} {cpu:,.1f}" for name, cpu in zip(names, each, strict=True))
+    return f"Server CPU seconds in the window by process: {split}.\n"

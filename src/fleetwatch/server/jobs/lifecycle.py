@@ -264,16 +264,23 @@ def _opening(g: _Gpu, installed_at: datetime) -> dict[str, Any]:
 
 
 def _first_samples(conn: Connection, uuids: list[str]) -> dict[str, datetime]:
-    """Each GPU's oldest reading (agent clock); one indexed MIN per chunk of new GPUs."""
+    """Each GPU's oldest reading (agent clock), per chunk of new GPUs.
+
+    The MIN is a subquery per GPU on purpose: ``min(ts) WHERE gpu_id = <one id>`` is the first
+    entry of that GPU in the ``(gpu_id, ts)`` index of each partition. Joined and grouped over a
+    chunk instead, PostgreSQL scanned every sample of every partition for each chunk (a first
+    pass over 100,000 new GPUs: 200 parallel scans of the whole table, measured in fleet-scale
+    run 11)."""
+    first = (
+        select(func.min(gpu_samples.c.ts))
+        .where(gpu_samples.c.gpu_id == gpus.c.id)
+        .correlate(gpus)
+        .scalar_subquery()
+    )
     out: dict[str, datetime] = {}
     for chunk in _chunks(uuids):
-        query = (
-            select(SAMPLE_GPU_UUID, func.min(gpu_samples.c.ts).label("first"))
-            .select_from(SAMPLES_WITH_GPU)
-            .where(gpus.c.uuid.in_(chunk))
-            .group_by(SAMPLE_GPU_UUID)
-        )
-        out.update({row.gpu_uuid: row.first for row in conn.execute(query)})
+        query = select(gpus.c.uuid, first.label("first")).where(gpus.c.uuid.in_(chunk))
+        out.update({row.uuid: row.first for row in conn.execute(query) if row.first is not None})
     return out
 
 
