@@ -22,6 +22,7 @@ from prometheus_client import CollectorRegistry
 import fleetwatch
 from fleetwatch.config import ServerSettings, load_server_settings
 from fleetwatch.errors import ConfigError, SchemaOutOfDate, StorageFull
+from fleetwatch.server.access_log import log_accepted_pushes
 from fleetwatch.server.act.eviction_watch import EvictionWatch
 from fleetwatch.server.act.notices import CHANNEL as NOTICE_CHANNEL
 from fleetwatch.server.db.migrate import current_revision, head_revision, upgrade
@@ -136,6 +137,7 @@ def create_app(
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         _tune_garbage_collector(settings)
+        log_accepted_pushes(settings.log_accepted_pushes)
         engine = make_engine(settings)
         storage = StorageHealth(
             sqlite_directory(engine),
@@ -198,6 +200,7 @@ def create_app(
         metrics.track_leader(settings.role, lambda: jobs.is_leader)
         risk_prefetch = RiskPrefetch(lambda: jobs.assessor.latest, settings.risk_horizons_h)
         risk_prefetch.start()
+        app.state.risk_prefetch = risk_prefetch
         jobs.start(engine)
         app.state.elector = jobs.elector
         logger.info(

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
+from tests.conftest import bearer
 
 from fleetwatch.server.judge.assessment import FleetAssessment
 from fleetwatch.server.metrics import risk_exposition
@@ -29,6 +31,7 @@ def test_risk_prefetch_renders_each_new_snapshot_once(monkeypatch: pytest.Monkey
     monkeypatch.setattr(risk_exposition, "_render", counting)
     current: list[FleetAssessment | None] = [None]
     prefetch = RiskPrefetch(lambda: current[0], HORIZONS)
+    prefetch.scraped()
     assert prefetch.prefetch_once() is False  # no assessment yet
     current[0] = first = _snapshot()
     assert prefetch.prefetch_once() is True
@@ -48,3 +51,46 @@ def test_risk_prefetch_thread_stops() -> None:
     prefetch.start()
     prefetch.stop()
     assert prefetch._thread is not None and not prefetch._thread.is_alive()
+
+
+def test_risk_prefetch_renders_only_while_the_page_is_scraped() -> None:
+    now = [1000.0]
+    snapshots = iter([_snapshot(), _snapshot(), _snapshot()])
+    current = [next(snapshots)]
+    prefetch = RiskPrefetch(lambda: current[0], HORIZONS, active_for_s=600.0, clock=lambda: now[0])
+    assert prefetch.prefetch_once() is False  # never scraped: nobody would read it
+    assert "metrics:" not in "".join(current[0]._memo)
+    prefetch.scraped()
+    assert prefetch.prefetch_once() is True
+    now[0] += 600.0  # the last scrape is as old as allowed
+    current[0] = next(snapshots)
+    assert prefetch.prefetch_once() is True
+    now[0] += 0.5  # scrapes stopped past the window: the next snapshot is left alone
+    current[0] = next(snapshots)
+    assert prefetch.prefetch_once() is False
+    assert not current[0]._memo
+    prefetch.scraped()  # scraped again: rendered again
+    assert prefetch.prefetch_once() is True
+
+
+def test_a_scrape_of_the_default_page_turns_the_prefetch_on(
+    make_client: Any, tokens: dict[str, str]
+) -> None:
+    """The real app with its background jobs on (every timer an hour away): a shard scrape
+    leaves the prefetch off, a scrape of the default page turns it on."""
+    hour = 3600.0
+    client = make_client(
+        background_jobs=True,
+        assess_interval_s=hour,
+        planner_interval_s=hour,
+        alert_interval_s=hour,
+        refit_interval_s=0,
+    )
+    prefetch = client.app.state.risk_prefetch
+    assert not prefetch.is_active()
+    shard = client.get("/metrics", params={"shard": 0, "shards": 2}, headers=bearer(tokens["read"]))
+    assert shard.status_code == 200
+    assert not prefetch.is_active()
+    page = client.get("/metrics", headers=bearer(tokens["read"]))
+    assert page.status_code == 200
+    assert prefetch.is_active()

@@ -496,3 +496,29 @@ def test_patched_snapshot_scores_only_the_fresh_gpus() -> None:
         (r.gpu, r.probability, r.basis) for r in again
     ]
     assert [r.probability for r in carried] == [0.01, 0.5, 0.01, 0.01]
+
+
+def test_patched_snapshot_carries_node_risks_as_a_fresh_grouping_has_them() -> None:
+    """A patch regroups only its nodes' risks; the result is what grouping every GPU anew
+    gives, node for node and in the same order, and the other nodes' entries are the same."""
+    at = datetime(2026, 1, 1, tzinfo=UTC)
+    bundle = _AgeBundle()
+    gpus = [_gpu("a", 0), _gpu("b", 0), _gpu("b", 1), _gpu("c", 0), _gpu("d", 0)]
+    base = FleetAssessment(at, gpus, bundle, 1)  # type: ignore[arg-type]
+    before = base.node_risks(1.0)
+    fresh = [replace(_gpu("b", 1), age_days=50.0), _gpu("z", 0)]
+    patched = base.patched(at + timedelta(seconds=5), {"b", "c", "z"}, fresh)
+    carried = patched.node_risks(1.0)
+    assert bundle.scored == [5, 2]  # nothing scored for the grouping
+    again = FleetAssessment(patched.at, patched.gpus, bundle, 1).node_risks(1.0)  # type: ignore[arg-type]
+
+    def plain(nodes: Any) -> list[tuple[str, float | None, list[tuple[str, float | None]]]]:
+        return [
+            (node, p, [(r.gpu.uuid, r.probability) for r in members])
+            for node, (p, members) in nodes.items()
+        ]
+
+    assert plain(carried) == plain(again)
+    assert list(carried) == ["a", "b", "d", "z"]  # c has no GPU left
+    assert carried["b"][0] == pytest.approx(0.5)
+    assert carried["a"] is before["a"] and carried["d"] is before["d"]

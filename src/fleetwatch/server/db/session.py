@@ -13,6 +13,7 @@ from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
+import msgspec
 from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.pool import StaticPool
 
@@ -58,6 +59,9 @@ def make_engine(settings: ServerSettings) -> Engine:
         pool_size=settings.db_pool_size,
         max_overflow=settings.db_pool_size,
         pool_pre_ping=True,
+        # psycopg takes bytes; msgspec encodes the newest-state JSON of every pushed GPU
+        # several times faster than json.dumps (5 % of an API process's CPU at fleet scale).
+        json_serializer=msgspec.json.encode,
     )
 
 

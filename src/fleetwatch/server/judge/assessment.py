@@ -44,6 +44,7 @@ _DAY_S = 86400.0
 FEATURES_SINCE = timedelta(days=30)  # GPUs with a rollup this recent get covariates
 T = TypeVar("T")
 U = TypeVar("U")
+V = TypeVar("V")
 
 
 # Slotted: a snapshot holds one of each per GPU (100,000 at fleet scale), and the previous
@@ -122,11 +123,19 @@ class FleetAssessment:
         )
         with self._lock:
             scored = dict(self._scores)
+            by_node = dict(self._nodes)
         if scored:
             new = type(self)(at, fresh, self.bundle, self.model_version)
             out._scores = {
                 h: _merged(risks, names, new.risks(h), lambda r: r.gpu.node)
                 for h, risks in scored.items()
+            }
+            # Node risks too: regrouping 100,000 GPUs for each urgent patch cost the /metrics
+            # render of every patched snapshot seconds of CPU at fleet scale.
+            out._nodes = {
+                h: _merged_nodes(nodes, names, new.node_risks(h))
+                for h, nodes in by_node.items()
+                if h in scored
             }
         return out
 
@@ -209,6 +218,23 @@ def _merged(
             merged.extend(fresh_by_node.pop(node))
     for node in sorted(fresh_by_node):
         merged.extend(fresh_by_node[node])
+    return merged
+
+
+def _merged_nodes(
+    nodes: Mapping[str, V], names: frozenset[str], fresh: Mapping[str, V]
+) -> dict[str, V]:
+    """``nodes`` with the nodes ``names`` replaced by ``fresh``'s, in :func:`_merged`'s order
+    (a node judged anew where it was, a new one at the end by name, one gone dropped)."""
+    fresh = dict(fresh)
+    merged: dict[str, V] = {}
+    for node, value in nodes.items():
+        if node not in names:
+            merged[node] = value
+        elif node in fresh:
+            merged[node] = fresh.pop(node)
+    for node in sorted(fresh):
+        merged[node] = fresh[node]
     return merged
 
 
