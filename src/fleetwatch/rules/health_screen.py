@@ -10,6 +10,13 @@ verdict from ``judge_health``; one it picks is judged by the rules themselves, w
 ``tests/unit/rules/test_health_screen.py`` holds the screen to the rules on random windows and
 thresholds, and fails when a rule appears that the screen does not know (:data:`SCREENED_RULES`).
 
+A rate counter's rule sums the increases between consecutive readings within its window (a reset
+counting the reading after it) and compares the sum with a limit. The screen sums them over the
+whole window, which holds the rule's and more, so its sum is never the smaller: a counter that
+trickles (a few corrected ECC errors an hour, NVLink CRC errors far below 100 a second, as on
+many healthy GPUs) is passed over, where "any increase" would send a tenth of a fleet to the
+rules every pass.
+
 Input: per judged field (:data:`JUDGED_FIELDS`) one float64 per sample, NaN where not reported
 (True/False as 1/0), samples grouped by window; ``starts`` is each window's first sample. Not
 screened here: ``gpu_lost`` events (the caller picks the GPUs they name) and ``gpu_silent``
@@ -18,7 +25,7 @@ screened here: ``gpu_lost`` events (the caller picks the GPUs they name) and ``g
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import numpy as np
 from numpy.typing import NDArray
@@ -128,15 +135,13 @@ def may_fire(
     recovery = columns["gpu_recovery_action"]
     out |= anywhere((recovery != 0.0) & ~np.isnan(recovery))
 
-    # A counter increases only where it changes, or across a reboot (from a non-zero reading).
-    rebooted = np.fmax.reduceat(boots, starts) > np.fmin.reduceat(boots, starts)  # NaN: False
     zero_fires = _zero_increase_fires(t)
+    window_of = np.repeat(np.arange(starts.size), np.diff(np.append(starts, boots.size)))
     for name in _RATE_COUNTERS:
-        top, bottom = high(name), low(name)
-        out |= top > bottom  # False for NaN: never reported, never increased
-        out |= rebooted & (top > 0)
         if zero_fires[name]:
-            out |= ~np.isnan(top)
+            out |= ~np.isnan(high(name))  # NaN: never reported, never judged
+        else:
+            out |= _rate_may_fire(name, _increase(columns[name], boots, window_of), t, low)
 
     # The newest temperature is at most the highest; margin = slowdown - temp only shrinks.
     out |= slowdown - high("gpu_temp_c") <= t.temp_margin_c
@@ -147,3 +152,54 @@ def may_fire(
     # throttle_fraction > 0 (HealthThresholds checks it): no throttled sample, no verdict.
     out |= anywhere((bits & t.throttle_mask) != 0)
     return out
+
+
+# A sum that equals the limit must still be picked when the rule, adding the same increases in
+# another grouping, lands an ulp above it.
+_SLACK = 1.0 + 1e-9
+
+
+def _increase(
+    values: NDArray[np.float64], boots: NDArray[np.float64], window_of: NDArray[np.int64]
+) -> NDArray[np.float64]:
+    """Per window, the sum of the increases between consecutive reported readings, as
+    :func:`~fleetwatch.rules.rates.counter_rates` counts them: after a reset (a reboot between
+    the two, or a lower reading) the whole later reading. Pairs of equal times, which the rule
+    skips, are counted: every increase is at least 0, so the sum only grows."""
+    n = int(window_of[-1]) + 1 if window_of.size else 0
+    reported = ~np.isnan(values)
+    v, b, w = values[reported], boots[reported], window_of[reported]
+    if v.size < 2:
+        return np.zeros(n)
+    before, after = v[:-1], v[1:]
+    rebooted = b[1:] != b[:-1]
+    rebooted &= ~np.isnan(b[1:]) & ~np.isnan(b[:-1])  # an unknown boot is no reboot
+    reset = rebooted | (after < before)
+    step = np.where(reset, after, after - before)
+    step = np.where(w[1:] == w[:-1], step, 0.0)  # no pair across two windows
+    return np.bincount(w[1:], weights=step, minlength=n)
+
+
+def _rate_may_fire(
+    name: str,
+    increase: NDArray[np.float64],
+    t: HealthThresholds,
+    low: Callable[[str], NDArray[np.float64]],
+) -> NDArray[np.bool_]:
+    """Whether the rule of counter ``name`` can fire on a window whose increases sum to at most
+    ``increase`` (health_rates: each rule's quantity grows with the increase)."""
+    most = increase * _SLACK
+    if name == "ecc_sbe_volatile_total":
+        return most * 60 / t.sbe_window_s >= t.sbe_per_min
+    if name in ("nvlink_crc_flit_errors_total", "nvlink_crc_data_errors_total"):
+        return most / t.nvlink_window_s >= t.nvlink_crc_per_s
+    if name == "nvlink_replay_errors_total":
+        return most >= t.nvlink_replay_limit
+    if name == "nvlink_recovery_errors_total":
+        return most >= t.nvlink_recovery_limit
+    # pcie_replay_total: the limit is ceil(rate of the link's generation x its width), the width
+    # the newest reported in the window (16 when none is): never below the lowest rate times the
+    # lowest width reported.
+    lanes = np.nan_to_num(low("pcie_link_width"), nan=16.0)
+    least_limit = np.ceil(min(t.pcie_replay_per_lane_per_min.values()) * lanes)
+    return most * 60 / t.pcie_window_s > least_limit

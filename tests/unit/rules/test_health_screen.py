@@ -118,6 +118,17 @@ THRESHOLDS = [
         {"nvlink_crc_per_s": 0, "nvlink_recovery_limit": 0, "retired_pages_total_limit": 1}
     ),
     HealthThresholds.from_mapping({"ecc_dbe_volatile_max": 5, "throttle_min_samples": 1}),
+    # Rate limits within reach of the random windows' increases, so that windows fall on both
+    # sides of each (the defaults' NVLink CRC limit, 6,000 a minute, is never reached).
+    HealthThresholds.from_mapping(
+        {
+            "sbe_per_min": 3.0,
+            "nvlink_crc_per_s": 0.5,
+            "nvlink_replay_limit": 25,
+            "nvlink_recovery_limit": 12,
+            "pcie_replay_per_lane_per_min": {3: 0.5, 4: 1.0, 5: 2.0, 6: 4.0},
+        }
+    ),
 ]
 
 
@@ -156,3 +167,79 @@ def test_a_quiet_window_is_passed_over_and_a_hot_one_is_not() -> None:
     columns, boots, starts = _columns([quiet, hot])
     picked = may_fire(columns, boots, starts, np.array([87.0, 87.0]), HealthThresholds())
     assert picked.tolist() == [False, True]
+
+
+def _trickle(step: int, every_s: float, n: int, field: str, base: int = 100) -> list[BootSample]:
+    return [
+        BootSample("a", GpuSample.model_construct(
+            uuid=UUID, ts=NOW - timedelta(seconds=every_s * (n - i)), **{field: base + step * i}))
+        for i in range(n)
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("field", "limit", "step"),
+    [
+        # Default limits: 10 corrected errors a minute over 10 min (100), 100 CRC errors a
+        # second over 1 min (6,000).
+        ("ecc_sbe_volatile_total", 100, 1),
+        ("nvlink_crc_flit_errors_total", 6000, 7),
+        ("nvlink_crc_data_errors_total", 6000, 3),
+    ],
+)
+def test_a_trickling_counter_is_passed_over_and_one_at_the_limit_is_not(
+    field: str, limit: int, step: int
+) -> None:
+    """Fifteen minutes of readings every 10 s (the judge's window): a counter that rises a
+    little at every reading is below its rule's limit and passed over; the same window with
+    an increase that reaches the limit is picked, and the rules give it a verdict."""
+    n = 91
+    trickle = _trickle(step, 10.0, n, field)
+    burst = trickle[:-1] + [
+        BootSample("a", trickle[-1].sample.model_copy(
+            update={field: getattr(trickle[-2].sample, field) + limit}))
+    ]  # fmt: skip
+    columns, boots, starts = _columns([trickle, burst])
+    t = HealthThresholds()
+    picked = may_fire(columns, boots, starts, np.array([87.0, 87.0]), t)
+    assert picked.tolist() == [False, True]
+    assert not judge_health(trickle, thresholds=t, now=NOW, gpu_name="H100")
+    assert judge_health(burst, thresholds=t, now=NOW, gpu_name="H100")
+
+
+def test_a_reset_counts_the_whole_reading_after_it() -> None:
+    """A counter read lower than before (or after a reboot) counts its whole new reading, as
+    the rule does: 150 after a reset from 400 is 150 corrected errors, over the limit of 100."""
+    readings = _trickle(0, 10.0, 10, "ecc_sbe_volatile_total", base=400)
+    reset = readings[:-1] + [
+        BootSample("a", readings[-1].sample.model_copy(update={"ecc_sbe_volatile_total": 150}))
+    ]
+    small = readings[:-1] + [
+        BootSample("a", readings[-1].sample.model_copy(update={"ecc_sbe_volatile_total": 50}))
+    ]
+    columns, boots, starts = _columns([reset, small])
+    picked = may_fire(columns, boots, starts, np.array([87.0, 87.0]), HealthThresholds())
+    assert picked.tolist() == [True, False]
+
+
+@pytest.mark.parametrize(("width", "burst", "fires"), [(4, 1, False), (4, 3, True), (16, 7, False)])
+def test_pcie_replays_are_screened_against_the_links_own_limit(
+    width: int, burst: int, fires: bool
+) -> None:
+    """A Gen3 link may replay ceil(0.48 x lanes) times a minute (2 at x4, 8 at x16): a burst
+    above that is picked and judged, one below it is passed over (one exactly at the limit may
+    be picked: the screen's sums carry a little slack for rounding)."""
+    readings = _trickle(0, 10.0, 10, "pcie_replay_total")
+    readings = [
+        BootSample(r.boot_id, r.sample.model_copy(
+            update={"pcie_link_gen": 3, "pcie_link_width": width}))
+        for r in readings
+    ]  # fmt: skip
+    last = readings[-1].sample
+    window = readings[:-1] + [
+        BootSample("a", last.model_copy(update={"pcie_replay_total": 100 + burst}))
+    ]
+    columns, boots, starts = _columns([window])
+    t = HealthThresholds()
+    assert may_fire(columns, boots, starts, np.array([87.0]), t).tolist() == [fires]
+    assert bool(judge_health(window, thresholds=t, now=NOW, gpu_name="H100")) is fires
