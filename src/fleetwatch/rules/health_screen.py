@@ -177,7 +177,7 @@ def _increase(
     reset = rebooted | (after < before)
     step = np.where(reset, after, after - before)
     step = np.where(w[1:] == w[:-1], step, 0.0)  # no pair across two windows
-    return np.bincount(w[1:], weights=step, minlength=n)
+    return np.bincount(w[1:], weights=step, minlength=n).astype(np.float64, copy=False)
 
 
 def _rate_may_fire(
