@@ -53,6 +53,9 @@ class UtcDateTime(TypeDecorator[datetime]):
     def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
         if value is None:
             return None
-        if value.tzinfo is None:
+        tz = value.tzinfo
+        if tz is UTC:  # PostgreSQL's, on a session in UTC (make_engine): most reads
+            return value  # type: ignore[no-any-return]
+        if tz is None:
             return value.replace(tzinfo=UTC)  # type: ignore[no-any-return]
         return value.astimezone(UTC)  # type: ignore[no-any-return]
