@@ -522,3 +522,30 @@ def test_patched_snapshot_carries_node_risks_as_a_fresh_grouping_has_them() -> N
     assert list(carried) == ["a", "b", "d", "z"]  # c has no GPU left
     assert carried["b"][0] == pytest.approx(0.5)
     assert carried["a"] is before["a"] and carried["d"] is before["d"]
+
+
+def test_a_targeted_pass_reads_its_own_windows_while_a_whole_pass_holds_the_fleets(
+    push: Push, db: Database, settings: ServerSettings
+) -> None:
+    """A whole-fleet pass holds the fleet's windows while it reads new samples (held here by
+    the test): the targeted pass does not wait for them. It reads node-x's samples from the
+    database, judges its fatal Xid, and gives the verdicts a whole-fleet pass gives."""
+    targeted, full = _assessor(db, settings), _assessor(db, settings)
+    for node in ("node-x", "node-y"):
+        assert push(make_batch(node, gpus=2, ticks=3)).status_code == 200
+    now = datetime.now(UTC)
+    targeted.run_once(now=now)
+    assert push(_xid_batch("node-x", 79)).status_code == 200
+    judge = targeted.judge
+    judge.state_wait_s = 0.0
+    later = now + timedelta(seconds=1)
+    with judge._state:  # what a whole-fleet pass holds while it reads the fleet's samples
+        patched = targeted.run_nodes({"node-x"}, now=later)
+    assert judge.fresh_reads == 1
+    assert "xid79_off_bus" in _rules(patched, "node-x")
+    assert _rules(patched, "node-y") == set()
+    whole = full.run_once(now=later)
+    assert _judged(patched, {"node-x"}) == _judged(whole, {"node-x"})
+    # With the windows free, the targeted pass copies them as before.
+    targeted.run_nodes({"node-x"}, now=later)
+    assert judge.fresh_reads == 1

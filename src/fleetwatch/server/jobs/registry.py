@@ -251,7 +251,10 @@ class BackgroundJobs:
         names = self.urgent.take()
         if not names:
             return 0
+        judge = self.assessor.judge
+        fresh_before = judge.fresh_reads
         snapshot = self.assessor.run_nodes(names)
+        self.metrics.urgent_fresh_reads.inc(judge.fresh_reads - fresh_before)
         if self.is_leader:
             # A targeted snapshot says nothing new of the other nodes: their notices stand.
             notify = functools.partial(self.notices.run_once, snapshot, nodes=names)

@@ -62,6 +62,7 @@ _COMPACT_AFTER = 1_000_000  # samples added within a pass before the windows are
 _CLEARED_BY_BOOT = frozenset({"restart_app", "reset_gpu", "drain_reset", "reboot_node"})
 _LIVE_KINDS = ("xid", "gpu_lost", "node_boot", *sorted(HOST_KINDS), *sorted(PORT_KINDS))
 _CURRENT = timedelta(days=1)  # a GPU last seen this long before its node's newest is gone
+STATE_WAIT_S = 0.25
 
 
 @dataclass(frozen=True)
@@ -216,6 +217,12 @@ class FleetJudge:
         # Held while a whole-fleet pass changes what a targeted pass copies: the GPUs known, the
         # windows, the read position.
         self._state = threading.Lock()
+        # How long a targeted pass waits for that copy. A whole-fleet pass holds the lock while
+        # it reads and compacts the fleet's new samples, seconds at 100,000 GPUs (the fatal Xid
+        # that woke the targeted pass would wait as long): past this, the targeted pass reads
+        # its few GPUs' windows whole from the database instead (counted in fresh_reads).
+        self.state_wait_s = STATE_WAIT_S
+        self.fresh_reads = 0
 
     def _load_gpus(self, conn: Connection) -> dict[int, tuple[str, datetime, float]]:
         if not self._by_id:
@@ -478,7 +485,12 @@ class FleetJudge:
         verdicts. Call after :meth:`judge` has run once; without it, judge the fleet.
 
         Safe beside a :meth:`judge` in another thread (one targeted pass at a time): it waits
-        only while that pass reads new samples into the windows, then copies what it needs."""
+        at most :attr:`state_wait_s` while that pass reads new samples into the windows, then
+        copies what it needs. Past that it reads its GPUs' windows whole from the database
+        instead (:meth:`_fresh_windows`): the same samples, thinned from the oldest one read,
+        where the fleet's windows may have kept other instants of a thinned stretch (a rate at
+        its rule's threshold may then be judged on the other side of it until the next
+        whole-fleet pass; an Xid, a lost GPU or a host error is judged alike either way)."""
         node_info = {
             row.id: (row.name, row.last_seen, row.interval_s)
             for row in conn.execute(
@@ -490,12 +502,19 @@ class FleetJudge:
         query = select(*_GPU_COLUMNS).where(gpus.c.node_id.in_(list(node_info)))
         rows = conn.execute(query.order_by(gpus.c.id)).all()
         by_node: dict[int, list[_Gpu]] = {node_id: [] for node_id in node_info}
-        with self._state:
-            for row in rows:
-                by_node[row.node_id].append(self._copy_of(row))
-            members = [gpu for group in by_node.values() for gpu in group]
-            windows = self.windows.subset([gpu.slot for gpu in members])
-            last_id, oldest_us, size = self._last_id, self._oldest_us, len(self._gpus)
+        if self._state.acquire(timeout=self.state_wait_s):
+            try:
+                for row in rows:
+                    by_node[row.node_id].append(self._copy_of(row))
+                members = [gpu for group in by_node.values() for gpu in group]
+                windows = self.windows.subset([gpu.slot for gpu in members])
+                last_id, oldest_us, size = self._last_id, self._oldest_us, len(self._gpus)
+            finally:
+                self._state.release()
+        else:
+            members, windows = self._fresh_windows(rows, by_node)
+            last_id, oldest_us, size = None, self._oldest_us, len(members)
+            self.fresh_reads += 1
         self._load_samples_of(conn, now, windows, members, last_id)
         where, newest = self._newest_per_node(windows, by_node, size)
         as_of = {node_id: self._as_of(us, now) for node_id, us in newest.items()}
@@ -509,6 +528,28 @@ class FleetJudge:
             windows, by_node, node_events, as_of, node_info, now, where, judged
         )
         return verdicts, {gpu.uuid for gpu in members}
+
+    def _fresh_windows(
+        self, rows: Sequence[Any], by_node: dict[int, list[_Gpu]]
+    ) -> tuple[list[_Gpu], SampleWindows]:
+        """The GPUs of ``rows`` with slots of their own and empty windows, to be read whole
+        from the database (the targeted pass's way when a whole-fleet pass holds the fleet's
+        windows): nothing of the judge's state is read or changed."""
+        members = []
+        for slot, row in enumerate(rows):
+            gpu = _Gpu(
+                row.id,
+                row.uuid,
+                row.node_id,
+                row.pci_bus_id,
+                row.name,
+                row.first_seen,
+                row.last_seen,
+                slot=slot,
+            )
+            by_node[row.node_id].append(gpu)
+            members.append(gpu)
+        return members, self.windows.empty_like()
 
     def _newest_per_node(
         self, windows: SampleWindows, by_node: Mapping[int, list[_Gpu]], size: int

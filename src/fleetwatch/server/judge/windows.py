@@ -113,6 +113,10 @@ class SampleWindows:
     def __len__(self) -> int:
         return int(self.ts.size)
 
+    def empty_like(self) -> SampleWindows:
+        """Empty windows of the same fields."""
+        return SampleWindows(self.fields, self._kinds)
+
     # -- adding and compacting ---------------------------------------------------------------
 
     def add(

@@ -8,7 +8,7 @@ Counted as things happen, on the registry each app builds (:class:`ServerMetrics
     fleetwatch_background_job_failures_total{job}    fleetwatch_background_runs_total{job}
     fleetwatch_background_pass_seconds{job}          fleetwatch_leader{role}
     fleetwatch_ingest_group_batches                  fleetwatch_ingest_group_left_out_total
-    fleetwatch_fleet_snapshots_total{outcome}
+    fleetwatch_fleet_snapshots_total{outcome}        fleetwatch_urgent_fresh_reads_total
 
 Set by the leader's retention pass (``jobs/retention.py``)::
 
@@ -116,6 +116,12 @@ class ServerMetrics:
             "Whole-fleet assessments shared between processes: published (by the leader), "
             "adopted (instead of judging here) or refused (unreadable here).",
             ["outcome"],
+            registry=registry,
+        )
+        self.urgent_fresh_reads = Counter(
+            "fleetwatch_urgent_fresh_reads_total",
+            "Urgent passes that read their nodes' sample windows from the database because a "
+            "whole-fleet assessment held the fleet's windows (instead of waiting for it).",
             registry=registry,
         )
         self.background_runs = Counter(
