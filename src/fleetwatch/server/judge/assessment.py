@@ -15,7 +15,7 @@ Node risk is :math:`1 - \\prod_i (1 - p_i)` over its GPUs.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Self, TypeVar, cast
@@ -93,6 +93,7 @@ class FleetAssessment:
     _nodes: dict[float, dict[str, tuple[float | None, list[GpuRisk]]]] = field(
         default_factory=dict, repr=False
     )
+    _per_node: dict[str, dict[str, object]] = field(default_factory=dict, repr=False)
     # Re-entrant: a memo (the /metrics text) computes risks, which take the lock too.
     _lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
 
@@ -124,6 +125,11 @@ class FleetAssessment:
         with self._lock:
             scored = dict(self._scores)
             by_node = dict(self._nodes)
+            per_node = dict(self._per_node)
+        out._per_node = {
+            key: {node: part for node, part in parts.items() if node not in names}
+            for key, parts in per_node.items()
+        }
         if scored:
             new = type(self)(at, fresh, self.bundle, self.model_version)
             out._scores = {
@@ -145,6 +151,21 @@ class FleetAssessment:
             if key not in self._memo:
                 self._memo[key] = compute()
             return cast(T, self._memo[key])
+
+    def per_node(self, key: str, nodes: Iterable[str], compute: Callable[[str], T]) -> dict[str, T]:
+        """``compute(node)`` for each of ``nodes``, once per snapshot and ``key``; a snapshot
+        :meth:`patched` from this one computes only the nodes it judged anew. ``compute`` must
+        depend on the node's GPUs alone (their assessments and risks), as with the /metrics
+        lines of one node."""
+        with self._lock:
+            parts = self._per_node.setdefault(key, {})
+            out: dict[str, T] = {}
+            for node in nodes:
+                part = parts.get(node)
+                if part is None:
+                    part = parts[node] = compute(node)
+                out[node] = cast(T, part)
+            return out
 
     def risks(self, horizon_days: float) -> list[GpuRisk]:
         """Every GPU's risk within ``horizon_days``, in the order of :attr:`gpus` (cached)."""

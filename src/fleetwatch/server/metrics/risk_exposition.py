@@ -17,8 +17,9 @@ GPUs (one series per GPU and horizon: 200,000 at 100,000 GPUs, too many for the 
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
+from dataclasses import dataclass
 
-from fleetwatch.server.judge.assessment import FleetAssessment, GpuAssessment
+from fleetwatch.server.judge.assessment import FleetAssessment, GpuAssessment, GpuRisk
 from fleetwatch.server.judge.judging import Verdict
 from fleetwatch.server.metrics.text import escape_label, family_header
 
@@ -44,6 +45,63 @@ def render_risk(snapshot: FleetAssessment | None, horizons_h: Sequence[float]) -
     return snapshot.memo(key, lambda: _render(snapshot, horizons_h))
 
 
+@dataclass(frozen=True, slots=True)
+class _NodePart:
+    """What one node adds to the default page: computed once per node and snapshot, and
+    carried into a snapshot patched for other nodes (an urgent pass patches a node or two every
+    few seconds; rendering 100,000 GPUs anew for each cost a quarter of a second)."""
+
+    lines: tuple[str | None, ...]  # per horizon: its failure-probability line (None: unknown)
+    at_risk: tuple[tuple[int, ...], ...]  # per horizon, per threshold: GPUs at or above it
+    levels: tuple[int, ...]  # GPUs by worst verdict, in VERDICT_LEVELS order
+    gpu_verdicts: tuple[str, ...]
+    node_verdicts: tuple[str, ...]
+
+
+def _node_part(
+    node: str, risks: Sequence[tuple[float | None, list[GpuRisk]]], labels: Sequence[str]
+) -> _NodePart:
+    """``risks``: the node's (probability, GPU risks) per horizon, as node_risks gives them;
+    one more than ``labels`` when no horizon is configured (the GPUs, grouped)."""
+    name = escape_label(node)
+    shown = risks[: len(labels)]
+    lines = tuple(
+        f'fleetwatch_node_failure_probability{{node="{name}",horizon="{label}"}} {p:.6g}\n'
+        if p is not None
+        else None
+        for (p, _), label in zip(shown, labels, strict=True)
+    )
+    known = [[r.probability for r in m if r.probability is not None] for _, m in shown]
+    at_risk = tuple(
+        tuple(sum(1 for q in probabilities if q >= t) for t in AT_RISK_THRESHOLDS)
+        for probabilities in known
+    )
+    gpus = [r.gpu for r in risks[0][1]]
+    counts = dict.fromkeys(VERDICT_LEVELS, 0)
+    if not any(gpu.verdicts for gpu in gpus):
+        counts["none"] = len(gpus)
+        return _NodePart(lines, at_risk, tuple(counts.values()), (), ())
+    for gpu in gpus:
+        counts[_worst(gpu)] += 1
+    gpu_verdicts = tuple(
+        f'fleetwatch_gpu_verdict{{node="{escape_label(g.node)}",gpu="{g.index}",uuid="{g.uuid}",'
+        f'kind="{v.kind}",rule="{escape_label(v.rule)}",severity="{v.severity}",'
+        f'action="{v.action}"}} 1\n'
+        for g in gpus
+        for v in g.verdicts
+        if not _about_the_node(v)
+    )
+    node_verdicts = tuple(
+        f'fleetwatch_node_verdict{{node="{escape_label(g.node)}",kind="{v.kind}",'
+        f'component="{escape_label(str(v.evidence.get("component", "")))}",'
+        f'rule="{escape_label(v.rule)}",severity="{v.severity}",action="{v.action}"}} 1\n'
+        for g in gpus
+        for v in g.verdicts
+        if _about_the_node(v)
+    )
+    return _NodePart(lines, at_risk, tuple(counts.values()), gpu_verdicts, node_verdicts)
+
+
 def _render(snapshot: FleetAssessment, horizons_h: Sequence[float]) -> str:
     out = [
         family_header(
@@ -58,22 +116,25 @@ def _render(snapshot: FleetAssessment, horizons_h: Sequence[float]) -> str:
             ),
             f"fleetwatch_risk_model_version {snapshot.model_version}\n",
         ]
-    node_lines: list[str] = []
-    at_risk: list[str] = []
-    for hours in horizons_h:
-        label = _horizon_label(hours)
-        for node, (p, _members) in sorted(snapshot.node_risks(hours / 24.0).items()):
-            if p is not None:
-                node_lines.append(
-                    f'fleetwatch_node_failure_probability{{node="{escape_label(node)}",'
-                    f'horizon="{label}"}} {p:.6g}\n'
-                )
-        known = [r.probability for r in snapshot.risks(hours / 24.0) if r.probability is not None]
-        at_risk.extend(
-            f'fleetwatch_gpus_at_risk{{horizon="{label}",threshold="{t:g}"}} '
-            f"{sum(1 for p in known if p >= t)}\n"
-            for t in AT_RISK_THRESHOLDS
-        )
+    # Every horizon's node risks (cached on the snapshot) group the GPUs by node; with no
+    # horizon configured, one of a day does (its probabilities are not shown).
+    days = [h / 24.0 for h in horizons_h] or [1.0]
+    labels = [_horizon_label(h) for h in horizons_h]
+    by_horizon = [snapshot.node_risks(d) for d in days]
+    key = "metrics-node:" + ",".join(f"{h:g}" for h in horizons_h)
+    parts = snapshot.per_node(
+        key, by_horizon[0], lambda node: _node_part(node, [r[node] for r in by_horizon], labels)
+    )
+    ordered = sorted(parts)
+    node_lines = [
+        line for i in range(len(labels)) for node in ordered if (line := parts[node].lines[i])
+    ]
+    at_risk = [
+        f'fleetwatch_gpus_at_risk{{horizon="{label}",threshold="{t:g}"}} '
+        f"{sum(part.at_risk[i][j] for part in parts.values())}\n"
+        for i, label in enumerate(labels)
+        for j, t in enumerate(AT_RISK_THRESHOLDS)
+    ]
     if node_lines:
         out.append(
             family_header(
@@ -100,18 +161,12 @@ def _render(snapshot: FleetAssessment, horizons_h: Sequence[float]) -> str:
             "(none, info, warning, critical, fatal).",
         )
     )
-    levels = dict.fromkeys(VERDICT_LEVELS, 0)
-    for gpu in snapshot.gpus:
-        levels[_worst(gpu)] += 1
-    out.extend(f'fleetwatch_gpus{{verdict="{level}"}} {n}\n' for level, n in levels.items())
-    verdicts = [
-        f'fleetwatch_gpu_verdict{{node="{escape_label(g.node)}",gpu="{g.index}",uuid="{g.uuid}",'
-        f'kind="{v.kind}",rule="{escape_label(v.rule)}",severity="{v.severity}",'
-        f'action="{v.action}"}} 1\n'
-        for g in snapshot.gpus
-        for v in g.verdicts
-        if not _about_the_node(v)
-    ]
+    levels = [sum(part.levels[k] for part in parts.values()) for k in range(len(VERDICT_LEVELS))]
+    out.extend(
+        f'fleetwatch_gpus{{verdict="{level}"}} {n}\n'
+        for level, n in zip(VERDICT_LEVELS, levels, strict=True)
+    )
+    verdicts = [line for part in parts.values() for line in part.gpu_verdicts]
     if verdicts:
         out.append(
             family_header(
@@ -121,14 +176,7 @@ def _render(snapshot: FleetAssessment, horizons_h: Sequence[float]) -> str:
         out.extend(dict.fromkeys(verdicts))  # two verdicts of one rule are one series
     # A verdict about the node (its switch fabric, a port, its CPUs or memory) is held by each of
     # its GPUs; one series for the node, so that one failed port pages once, not once per GPU.
-    node_verdicts = [
-        f'fleetwatch_node_verdict{{node="{escape_label(g.node)}",kind="{v.kind}",'
-        f'component="{escape_label(str(v.evidence.get("component", "")))}",'
-        f'rule="{escape_label(v.rule)}",severity="{v.severity}",action="{v.action}"}} 1\n'
-        for g in snapshot.gpus
-        for v in g.verdicts
-        if _about_the_node(v)
-    ]
+    node_verdicts = [line for part in parts.values() for line in part.node_verdicts]
     if node_verdicts:
         out.append(
             family_header(
