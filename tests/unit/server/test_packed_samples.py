@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from sqlalchemy import text
 from tests.factories import gpu_uuid, make_batch, make_sample
 from tests.unit.server.conftest import Push
 
@@ -123,3 +124,17 @@ def test_packed_read_comes_in_time_ordered_chunks(push: Push, db: Database) -> N
     assert ts[0] == first
     with pytest.raises(ValueError, match="exactly one"):
         next(packed_samples(conn, ["gpu_temp_c"], until=START))
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
+def test_packed_read_sorts_in_memory_for_its_transaction_only(push: Push, db: Database) -> None:
+    """The read raises PostgreSQL's memory per sort for its own transaction (its two sorts of a
+    30 s pass fit in memory instead of spilling to disk); the session keeps its own setting."""
+    _push(push, "node-a", 0, 3, "boot-1")
+    with db.read() as conn:
+        before = conn.execute(text("SHOW work_mem")).scalar()
+        list(packed_samples(conn, ["gpu_temp_c"], until=START + timedelta(hours=1), after_id=0))
+        assert conn.execute(text("SHOW work_mem")).scalar() == "128MB"
+    with db.read() as conn:
+        assert conn.execute(text("SHOW work_mem")).scalar() == before != "128MB"

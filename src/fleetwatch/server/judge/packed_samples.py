@@ -34,6 +34,8 @@ from fleetwatch.server.db.tables import gpu_samples
 
 __all__ = ["PackedChunk", "packed_samples", "reads_packed"]
 
+# Memory for each sort of the packed read (see packed_samples).
+_WORK_MEM = "128MB"
 # Microseconds from the Unix epoch to PostgreSQL's (2000-01-01 UTC).
 _PG_EPOCH_US = 946_684_800 * 1_000_000
 
@@ -120,6 +122,11 @@ def packed_samples(
     params = {"chunk": chunk, "until": until, "since": since, "after_id": after_id}
     raw_conn = conn.connection.driver_connection
     assert raw_conn is not None
+    # The query sorts the rows twice (by time, then by chunk). PostgreSQL's default 4 MB per
+    # sort spills a 300,000-row pass (30 s of a 100,000-GPU fleet) to disk as two external
+    # merges; in memory (about 70 MB for them) the read took 30 % less time. SET LOCAL: for
+    # this transaction only.
+    raw_conn.execute(f"SET LOCAL work_mem = '{_WORK_MEM}'")
     # A server-side cursor fetching one chunk at a time: between chunks the connection is free
     # for the caller's own queries (a streamed result would hold it until the last row).
     with raw_conn.cursor("fleetwatch_packed_samples", binary=True) as cursor:
