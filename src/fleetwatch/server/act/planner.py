@@ -74,7 +74,7 @@ import logging
 import math
 import threading
 from collections import Counter
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -92,7 +92,13 @@ from fleetwatch.server.judge.assessor import Assessor
 from fleetwatch.server.judge.judging import Verdict
 from fleetwatch.server.judge.liveness import unreachable_deadline
 from fleetwatch.server.judge.planned import Planned, stands_in_maintenance
-from fleetwatch.server.judge.silence import RECENT, fleet_silence
+from fleetwatch.server.judge.silence import (
+    RECENT,
+    NodeClock,
+    fleet_silence,
+    heard_since_of,
+    node_clocks,
+)
 from fleetwatch.server.repo.evictions import (
     DRAINING_STATES,
     OPEN_STATES,
@@ -254,17 +260,18 @@ def unreachable_candidates(
     within: timedelta = RECENT,  # the same cutoff the fleet-wide silence counts by
     heard_since: datetime | None = None,
     planned: Planned | None = None,
+    clocks: Sequence[NodeClock] | None = None,
 ) -> dict[str, Candidate]:
     """Nodes silent for ``factor`` of their intervals (agent or node dead): drain them so nothing
     new is scheduled there. Nodes silent for longer than ``within`` are left alone: decommissioned
     or long known, not news. Silence before ``heard_since`` (this process's start) is not
-    counted, nor silence in a maintenance window, nor before its end."""
+    counted, nor silence in a maintenance window, nor before its end. ``clocks``: every node's,
+    read this pass (else read here)."""
     planned = planned or Planned()
-    rows = conn.execute(
-        select(nodes.c.name, nodes.c.last_seen, nodes.c.interval_s).where(
-            nodes.c.last_seen >= now - within
-        )
-    )
+    if clocks is None:
+        rows = node_clocks(conn, now - within)
+    else:
+        rows = heard_since_of(clocks, now - within)
     found = {}
     for row in rows:
         if planned.covers(row.name):
@@ -297,10 +304,12 @@ def next_unreachable_s(
     factor: float,
     heard_since: datetime | None = None,
     planned: Planned | None = None,
+    clocks: Sequence[NodeClock] | None = None,
 ) -> float | None:
-    """Seconds until the next node still up turns unreachable (None: no node is up)."""
+    """Seconds until the next node still up turns unreachable (None: no node is up);
+    ``clocks``: every node's, read this pass (else read here)."""
     planned = planned or Planned()
-    rows = conn.execute(select(nodes.c.name, nodes.c.last_seen, nodes.c.interval_s))
+    rows = node_clocks(conn) if clocks is None else clocks
     ahead = [
         (
             unreachable_deadline(
@@ -581,8 +590,9 @@ class EvictionPlanner:
         factor = settings.unreachable_after_intervals
         heard = self.heard_since
         planned = load_planned(conn, now)
+        clocks = node_clocks(conn)  # one read for the three questions below
         result.next_run_s = next_unreachable_s(
-            conn, now=now, factor=factor, heard_since=heard, planned=planned
+            conn, now=now, factor=factor, heard_since=heard, planned=planned, clocks=clocks
         )
         unheard = unheard_nodes(conn, now=now, factor=factor, heard_since=heard, planned=planned)
         silence = fleet_silence(
@@ -593,6 +603,7 @@ class EvictionPlanner:
             min_nodes=settings.unreachable_storm_min_nodes,
             heard_since=heard,
             planned=planned,
+            clocks=clocks,
         )
         result.silent, result.silence_storm = len(silence.silent), silence.storm
         returned: dict[str, datetime] = {
@@ -617,6 +628,7 @@ class EvictionPlanner:
                 gpu_count=gpu_count,
                 heard_since=heard,
                 planned=planned,
+                clocks=clocks,
             )
         )
         rules = {**silent_nodes, **rule_candidates(snapshot, self.costs, returned, planned)}

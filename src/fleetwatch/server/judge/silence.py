@@ -24,8 +24,10 @@ that reads it gets the same answer for the same ``now`` and start. ``0`` turns t
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import NamedTuple
 
 from sqlalchemy import Connection, select
 
@@ -33,12 +35,42 @@ from fleetwatch.server.db.tables import nodes
 from fleetwatch.server.judge.liveness import node_state
 from fleetwatch.server.judge.planned import Planned
 
-__all__ = ["FleetSilence", "fleet_silence", "is_storm"]
+__all__ = [
+    "FleetSilence",
+    "NodeClock",
+    "fleet_silence",
+    "heard_since_of",
+    "is_storm",
+    "node_clocks",
+]
 
 RECENT = timedelta(days=1)  # silent longer: not news (the planner's ``within``)
 # One silent node is that node's own silence, at any fleet size; a small fleet's few silent nodes
 # (a rack's power) are drained and paged one by one rather than taken for the server's silence.
 MIN_NODES = 2
+
+
+class NodeClock(NamedTuple):
+    """What a node's liveness is read from."""
+
+    name: str
+    last_seen: datetime
+    interval_s: float
+
+
+def node_clocks(conn: Connection, since: datetime | None = None) -> list[NodeClock]:
+    """Every node's clock, or those heard since ``since``. The planner reads them once a pass
+    for its three questions (the silence, the silent nodes, the next deadline): at 12,500 nodes
+    each read is a few tenths of a second of the worker's interpreter."""
+    query = select(nodes.c.name, nodes.c.last_seen, nodes.c.interval_s)
+    if since is not None:
+        query = query.where(nodes.c.last_seen >= since)
+    return [NodeClock(row.name, row.last_seen, row.interval_s) for row in conn.execute(query)]
+
+
+def heard_since_of(clocks: Sequence[NodeClock], since: datetime) -> list[NodeClock]:
+    """The clocks of the nodes heard since ``since`` (as node_clocks with ``since`` reads)."""
+    return [c for c in clocks if c.last_seen >= since]
 
 
 @dataclass(frozen=True)
@@ -76,14 +108,15 @@ def fleet_silence(
     min_nodes: int = MIN_NODES,
     heard_since: datetime | None = None,
     planned: Planned | None = None,
+    clocks: Sequence[NodeClock] | None = None,
 ) -> FleetSilence:
-    """The fleet's silence at ``now`` (unreachable as the planner and the alerter judge it)."""
+    """The fleet's silence at ``now`` (unreachable as the planner and the alerter judge it);
+    ``clocks``: every node's, read by the caller this pass (else read here)."""
     planned = planned or Planned()
-    rows = conn.execute(
-        select(nodes.c.name, nodes.c.last_seen, nodes.c.interval_s).where(
-            nodes.c.last_seen >= now - RECENT
-        )
-    )
+    if clocks is None:
+        rows = node_clocks(conn, now - RECENT)
+    else:
+        rows = heard_since_of(clocks, now - RECENT)
     counted = 0
     silent = set()
     for row in rows:
