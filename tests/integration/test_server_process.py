@@ -204,13 +204,10 @@ def test_server_processes_one_after_another_cut_the_same_shards(
     assert all(shard for shard in seen[0])  # 24 nodes: no shard of 4 is empty
 
 
-@pytest.mark.parametrize("log_accepted", [False, True])
-def test_server_process_access_log_leaves_out_accepted_pushes_by_default(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, log_accepted: bool
-) -> None:
-    """uvicorn's access log of the real server process: an accepted push has no line unless
-    log_accepted_pushes is set; a refused push and other requests always have theirs."""
-    monkeypatch.setenv("FLEETWATCH_SERVER_LOG_ACCEPTED_PUSHES", str(log_accepted).lower())
+def test_server_process_access_log_leaves_out_accepted_pushes_by_default(tmp_path: Path) -> None:
+    """uvicorn's access log of the real server process: an accepted push has no line; a refused
+    push and other requests have theirs (log_accepted_pushes brings the accepted ones back:
+    tests/unit/server/test_access_log.py)."""
     url = f"sqlite:///{tmp_path / 'fw.db'}"
     fleetwatch("db", "upgrade", "--database-url", url)
     agent, reader = create_token(url, "agent"), create_token(url, "read")
@@ -222,6 +219,6 @@ def test_server_process_access_log_leaves_out_accepted_pushes_by_default(
         with server.client(reader) as read:
             assert read.get("/v1/nodes/node-log").status_code == 200
     log = server.log.read_text()
-    assert ('"POST /v1/ingest HTTP/1.1" 200' in log) is log_accepted
+    assert '"POST /v1/ingest HTTP/1.1" 200' not in log
     assert '"POST /v1/ingest HTTP/1.1" 401' in log
     assert '"GET /v1/nodes/node-log HTTP/1.1" 200' in log

@@ -4,10 +4,14 @@ tested in tests/integration/test_server_process.py)."""
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import pytest
+from fastapi.testclient import TestClient
 
+from fleetwatch.config import ServerSettings
 from fleetwatch.server.access_log import ACCESS_LOGGER, AcceptedPushFilter, log_accepted_pushes
+from fleetwatch.server.app import create_app
 
 
 def _record(method: str, path: str, status: int) -> logging.LogRecord:
@@ -46,5 +50,22 @@ def test_the_filter_is_installed_once_and_removed_on_request() -> None:
         assert sum(isinstance(f, AcceptedPushFilter) for f in logger.filters) == 1
         log_accepted_pushes(True)
         assert not any(isinstance(f, AcceptedPushFilter) for f in logger.filters)
+    finally:
+        log_accepted_pushes(True)
+
+
+@pytest.mark.parametrize("enabled", [False, True])
+def test_the_app_applies_the_setting(tmp_path: Path, enabled: bool) -> None:
+    logger = logging.getLogger(ACCESS_LOGGER)
+    settings = ServerSettings(  # type: ignore[call-arg]
+        database_url=f"sqlite:///{tmp_path / 'fw.db'}",
+        background_jobs=False,
+        log_accepted_pushes=enabled,
+        _env_file=None,
+    )
+    try:
+        with TestClient(create_app(settings)):
+            installed = any(isinstance(f, AcceptedPushFilter) for f in logger.filters)
+            assert installed is not enabled
     finally:
         log_accepted_pushes(True)
