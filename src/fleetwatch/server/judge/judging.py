@@ -154,6 +154,14 @@ class _Gpu:
     slot: int  # its window's key in FleetJudge.windows
 
 
+def _gpu_of(row: Any, *, slot: int) -> _Gpu:
+    """A GPU of a ``_GPU_COLUMNS`` row, in window ``slot``."""
+    return _Gpu(
+        row.id, row.uuid, row.node_id, row.pci_bus_id, row.name, row.first_seen, row.last_seen,
+        slot=slot,
+    )  # fmt: skip
+
+
 _GPU_COLUMNS = (
     gpus.c.id,
     gpus.c.uuid,
@@ -260,16 +268,7 @@ class FleetJudge:
     def _known(self, row: Any) -> _Gpu:
         gpu = self._gpus.get(row.uuid)
         if gpu is None:
-            gpu = self._gpus[row.uuid] = _Gpu(
-                row.id,
-                row.uuid,
-                row.node_id,
-                row.pci_bus_id,
-                row.name,
-                row.first_seen,
-                row.last_seen,
-                slot=len(self._gpus),
-            )
+            gpu = self._gpus[row.uuid] = _gpu_of(row, slot=len(self._gpus))
         else:
             gpu.node_id, gpu.last_seen = row.node_id, row.last_seen
         self._by_id[row.id] = gpu
@@ -537,16 +536,7 @@ class FleetJudge:
         windows): nothing of the judge's state is read or changed."""
         members = []
         for slot, row in enumerate(rows):
-            gpu = _Gpu(
-                row.id,
-                row.uuid,
-                row.node_id,
-                row.pci_bus_id,
-                row.name,
-                row.first_seen,
-                row.last_seen,
-                slot=slot,
-            )
+            gpu = _gpu_of(row, slot=slot)
             by_node[row.node_id].append(gpu)
             members.append(gpu)
         return members, self.windows.empty_like()
