@@ -157,9 +157,15 @@ class _Gpu:
 def _gpu_of(row: Any, *, slot: int) -> _Gpu:
     """A GPU of a ``_GPU_COLUMNS`` row, in window ``slot``."""
     return _Gpu(
-        row.id, row.uuid, row.node_id, row.pci_bus_id, row.name, row.first_seen, row.last_seen,
+        id=row.id,
+        uuid=row.uuid,
+        node_id=row.node_id,
+        pci_bus_id=row.pci_bus_id,
+        name=row.name,
+        first_seen=row.first_seen,
+        last_seen=row.last_seen,
         slot=slot,
-    )  # fmt: skip
+    )
 
 
 _GPU_COLUMNS = (
