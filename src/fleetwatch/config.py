@@ -67,6 +67,13 @@ class ServerSettings(BaseSettings):
     unreachable_after_intervals: float = Field(
         default=3.0, gt=1, description="A node is unreachable after this many silent intervals"
     )
+    unreachable_lag_grace_max_s: float = Field(
+        default=3600.0,
+        ge=0,
+        description="While the fleet's pushes are stored late (the server behind on ingest), "
+        "every unreachable deadline moves out by that lag (the median over the nodes heard in the "
+        "last 10 minutes), at most this many seconds: a late push is not a silent node; 0 = off",
+    )
     token_cache_ttl_s: float = Field(
         default=5.0,
         ge=0,

@@ -160,7 +160,10 @@ def create_app(
         # state.
         heard_since = now()
         app.state.liveness = liveness = Liveness(
-            settings.unreachable_after_intervals, heard_since=heard_since, clock=now
+            settings.unreachable_after_intervals,
+            heard_since=heard_since,
+            clock=now,
+            lag_max_s=settings.unreachable_lag_grace_max_s,
         )
         registry = CollectorRegistry()
         registry.register(StorageCollector(storage))

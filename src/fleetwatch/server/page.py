@@ -50,6 +50,7 @@ from fleetwatch.server.db.tables import events, evictions, gpus, nodes, straggle
 from fleetwatch.server.deps import check_credentials
 from fleetwatch.server.judge.assessment import FleetAssessment, GpuRisk, risk_order
 from fleetwatch.server.judge.assessor import Assessor
+from fleetwatch.server.judge.ingest_lag import fleet_lag_s
 from fleetwatch.server.judge.liveness import Liveness
 from fleetwatch.server.repo.maintenance import load_planned
 
@@ -337,14 +338,20 @@ def _build_view(request: Request, horizon: str, top: int) -> FleetView:
 def _racks(conn: Connection, now: datetime, liveness: Liveness) -> list[RackRow]:
     grouped: dict[str, RackRow] = {}
     planned = load_planned(conn, now)
-    query = select(nodes.c.name, nodes.c.labels, nodes.c.last_seen, nodes.c.interval_s)
-    for row in conn.execute(query.order_by(nodes.c.name)):
+    query = select(
+        nodes.c.name, nodes.c.labels, nodes.c.last_seen, nodes.c.interval_s, nodes.c.lag_s
+    )
+    rows = conn.execute(query.order_by(nodes.c.name)).all()
+    lag = fleet_lag_s(((r.last_seen, r.lag_s) for r in rows), now, max_s=liveness.lag_max_s)
+    for row in rows:
         labels: Mapping[str, Any] = row.labels or {}
         rack = str(labels.get("rack") or "(no rack label)")
         entry = grouped.setdefault(
             rack, RackRow(rack=rack, up=[], unreachable=[], unheard=[], maintenance=[])
         )
-        state = liveness.state(row.last_seen, row.interval_s, now, planned=planned, node=row.name)
+        state = liveness.state(
+            row.last_seen, row.interval_s, now, planned=planned, node=row.name, lag_s=lag
+        )
         window = planned.window(row.name)
         if window is not None:
             entry.maintenance.append(f"{row.name} (window {window.id}: {window.reason})")

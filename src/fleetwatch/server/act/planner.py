@@ -261,12 +261,14 @@ def unreachable_candidates(
     heard_since: datetime | None = None,
     planned: Planned | None = None,
     clocks: Sequence[NodeClock] | None = None,
+    lag_s: float = 0.0,
 ) -> dict[str, Candidate]:
     """Nodes silent for ``factor`` of their intervals (agent or node dead): drain them so nothing
     new is scheduled there. Nodes silent for longer than ``within`` are left alone: decommissioned
     or long known, not news. Silence before ``heard_since`` (this process's start) is not
     counted, nor silence in a maintenance window, nor before its end. ``clocks``: every node's,
-    read this pass (else read here)."""
+    read this pass (else read here); ``lag_s``: the fleet's ingest lag, added to every deadline
+    (server.judge.ingest_lag)."""
     planned = planned or Planned()
     if clocks is None:
         rows = node_clocks(conn, now - within)
@@ -277,19 +279,21 @@ def unreachable_candidates(
         if planned.covers(row.name):
             continue
         heard = planned.listen_from(row.name, heard_since)
-        deadline = unreachable_deadline(row.last_seen, row.interval_s, factor, heard)
+        deadline = unreachable_deadline(row.last_seen, row.interval_s, factor, heard, lag_s)
         if now <= deadline:
             continue
         silent = (now - row.last_seen).total_seconds()
+        late = f", and {lag_s:.0f} s for the fleet's late pushes" if lag_s else ""
         reason = (
             f"node_unreachable: no report for {silent:.0f} s "
-            f"({factor:g} intervals of {row.interval_s:g} s)"
+            f"({factor:g} intervals of {row.interval_s:g} s{late})"
         )
         evidence = {
             "last_seen": _iso(row.last_seen),
             "interval_s": row.interval_s,
             "silent_s": round(silent, 3),
             "after_intervals": factor,
+            "fleet_ingest_lag_s": round(lag_s, 3),
         }
         gpus = gpu_count.get(row.name, 0)
         saving = round(costs.saving(1.0, gpus), 2) if gpus else None
@@ -305,15 +309,17 @@ def next_unreachable_s(
     heard_since: datetime | None = None,
     planned: Planned | None = None,
     clocks: Sequence[NodeClock] | None = None,
+    lag_s: float = 0.0,
 ) -> float | None:
     """Seconds until the next node still up turns unreachable (None: no node is up);
-    ``clocks``: every node's, read this pass (else read here)."""
+    ``clocks``: every node's, read this pass (else read here); ``lag_s``: the fleet's ingest
+    lag."""
     planned = planned or Planned()
     rows = node_clocks(conn) if clocks is None else clocks
     ahead = [
         (
             unreachable_deadline(
-                r.last_seen, r.interval_s, factor, planned.listen_from(r.name, heard_since)
+                r.last_seen, r.interval_s, factor, planned.listen_from(r.name, heard_since), lag_s
             )
             - now
         ).total_seconds()
@@ -591,10 +597,6 @@ class EvictionPlanner:
         heard = self.heard_since
         planned = load_planned(conn, now)
         clocks = node_clocks(conn)  # one read for the three questions below
-        result.next_run_s = next_unreachable_s(
-            conn, now=now, factor=factor, heard_since=heard, planned=planned, clocks=clocks
-        )
-        unheard = unheard_nodes(conn, now=now, factor=factor, heard_since=heard, planned=planned)
         silence = fleet_silence(
             conn,
             now=now,
@@ -604,6 +606,20 @@ class EvictionPlanner:
             heard_since=heard,
             planned=planned,
             clocks=clocks,
+            lag_max_s=settings.unreachable_lag_grace_max_s,
+        )
+        lag = silence.lag_s
+        result.next_run_s = next_unreachable_s(
+            conn,
+            now=now,
+            factor=factor,
+            heard_since=heard,
+            planned=planned,
+            clocks=clocks,
+            lag_s=lag,
+        )
+        unheard = unheard_nodes(
+            conn, now=now, factor=factor, heard_since=heard, planned=planned, lag_s=lag
         )
         result.silent, result.silence_storm = len(silence.silent), silence.storm
         returned: dict[str, datetime] = {
@@ -629,6 +645,7 @@ class EvictionPlanner:
                 heard_since=heard,
                 planned=planned,
                 clocks=clocks,
+                lag_s=lag,
             )
         )
         rules = {**silent_nodes, **rule_candidates(snapshot, self.costs, returned, planned)}
@@ -657,6 +674,10 @@ class EvictionPlanner:
             # Made on the node's own silence before the storm: left as it is while still silent.
             reason_left |= row.reason.startswith("node_unreachable") and (
                 silence.storm and row.node in silence.silent
+            )
+            # Silent past its own deadline, within the fleet's ingest lag: not back either.
+            reason_left |= row.reason.startswith("node_unreachable") and (
+                row.node in silence.held_by_lag
             )
             unknown = row.reason_kind != "straggler" and row.node not in gpu_count
             made = made_from(row)

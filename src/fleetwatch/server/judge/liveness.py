@@ -16,6 +16,9 @@ unheard node as ``unheard``, not as up and not as unreachable.
 Maintenance windows (``server.judge.planned``) bend the rule the same way for everyone: a node a
 window covers reads ``maintenance``, and after the window its silence counts from the window's
 end, as from a start (an ended window is a start too: ``unheard`` during the grace).
+
+While the fleet's pushes are stored late (the server behind on ingest), every deadline moves out
+by that lag, ``lag_s`` (:mod:`fleetwatch.server.judge.ingest_lag`): a late push is not silence.
 """
 
 from __future__ import annotations
@@ -37,10 +40,14 @@ def _utcnow() -> datetime:
 
 
 def unreachable_deadline(
-    last_seen: datetime, interval_s: float, factor: float, heard_since: datetime | None = None
+    last_seen: datetime,
+    interval_s: float,
+    factor: float,
+    heard_since: datetime | None = None,
+    lag_s: float = 0.0,
 ) -> datetime:
     start = last_seen if heard_since is None else max(last_seen, heard_since)
-    return start + timedelta(seconds=interval_s * factor)
+    return start + timedelta(seconds=interval_s * factor + lag_s)
 
 
 def node_state(
@@ -49,17 +56,23 @@ def node_state(
     factor: float,
     now: datetime,
     heard_since: datetime | None = None,
+    lag_s: float = 0.0,
 ) -> str:
-    deadline = unreachable_deadline(last_seen, interval_s, factor, heard_since)
+    deadline = unreachable_deadline(last_seen, interval_s, factor, heard_since, lag_s)
     return "unreachable" if now > deadline else "up"
 
 
 def is_unheard(
-    last_seen: datetime, interval_s: float, factor: float, now: datetime, heard_since: datetime
+    last_seen: datetime,
+    interval_s: float,
+    factor: float,
+    now: datetime,
+    heard_since: datetime,
+    lag_s: float = 0.0,
 ) -> bool:
     """Silent past its deadline by ``last_seen``, but the server has not listened that long."""
-    silent = node_state(last_seen, interval_s, factor, now) == "unreachable"
-    return silent and node_state(last_seen, interval_s, factor, now, heard_since) == "up"
+    silent = node_state(last_seen, interval_s, factor, now, lag_s=lag_s) == "unreachable"
+    return silent and node_state(last_seen, interval_s, factor, now, heard_since, lag_s) == "up"
 
 
 @dataclass(frozen=True)
@@ -69,6 +82,7 @@ class Liveness:
     factor: float
     heard_since: datetime | None = None
     clock: Callable[[], datetime] = field(default=_utcnow)
+    lag_max_s: float = 0.0  # the most the fleet's ingest lag moves a deadline (0: not at all)
 
     def state(
         self,
@@ -78,15 +92,17 @@ class Liveness:
         *,
         planned: Planned | None = None,
         node: str = "",
+        lag_s: float = 0.0,
     ) -> NodeReading:
-        """``node``'s state; with ``planned`` (the windows at ``now``), maintenance counts."""
+        """``node``'s state; with ``planned`` (the windows at ``now``), maintenance counts;
+        ``lag_s``: the fleet's ingest lag at ``now``."""
         heard = self.heard_since
         if planned is not None:
             if planned.covers(node):
                 return "maintenance"
             heard = planned.listen_from(node, heard)
-        if node_state(last_seen, interval_s, self.factor, now) == "up":
+        if node_state(last_seen, interval_s, self.factor, now, lag_s=lag_s) == "up":
             return "up"
-        if node_state(last_seen, interval_s, self.factor, now, heard) == "up":
+        if node_state(last_seen, interval_s, self.factor, now, heard, lag_s) == "up":
             return "unheard"
         return "unreachable"

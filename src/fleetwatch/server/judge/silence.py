@@ -20,6 +20,12 @@ The nodes that count: known, not in a maintenance window, heard within the last 
 silent for longer is decommissioned or long known, as for the planner). The share is read from
 the database at the pass's ``now``, by the leader's planner and alerter alike: every process
 that reads it gets the same answer for the same ``now`` and start. ``0`` turns the guard off.
+
+The fleet's ingest lag (:mod:`fleetwatch.server.judge.ingest_lag`) is read from the same rows,
+once, and moves every node's deadline out alike: :class:`FleetSilence` carries it to the
+planner's and the alerter's per-node questions, and names the nodes past their deadline that only
+the lag holds back (``held_by_lag``): an unreachable eviction or alert already open for one of
+them stays open (its node has not reported since), as in a storm.
 """
 
 from __future__ import annotations
@@ -32,12 +38,14 @@ from typing import NamedTuple
 from sqlalchemy import Connection, select
 
 from fleetwatch.server.db.tables import nodes
+from fleetwatch.server.judge.ingest_lag import fleet_lag_s
 from fleetwatch.server.judge.liveness import node_state
 from fleetwatch.server.judge.planned import Planned
 
 __all__ = [
     "FleetSilence",
     "NodeClock",
+    "clocks_lag_s",
     "fleet_silence",
     "heard_since_of",
     "is_storm",
@@ -56,16 +64,24 @@ class NodeClock(NamedTuple):
     name: str
     last_seen: datetime
     interval_s: float
+    lag_s: float | None = None  # how late its newest push was stored
 
 
 def node_clocks(conn: Connection, since: datetime | None = None) -> list[NodeClock]:
     """Every node's clock, or those heard since ``since``. The planner reads them once a pass
     for its three questions (the silence, the silent nodes, the next deadline): at 12,500 nodes
     each read is a few tenths of a second of the worker's interpreter."""
-    query = select(nodes.c.name, nodes.c.last_seen, nodes.c.interval_s)
+    query = select(nodes.c.name, nodes.c.last_seen, nodes.c.interval_s, nodes.c.lag_s)
     if since is not None:
         query = query.where(nodes.c.last_seen >= since)
-    return [NodeClock(row.name, row.last_seen, row.interval_s) for row in conn.execute(query)]
+    return [
+        NodeClock(row.name, row.last_seen, row.interval_s, row.lag_s) for row in conn.execute(query)
+    ]
+
+
+def clocks_lag_s(clocks: Sequence[NodeClock], now: datetime, max_s: float) -> float:
+    """The fleet's ingest lag at ``now`` by ``clocks`` (see ingest_lag.fleet_lag_s)."""
+    return fleet_lag_s(((c.last_seen, c.lag_s) for c in clocks), now, max_s=max_s)
 
 
 def heard_since_of(clocks: Sequence[NodeClock], since: datetime) -> list[NodeClock]:
@@ -81,6 +97,9 @@ class FleetSilence:
     counted: int
     threshold_pct: float
     min_nodes: int = MIN_NODES
+    lag_s: float = 0.0  # the fleet's ingest lag: every deadline was moved out by it
+    # Past their deadline, and not past it moved out by the lag: not unreachable now, not back.
+    held_by_lag: frozenset[str] = frozenset()
 
     @property
     def share_pct(self) -> float:
@@ -109,21 +128,28 @@ def fleet_silence(
     heard_since: datetime | None = None,
     planned: Planned | None = None,
     clocks: Sequence[NodeClock] | None = None,
+    lag_max_s: float = 0.0,
 ) -> FleetSilence:
     """The fleet's silence at ``now`` (unreachable as the planner and the alerter judge it);
-    ``clocks``: every node's, read by the caller this pass (else read here)."""
+    ``clocks``: every node's, read by the caller this pass (else read here); ``lag_max_s``: the
+    most the fleet's ingest lag moves a deadline (``unreachable_lag_grace_max_s``; 0: not at
+    all)."""
     planned = planned or Planned()
     if clocks is None:
         rows = node_clocks(conn, now - RECENT)
     else:
         rows = heard_since_of(clocks, now - RECENT)
+    lag = clocks_lag_s(rows, now, lag_max_s)
     counted = 0
     silent = set()
+    held = set()
     for row in rows:
         if planned.covers(row.name):
             continue
         counted += 1
         heard = planned.listen_from(row.name, heard_since)
-        if node_state(row.last_seen, row.interval_s, factor, now, heard) == "unreachable":
+        if node_state(row.last_seen, row.interval_s, factor, now, heard, lag) == "unreachable":
             silent.add(row.name)
-    return FleetSilence(frozenset(silent), counted, threshold_pct, min_nodes)
+        elif lag and node_state(row.last_seen, row.interval_s, factor, now, heard) != "up":
+            held.add(row.name)
+    return FleetSilence(frozenset(silent), counted, threshold_pct, min_nodes, lag, frozenset(held))

@@ -26,17 +26,21 @@ is the gauge of nodes in maintenance.
 Fleet-wide silence (:mod:`fleetwatch.server.judge.silence`): ``fleetwatch_fleet_silent_nodes`` is
 the nodes unreachable among those that count (not in maintenance, heard within a day),
 ``fleetwatch_fleet_silence`` is 1 while they are more than ``unreachable_storm_pct`` of those
-(no unreachable evictions meanwhile), else 0.
+(no unreachable evictions meanwhile), else 0. ``fleetwatch_fleet_ingest_lag_seconds`` is how late
+the fleet's pushes are stored (:mod:`fleetwatch.server.judge.ingest_lag`): every node's deadline
+moves out by it.
 """
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Callable
 from datetime import datetime, timedelta
 
 from fleetwatch.server.db.base import utcnow
 from fleetwatch.server.db.session import Database
+from fleetwatch.server.judge.ingest_lag import fleet_lag_s
 from fleetwatch.server.judge.liveness import Liveness, NodeReading
 from fleetwatch.server.judge.silence import RECENT, is_storm
 from fleetwatch.server.metrics.fleet_cache import CachedNode, FleetCache
@@ -91,18 +95,22 @@ class FleetExposition:
         # Up by its own last report (the first test Liveness.state makes), unless a window covers
         # it: the same answer without a call per node, for nearly every node of a live fleet.
         factor = self._liveness.factor
+        cached = self.cache.nodes()
+        # Measured whatever the setting: a server behind on ingest is news of its own.
+        behind = fleet_lag_s(((n.last_seen, n.lag_s) for n in cached), now, max_s=math.inf)
+        lag = min(behind, self._liveness.lag_max_s)
         up_since: dict[float, datetime] = {}
-        for node in self.cache.nodes():
+        for node in cached:
             cutoff = up_since.get(node.interval_s)
             if cutoff is None:
                 cutoff = up_since[node.interval_s] = now - timedelta(
-                    seconds=node.interval_s * factor
+                    seconds=node.interval_s * factor + lag
                 )
             if node.last_seen >= cutoff and not planned.covers(node.name):
                 state: NodeReading = "up"
             else:
                 state = self._liveness.state(
-                    node.last_seen, node.interval_s, now, planned=planned, node=node.name
+                    node.last_seen, node.interval_s, now, planned=planned, node=node.name, lag_s=lag
                 )
             states[state] += 1
             if state != "maintenance" and node.last_seen >= now - RECENT:
@@ -141,6 +149,15 @@ class FleetExposition:
                     "nodes unreachable at once: no unreachable evictions), else 0.",
                 ),
                 f"fleetwatch_fleet_silence {int(storm)}\n",
+                family_header(
+                    "fleetwatch_fleet_ingest_lag_seconds",
+                    "gauge",
+                    "How late the fleet's pushes are stored: the median, over the nodes heard in "
+                    "the last 10 minutes, of the seconds from a push's newest reading to its "
+                    "storing (0 when none is late). Unreachable deadlines move out by it, up to "
+                    "unreachable_lag_grace_max_s.",
+                ),
+                f"fleetwatch_fleet_ingest_lag_seconds {behind:.3f}\n",
             ]
         )
 

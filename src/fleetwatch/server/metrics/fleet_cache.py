@@ -44,6 +44,7 @@ class CachedNode:
     interval_s: float
     last_seen: datetime
     hashed: int  # node_hash(name), for shard membership without rehashing per scrape
+    lag_s: float | None = None  # how late its newest push was stored (server.judge.ingest_lag)
 
 
 @dataclass(frozen=True)
@@ -121,14 +122,16 @@ class FleetCache:
             self._refreshed_at = time.monotonic()
 
     def _load_nodes(self, conn: Any) -> None:
-        query = select(nodes.c.id, nodes.c.name, nodes.c.interval_s, nodes.c.last_seen)
+        query = select(
+            nodes.c.id, nodes.c.name, nodes.c.interval_s, nodes.c.last_seen, nodes.c.lag_s
+        )
         if self._node_mark is not None:
             query = query.where(nodes.c.last_seen >= self._node_mark - _OVERLAP)
         for row in conn.execute(query).all():  # one batch: every node moves at every push
             old = self._nodes.get(row.id)
             hashed = old.hashed if old is not None else node_hash(row.name)
             self._nodes[row.id] = CachedNode(
-                row.id, row.name, row.interval_s, row.last_seen, hashed
+                row.id, row.name, row.interval_s, row.last_seen, hashed, row.lag_s
             )
             if self._node_mark is None or row.last_seen > self._node_mark:
                 self._node_mark = row.last_seen

@@ -35,6 +35,7 @@ from fleetwatch.rules.thresholds import HealthThresholds
 from fleetwatch.server.batch_view import BatchView, GpuView, SampleView
 from fleetwatch.server.db.session import Database
 from fleetwatch.server.db.tables import events, gpus, ingest_batches, nodes
+from fleetwatch.server.judge.ingest_lag import push_lag_s
 from fleetwatch.server.repo.gpus import LATEST_MIG_KEY
 from fleetwatch.server.repo.ports import port_readings, store_ports
 from fleetwatch.server.repo.sample_writer import write_samples
@@ -67,7 +68,7 @@ _INSERT_GPUS = {
     "postgresql": pg_insert(gpus).on_conflict_do_nothing(index_elements=["uuid"]),
     "sqlite": sqlite_insert(gpus).on_conflict_do_nothing(index_elements=["uuid"]),
 }
-_NODE_FIELDS = ("labels", "interval_s", "agent_version", "last_seen")
+_NODE_FIELDS = ("labels", "interval_s", "agent_version", "last_seen", "lag_s")
 _UPDATE_NODE = (
     update(nodes)
     .where(nodes.c.id == bindparam("b_id"))
@@ -202,6 +203,7 @@ def _upsert_node(conn: Connection, batch: BatchView, now: datetime) -> int:
         "interval_s": info.report_interval_s,
         "agent_version": info.agent_version,
         "last_seen": now,
+        "lag_s": push_lag_s(batch, now),
     }
     if conn.dialect.name == "postgresql":
         node_id, stored_boot = _lock_update_node(conn, info.name, fields, info.boot_id, now)

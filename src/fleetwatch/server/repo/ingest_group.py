@@ -30,6 +30,7 @@ from sqlalchemy.dialects.postgresql import JSONB
 
 from fleetwatch.server.batch_view import BatchView
 from fleetwatch.server.db.session import Database
+from fleetwatch.server.judge.ingest_lag import push_lag_s
 from fleetwatch.server.repo.ingest import (
     IngestResult,
     identity_of,
@@ -70,9 +71,9 @@ _KNOWN_GPUS = text(
 # for a recordset), as the latest-state update does.
 _UPDATE_NODES = text(
     "UPDATE nodes SET labels = v.labels, interval_s = v.interval_s, "
-    "agent_version = v.agent_version, last_seen = :now "
+    "agent_version = v.agent_version, last_seen = :now, lag_s = v.lag_s "
     "FROM jsonb_to_recordset(:rows) AS v(id int, labels jsonb, interval_s float8, "
-    "agent_version text) "
+    "agent_version text, lag_s float8) "
     "WHERE nodes.id = ANY(CAST(:node_ids AS int[])) AND nodes.id = v.id"
 ).bindparams(bindparam("rows", type_=JSONB), bindparam("now", type_=_TS))
 
@@ -231,6 +232,7 @@ def _write(conn: Connection, members: Sequence[_Member], now: datetime) -> None:
             # As store_batch: every silence window counts in the node's report interval.
             "interval_s": batch.node.report_interval_s,
             "agent_version": batch.node.agent_version,
+            "lag_s": push_lag_s(batch, now),
         }
         for m, batch in zip(members, batches, strict=True)
     ]

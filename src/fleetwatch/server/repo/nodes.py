@@ -9,6 +9,7 @@ from sqlalchemy import Connection, Row, func, select
 
 from fleetwatch.errors import NotFound
 from fleetwatch.server.db.tables import gpus, nodes
+from fleetwatch.server.judge.ingest_lag import fleet_lag_s, read_fleet_lag_s
 from fleetwatch.server.judge.liveness import Liveness, is_unheard
 from fleetwatch.server.judge.planned import Planned
 from fleetwatch.server.repo.gpus import gpu_summary_query, summary_from_row
@@ -26,12 +27,15 @@ def _gpu_counts() -> Any:
 
 
 def _public(
-    row: Row[Any], *, liveness: Liveness, now: datetime, planned: Planned
+    row: Row[Any], *, liveness: Liveness, now: datetime, planned: Planned, lag_s: float
 ) -> dict[str, Any]:
     window = planned.window(row.name)
+    state = liveness.state(
+        row.last_seen, row.interval_s, now, planned=planned, node=row.name, lag_s=lag_s
+    )
     return {
         "name": row.name,
-        "state": liveness.state(row.last_seen, row.interval_s, now, planned=planned, node=row.name),
+        "state": state,
         "last_seen": row.last_seen,
         "first_seen": row.first_seen,
         "labels": row.labels,
@@ -60,10 +64,12 @@ def list_nodes(
     )
     found = []
     planned = load_planned(conn, now)
-    for row in conn.execute(query):
+    rows = conn.execute(query).all()
+    lag = fleet_lag_s(((r.last_seen, r.lag_s) for r in rows), now, max_s=liveness.lag_max_s)
+    for row in rows:
         if labels and any(row.labels.get(k) != v for k, v in labels.items()):
             continue
-        node = NodePublic(**_public(row, liveness=liveness, now=now, planned=planned))
+        node = NodePublic(**_public(row, liveness=liveness, now=now, planned=planned, lag_s=lag))
         if state is None or node.state == state:
             found.append(node)
     return found[offset : offset + limit]
@@ -81,8 +87,9 @@ def get_node(conn: Connection, *, name: str, now: datetime, liveness: Liveness) 
     gpu_rows = conn.execute(
         gpu_summary_query().where(gpus.c.node_id == row.id).order_by(gpus.c.index)
     )
+    lag = read_fleet_lag_s(conn, now, max_s=liveness.lag_max_s)
     return NodeDetail(
-        **_public(row, liveness=liveness, now=now, planned=load_planned(conn, now)),
+        **_public(row, liveness=liveness, now=now, planned=load_planned(conn, now), lag_s=lag),
         boot_id=row.boot_id,
         gpus=[summary_from_row(g) for g in gpu_rows],
     )
@@ -103,10 +110,11 @@ def unheard_nodes(
     factor: float,
     heard_since: datetime | None,
     planned: Planned | None = None,
+    lag_s: float = 0.0,
 ) -> set[str]:
     """Nodes silent past their deadline, but only since before this process could hear them (or
     since before their maintenance window ended): their open unreachable evictions stay as they
-    are until the grace ends (neither new nor cancelled)."""
+    are until the grace ends (neither new nor cancelled). ``lag_s``: the fleet's ingest lag."""
     planned = planned or Planned()
     starts = [t for t in (heard_since, *planned.ended.values()) if t is not None]
     if not starts:
@@ -120,6 +128,6 @@ def unheard_nodes(
     for r in rows:
         heard = planned.listen_from(r.name, heard_since)
         if heard is not None and not planned.covers(r.name):
-            if is_unheard(r.last_seen, r.interval_s, factor, now, heard):
+            if is_unheard(r.last_seen, r.interval_s, factor, now, heard, lag_s):
                 found.add(r.name)
     return found

@@ -130,6 +130,7 @@ class Alerter:
                     min_nodes=self.settings.unreachable_storm_min_nodes,
                     heard_since=self.heard_since,
                     planned=planned,
+                    lag_max_s=self.settings.unreachable_lag_grace_max_s,
                 )
                 active = derive_conditions(
                     conn,
@@ -200,7 +201,12 @@ class Alerter:
             return lambda row: False  # no assessment yet: nothing is known to have cleared
         factor = self.settings.unreachable_after_intervals
         unheard = unheard_nodes(
-            conn, now=now, factor=factor, heard_since=self.heard_since, planned=planned
+            conn,
+            now=now,
+            factor=factor,
+            heard_since=self.heard_since,
+            planned=planned,
+            lag_s=silence.lag_s if silence is not None else 0.0,
         )
 
         def covers(row: Any) -> bool:
@@ -211,7 +217,9 @@ class Alerter:
             if row.kind == "unreachable":
                 # In a fleet-wide silence its node is no condition of its own, yet still silent.
                 storm_silent = silence is not None and silence.storm and row.node in silence.silent
-                return row.node not in unheard and not storm_silent
+                # Past its own deadline, within the fleet's ingest lag: still silent too.
+                lag_held = silence is not None and row.node in silence.held_by_lag
+                return row.node not in unheard and not storm_silent and not lag_held
             return True  # derived from the database at this pass's own ``now``
 
         return covers

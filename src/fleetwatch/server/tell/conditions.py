@@ -96,6 +96,7 @@ def derive_conditions(
             min_nodes=settings.unreachable_storm_min_nodes,
             heard_since=heard_since,
             planned=planned,
+            lag_max_s=settings.unreachable_lag_grace_max_s,
         )
     node_rows = list(
         conn.execute(select(nodes.c.name, nodes.c.labels, nodes.c.last_seen, nodes.c.interval_s))
@@ -108,7 +109,8 @@ def derive_conditions(
         if planned.covers(row.name) or silence.storm:
             continue
         heard = planned.listen_from(row.name, heard_since)
-        if node_state(row.last_seen, row.interval_s, factor, now, heard) == "unreachable":
+        lag = silence.lag_s
+        if node_state(row.last_seen, row.interval_s, factor, now, heard, lag) == "unreachable":
             silent = (now - row.last_seen).total_seconds()
             key = f"node:{row.name}:unreachable"
             found[key] = Condition(
