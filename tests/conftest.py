@@ -12,6 +12,7 @@ import gc
 import os
 import secrets
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -57,6 +58,15 @@ def _server_url() -> str:
 @pytest.fixture(scope="session")
 def postgres_url() -> Iterator[str]:
     """URL of a fresh, empty PostgreSQL database for this test run."""
+    with throwaway_postgres() as url:
+        yield url
+
+
+@contextmanager
+def throwaway_postgres() -> Iterator[str]:
+    """A fresh, empty PostgreSQL database, dropped on exit; skips (or fails, where PostgreSQL is
+    required) without one. For a fixture wider than a test, whose rows no other test's
+    truncation may touch."""
     import psycopg
 
     base = make_url(ServerSettings(database_url=_server_url()).database_url)

@@ -2,6 +2,11 @@
 
 The expected table is written out by hand; ``test_auth_matrix_covers_every_route`` compares it with
 the app's own routes, so an endpoint added later cannot slip past without an entry here.
+
+The two matrices (every route x every scope, every route x every bad credential: about a thousand
+requests on both databases) share one app per database, on a database of their own (``matrix``):
+an app started for each of them was a fifth of the whole suite's time. Each request seeds what it
+acts on (a token to revoke, an eviction to ack), so none depends on another's.
 """
 
 from __future__ import annotations
@@ -9,7 +14,9 @@ from __future__ import annotations
 import hashlib
 import itertools
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -18,13 +25,16 @@ import pytest
 from fastapi.routing import iter_route_contexts
 from fastapi.testclient import TestClient
 from sqlalchemy import select, update
-from tests.conftest import bearer
+from tests.conftest import TEST_SECRET_KEY, bearer, throwaway_postgres
 from tests.factories import gpu_uuid, make_batch, make_validation, store_validation_now
 
+from fleetwatch.config import ServerSettings
 from fleetwatch.errors import AuthError
+from fleetwatch.server.app import create_app
 from fleetwatch.server.auth import authenticate, create_token, revoke_token
 from fleetwatch.server.db.base import utcnow
-from fleetwatch.server.db.session import Database
+from fleetwatch.server.db.migrate import upgrade
+from fleetwatch.server.db.session import Database, make_engine
 from fleetwatch.server.db.tables import api_tokens, evictions
 from fleetwatch.server.repo.evictions import create_eviction
 from fleetwatch.server.repo.maintenance import create_window
@@ -166,7 +176,6 @@ _STEPS = {
 }
 
 
-@pytest.fixture
 def fleet(client: TestClient, tokens: dict[str, str]) -> None:
     """node-a with one GPU, so that every path parameter names something that exists."""
     response = client.post(
@@ -175,6 +184,43 @@ def fleet(client: TestClient, tokens: dict[str, str]) -> None:
     assert response.status_code == 200, response.text
     response = client.post("/v1/jobs/job-1/steps", json=_STEPS, headers=bearer(tokens["agent"]))
     assert response.status_code == 200, response.text
+
+
+@dataclass(frozen=True)
+class Matrix:
+    client: TestClient
+    db: Database
+    tokens: dict[str, str]
+
+
+@pytest.fixture(
+    scope="module", params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)]
+)
+def matrix(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Matrix]:
+    """One app with node-a, job-1 and a token per scope, for the two matrices on one database."""
+    with ExitStack() as stack:
+        if request.param == "sqlite":
+            url = f"sqlite:///{tmp_path_factory.mktemp('auth-matrix') / 'fleetwatch.db'}"
+        else:
+            url = stack.enter_context(throwaway_postgres())
+            migrating = Database(make_engine(ServerSettings(database_url=url)))
+            upgrade(migrating.engine)
+            migrating.dispose()
+        settings = ServerSettings(  # type: ignore[call-arg]
+            database_url=url,
+            metrics_cache_ttl_s=0,
+            background_jobs=False,
+            secret_keys=[TEST_SECRET_KEY],
+            _env_file=None,
+        )
+        client = stack.enter_context(TestClient(create_app(settings)))
+        db: Database = client.app.state.db  # type: ignore[attr-defined]
+        with db.write() as conn:
+            tokens = {s: create_token(conn, name=f"matrix-{s}", scope=s)[0] for s in SCOPES}
+        fleet(client, tokens)
+        yield Matrix(client, db, tokens)
 
 
 def _call(
@@ -311,16 +357,9 @@ def test_auth_open_routes_need_no_token(client: TestClient, method: str, path: s
 @pytest.mark.parametrize(
     ("key", "scope"), list(itertools.product(sorted(ENDPOINTS), SCOPES)), ids=lambda v: str(v)
 )
-def test_auth_matrix_scope_decides(
-    client: TestClient,
-    db: Database,
-    tokens: dict[str, str],
-    fleet: None,
-    key: tuple[str, str],
-    scope: str,
-) -> None:
+def test_auth_matrix_scope_decides(matrix: Matrix, key: tuple[str, str], scope: str) -> None:
     permission, _, ok_status = ENDPOINTS[key]
-    response = _call(client, db, key, bearer(tokens[scope]))
+    response = _call(matrix.client, matrix.db, key, bearer(matrix.tokens[scope]))
     if scope in ALLOWED[permission]:
         assert response.status_code == ok_status, response.text
         return
@@ -350,9 +389,9 @@ BAD_CREDENTIALS: dict[str, Callable[[Database], dict[str, str]]] = {
 @pytest.mark.parametrize("key", sorted(ENDPOINTS), ids=str)
 @pytest.mark.parametrize("credential", sorted(BAD_CREDENTIALS))
 def test_auth_matrix_refuses_bad_credentials_with_401(
-    client: TestClient, db: Database, fleet: None, key: tuple[str, str], credential: str
+    matrix: Matrix, key: tuple[str, str], credential: str
 ) -> None:
-    response = _call(client, db, key, BAD_CREDENTIALS[credential](db))
+    response = _call(matrix.client, matrix.db, key, BAD_CREDENTIALS[credential](matrix.db))
     assert response.status_code == 401, response.text
     assert response.headers["www-authenticate"] == "Bearer"
     assert response.json()["error"]
