@@ -61,7 +61,10 @@ Every endpoint but `/healthz`, `/readyz` and these docs needs `Authorization: Be
 def prepare_database(db: Database, settings: ServerSettings) -> None:
     """Migrate the embedded SQLite file; insist that PostgreSQL was migrated by an operator."""
     if settings.is_sqlite:
-        upgrade(db.engine)
+        # At head already (every start but the first and an upgrade's): alembic's run, which
+        # loads every migration script, would change nothing.
+        if current_revision(db.engine) != head_revision():
+            upgrade(db.engine)
         return
     current, head = current_revision(db.engine), head_revision()
     if current != head:

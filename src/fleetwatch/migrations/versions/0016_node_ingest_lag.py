@@ -29,5 +29,6 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    with op.batch_alter_table("nodes") as batch:
-        batch.drop_column("lag_s")
+    # Not batch mode: SQLite (3.35 and later) drops a column in place, where batch mode's copy
+    # of the table would drop ``nodes`` under the foreign keys that name it.
+    op.drop_column("nodes", "lag_s")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 from alembic import command
@@ -32,6 +33,7 @@ def include_name(name: str | None, type_: str, _parents: object) -> bool:
     return not (type_ == "table" and name is not None and is_partition_name(name))
 
 
+@functools.cache  # the migrations shipped with this process do not change under it
 def head_revision() -> str:
     head = ScriptDirectory.from_config(alembic_config()).get_current_head()
     assert head is not None, "no migrations shipped"
