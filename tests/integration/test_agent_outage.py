@@ -3,9 +3,9 @@
 Agents are `fleetwatch agent` processes reading a real nvidia-smi XML capture (no GPU here); the
 server is a `fleetwatch server` process, stopped and restarted on the same port and database.
 They push every collection (down until each spool holds ten batches), or stage three collections
-per push (``--push-interval 3``, down for 30 s: ten pushes' worth): then the batches replayed after the outage hold
-several collections each, and the collections still staged when the agents stop are pushed by
-their shutdown.
+per push (``--push-interval 3``, down for 30 s: ten pushes' worth): then the batches replayed
+after the outage hold several collections each, and the collections still staged when the agents
+stop are pushed by their shutdown.
 """
 
 from __future__ import annotations
