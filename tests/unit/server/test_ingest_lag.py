@@ -19,7 +19,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import select, update
 from tests.factories import make_batch
 from tests.unit.server.conftest import Push
-from tests.unit.server.test_fleet_silence import NODES, _alert, _evictions, _firing, _plan
+from tests.unit.server.test_fleet_silence import _alert, _evictions, _firing, _fleet, _plan
 
 from fleetwatch.server.db.base import utcnow
 from fleetwatch.server.db.session import Database
@@ -87,11 +87,6 @@ def _fleet_heard(db: Database, at: datetime, lag_s: float | None, silent: dict[s
                 .where(nodes.c.name == name)
                 .values(last_seen=at - timedelta(seconds=seconds))
             )
-
-
-def _fleet(push: Push) -> None:
-    for name in NODES:
-        assert push(make_batch(name, gpus=2, ticks=1)).status_code == 200
 
 
 def test_within_the_fleets_lag_a_silent_node_is_not_drained_nor_paged(

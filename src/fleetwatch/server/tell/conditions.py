@@ -109,8 +109,9 @@ def derive_conditions(
         if planned.covers(row.name) or silence.storm:
             continue
         heard = planned.listen_from(row.name, heard_since)
-        lag = silence.lag_s
-        if node_state(row.last_seen, row.interval_s, factor, now, heard, lag) == "unreachable":
+        if node_state(row.last_seen, row.interval_s, factor, now, heard, silence.lag_s) == (
+            "unreachable"
+        ):
             silent = (now - row.last_seen).total_seconds()
             key = f"node:{row.name}:unreachable"
             found[key] = Condition(
