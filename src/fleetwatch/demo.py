@@ -51,15 +51,15 @@ def _demo_tokens(database_url: str, saved: Path) -> dict[str, str]:
     """The tokens saved by an earlier run if they still work, else new ones."""
     from fleetwatch.config import load_server_settings
     from fleetwatch.errors import Unauthenticated
-    from fleetwatch.server.app import prepare_database
     from fleetwatch.server.auth import authenticate, create_token
+    from fleetwatch.server.db.migrate import prepare_database
     from fleetwatch.server.db.session import Database, make_engine
 
     settings = load_server_settings(database_url=database_url)
     db = Database(make_engine(settings))
     scopes = ("admin", "read", "agent")
     try:
-        prepare_database(db, settings)
+        prepare_database(db.engine, settings)
         if saved.exists():
             lines = dict(
                 line.split("=", 1) for line in saved.read_text().splitlines() if "=" in line

@@ -45,7 +45,7 @@ def fleetwatch(*args: str, check: bool = True, env: dict[str, str] | None = None
         [*FLEETWATCH, *args],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=300,  # a hung command still fails; a loaded 2-core CI must not
         env={**os.environ, **(env or {})},
     )
     if check and result.returncode != 0:

@@ -57,7 +57,7 @@ def fleet(pg_db: str) -> Iterator[Fleet]:
 def _cli(*args: str, server: str, token: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "FLEETWATCH_URL": server, "FLEETWATCH_TOKEN": token}
     return subprocess.run(
-        [*FLEETWATCH, "maintenance", *args], capture_output=True, text=True, timeout=60, env=env
+        [*FLEETWATCH, "maintenance", *args], capture_output=True, text=True, timeout=300, env=env
     )
 
 

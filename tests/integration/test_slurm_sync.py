@@ -158,7 +158,7 @@ def sync_once(server: Server, *extra: str) -> subprocess.CompletedProcess[str]:
     """One `fleetwatch slurm-sync --once` pass, as a separate process."""
     args = ["slurm-sync", "--server", server.live.url, "--token", server.token, "--once", *extra]
     done = subprocess.run(
-        [sys.executable, "-m", "fleetwatch", *args], capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "fleetwatch", *args], capture_output=True, text=True, timeout=300
     )
     assert done.returncode == 0, done.stderr
     return done

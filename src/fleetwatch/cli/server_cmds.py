@@ -105,24 +105,24 @@ def server(
 
 def _check_database(settings: ServerSettings) -> None:
     """Fail before binding the port if the database is unreachable or not migrated."""
-    from fleetwatch.server.app import prepare_database
+    from fleetwatch.server.db.migrate import prepare_database
     from fleetwatch.server.db.session import Database, make_engine
 
     db = Database(make_engine(settings))
     try:
-        prepare_database(db, settings)
+        prepare_database(db.engine, settings)
     finally:
         db.dispose()
 
 
 def _open_database(database_url: str | None, *, migrate_sqlite: bool = True) -> Any:
-    from fleetwatch.server.app import prepare_database
+    from fleetwatch.server.db.migrate import prepare_database
     from fleetwatch.server.db.session import Database, make_engine
 
     settings = load_server_settings(database_url=database_url)
     db = Database(make_engine(settings))
     if migrate_sqlite:
-        prepare_database(db, settings)
+        prepare_database(db.engine, settings)
     return db
 
 

@@ -21,11 +21,11 @@ from prometheus_client import CollectorRegistry
 
 import fleetwatch
 from fleetwatch.config import ServerSettings, load_server_settings
-from fleetwatch.errors import ConfigError, SchemaOutOfDate, StorageFull
+from fleetwatch.errors import ConfigError, StorageFull
 from fleetwatch.server.access_log import log_accepted_pushes
 from fleetwatch.server.act.eviction_watch import EvictionWatch
 from fleetwatch.server.act.notices import CHANNEL as NOTICE_CHANNEL
-from fleetwatch.server.db.migrate import current_revision, head_revision, upgrade
+from fleetwatch.server.db.migrate import prepare_database
 from fleetwatch.server.db.session import Database, make_engine, sqlite_directory
 from fleetwatch.server.db.storage import StorageCollector, StorageHealth
 from fleetwatch.server.docs import add_offline_docs
@@ -45,7 +45,7 @@ from fleetwatch.server.secret_box import SecretBox, load_secret_box, reseal_secr
 from fleetwatch.server.token_cache import TokenCache
 from fleetwatch.telemetry import Batch
 
-__all__ = ["create_app", "prepare_database"]
+__all__ = ["create_app"]
 
 logger = logging.getLogger(__name__)
 
@@ -56,19 +56,6 @@ schedulers and people read the fleet through the other endpoints and `/metrics`.
 Every endpoint but `/healthz`, `/readyz` and these docs needs `Authorization: Bearer <token>`
 (`fleetwatch token create --scope agent|read|scheduler|admin`).
 """
-
-
-def prepare_database(db: Database, settings: ServerSettings) -> None:
-    """Migrate the embedded SQLite file; insist that PostgreSQL was migrated by an operator."""
-    if settings.is_sqlite:
-        # At head already (every start but the first and an upgrade's): alembic's run, which
-        # loads every migration script, would change nothing.
-        if current_revision(db.engine) != head_revision():
-            upgrade(db.engine)
-        return
-    current, head = current_revision(db.engine), head_revision()
-    if current != head:
-        raise SchemaOutOfDate(current, head)
 
 
 def _seal_plaintext_secrets(db: Database, box: SecretBox) -> None:
@@ -148,7 +135,7 @@ def create_app(
             min_free_bytes=settings.storage_min_free_bytes,
         )
         db = Database(engine, storage=storage)
-        prepare_database(db, settings)
+        prepare_database(db.engine, settings)
         # Wakes long-polls of GET /v1/evictions?wait= on an eviction change from any replica.
         app.state.eviction_watch = eviction_watch = EvictionWatch(engine)
         eviction_watch.start()

@@ -12,9 +12,18 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import Engine
 
 import fleetwatch.migrations
+from fleetwatch.config import ServerSettings
+from fleetwatch.errors import SchemaOutOfDate
 from fleetwatch.server.db.partitions import is_partition_name
 
-__all__ = ["alembic_config", "current_revision", "head_revision", "include_name", "upgrade"]
+__all__ = [
+    "alembic_config",
+    "current_revision",
+    "head_revision",
+    "include_name",
+    "prepare_database",
+    "upgrade",
+]
 
 SCRIPT_LOCATION = str(Path(fleetwatch.migrations.__file__).parent)
 
@@ -51,3 +60,16 @@ def upgrade(engine: Engine, revision: str = "head") -> None:
     with engine.begin() as conn:
         config.attributes["connection"] = conn
         command.upgrade(config, revision)
+
+
+def prepare_database(engine: Engine, settings: ServerSettings) -> None:
+    """Migrate the embedded SQLite file; insist that PostgreSQL was migrated by an operator."""
+    if settings.is_sqlite:
+        # At head already (every start but the first and an upgrade's): alembic's run, which
+        # loads every migration script, would change nothing.
+        if current_revision(engine) != head_revision():
+            upgrade(engine)
+        return
+    current, head = current_revision(engine), head_revision()
+    if current != head:
+        raise SchemaOutOfDate(current, head)
