@@ -93,7 +93,9 @@ def target_rows(r: dict[str, Any]) -> list[tuple[str, str, str, str]]:
             TARGET_ROWS[0],
             ">= 10,000 for 10 min",
             f"{stored_rate:,.0f} stored of {offered_rate:,.0f} offered, {window_s / 60:.1f} min",
-            _met(stored_rate >= 10_000 and no_backlog and window_s >= 600),
+            # Sustained: 10,000 offered every second of the window and all of it stored by the
+            # window's end + 10 s (the window's own count misses the pushes in flight at its end).
+            _met(offered_rate >= 10_000 and no_backlog and load["duration_s"] >= 600),
         )
     )
     rows.append(
@@ -377,6 +379,7 @@ def _each_server(r: dict[str, Any]) -> str:
     each = r["window"].get("server_cpu_s_each") or []
     if len(each) < 2:
         return ""
-    names = ["worker", *(f"api {i}" for i in range(1, len(each)))]
+    apis = len(each) - 1
+    names = ["worker", *(f"api {i}" if apis > 1 else "api" for i in range(1, len(each)))]
     split = ", ".join(f"{name} {cpu:,.1f}" for name, cpu in zip(names, each, strict=True))
     return f"Server CPU seconds in the window by process: {split}.\n"
