@@ -41,7 +41,7 @@ import psycopg
 from procstats import machine, rss_peak_bytes
 from scale_exporters import disagreements
 from scale_fleet import Fleet
-from scale_metrics import MetricsScraper
+from scale_metrics import MetricsScraper, recommended_shards
 from scale_parties import Child, Parties, PostgresCpu, Snapshot, child, log, server_group
 from scale_prometheus import PrometheusSide, prometheus_figures, start_prometheus_side
 from scale_report import markdown
@@ -167,7 +167,13 @@ def measure(
     delivered_before = side.served_rows() if side else None
     first_s = min(args.push_interval + 30, args.duration / 2)
     scraper = MetricsScraper(
-        parties.group.servers[0].url, read_token, start, end, first_s, args.metrics_every
+        parties.group.servers[0].url,
+        read_token,
+        start,
+        end,
+        first_s,
+        args.metrics_every,
+        shards=recommended_shards(args.nodes * args.gpus_per_node),
     )
     scraper.start()
     while True:

@@ -1,5 +1,7 @@
-"""FleetWatch's own ``/metrics`` during the scale run: page size and scrape time, shard 3 of 16
-(``?shard=3&shards=16``), and the background jobs' counters read off the page.
+"""FleetWatch's own ``/metrics`` during the scale run: page size and scrape time, shard 3 of the
+shard count the shipped scrape config recommends for the fleet's size (``?shard=3&shards=32`` at
+100,000 GPUs, :func:`recommended_shards`) and, when that is not 16, shard 3 of 16 beside it, and
+the background jobs' counters read off the page.
 
 The scraper runs in a thread of the benchmark process, one scrape at a time (never two at once),
 reading the body as it streams (a 100,000-GPU page is hundreds of megabytes; only its first
@@ -20,9 +22,21 @@ from typing import Any
 
 import httpx
 
-__all__ = ["MetricsScraper", "background_jobs", "scrape"]
+__all__ = ["MetricsScraper", "background_jobs", "recommended_shards", "scrape"]
 
-SHARD_PARAMS = {"shard": "3", "shards": "16"}
+# What dashboards/prometheus/prometheus.yml tells operators: a shard near 3,000 GPUs, 16 shards up
+# to about 50,000 GPUs, 32 at 100,000.
+GPUS_PER_SHARD = 3_200
+
+
+def recommended_shards(gpus: int) -> int:
+    """The smallest power of two that keeps a shard at or under :data:`GPUS_PER_SHARD` GPUs."""
+    shards = 1
+    while gpus > shards * GPUS_PER_SHARD:
+        shards *= 2
+    return shards
+
+
 _HEAD_BYTES = 4 * 2**20
 _LINE = re.compile(r"^(fleetwatch_background_\w+)(?:\{([^}]*)\})?\s+(\S+)")
 _LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
@@ -90,16 +104,26 @@ def background_jobs(first: Series, last: Series) -> dict[str, dict[str, Any]]:
 
 class MetricsScraper(threading.Thread):
     """Scrapes ``/metrics`` at ``start + first_s``, then every ``every_s`` until ``end``; each
-    time also shard 3 of 16, unless the server refused it once."""
+    time also shard 3 of ``shards`` (and of 16 when ``shards`` is not 16), unless the server
+    refused it once."""
 
     def __init__(
-        self, url: str, token: str, start: float, end: float, first_s: float, every_s: float
+        self,
+        url: str,
+        token: str,
+        start: float,
+        end: float,
+        first_s: float,
+        every_s: float,
+        shards: int = 16,
     ) -> None:
         super().__init__(name="metrics-scraper", daemon=True)
         self.url, self.token = url, token
         self.start_at, self.end, self.first_s, self.every_s = start, end, first_s, every_s
+        self.shard_count = shards
         self.pages: list[dict[str, Any]] = []
         self.shards: list[dict[str, Any]] = []
+        self.shards_of_16: list[dict[str, Any]] = []
         self.shard_reason: str | None = None
         self.series: list[Series] = []
         self._stop_event = threading.Event()
@@ -126,27 +150,43 @@ class MetricsScraper(threading.Thread):
                 self._scrape_shard()
 
     def _scrape_shard(self) -> None:
-        shard = scrape(self.url, self.token, SHARD_PARAMS)
-        shard.pop("head", None)
-        if shard.get("status") != 200:
-            self.shard_reason = f"answered {shard.get('status') or shard.get('error')}"
-        else:
-            self.shards.append(shard)
+        counts = [(self.shard_count, self.shards)]
+        if self.shard_count != 16:
+            counts.append((16, self.shards_of_16))
+        for count, scraped in counts:
+            index = min(3, count - 1)  # a small fleet's one or two shards
+            shard = scrape(self.url, self.token, {"shard": str(index), "shards": str(count)})
+            shard.pop("head", None)
+            if shard.get("status") != 200:
+                self.shard_reason = f"answered {shard.get('status') or shard.get('error')}"
+                return
+            scraped.append(shard)
 
     def stop(self) -> None:
         self._stop_event.set()
 
     def summary(self) -> dict[str, Any]:
-        shard: dict[str, Any] = {"available": bool(self.shards), "reason": self.shard_reason}
+        shard: dict[str, Any] = {
+            "available": bool(self.shards),
+            "reason": self.shard_reason,
+            "shards": self.shard_count,
+            "shard": min(3, self.shard_count - 1),
+        }
         if self.shards:
-            shard.update(
-                max_s=max(s["seconds"] for s in self.shards),
-                bytes=max(s["bytes"] for s in self.shards),
-                scrapes=len(self.shards),
-            )
+            shard.update(_worst(self.shards))
         elif self.shard_reason is None:
             shard["reason"] = "not scraped"
+        if self.shards_of_16:
+            shard["of_16"] = _worst(self.shards_of_16)
         # Passes between the first and the last scrape; with one scrape, since the server started.
         first = self.series[0] if len(self.series) > 1 else {}
         jobs = background_jobs(first, self.series[-1]) if self.series else {}
         return {"page": self.pages, "shard": shard, "background": jobs}
+
+
+def _worst(scrapes: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "max_s": max(s["seconds"] for s in scrapes),
+        "bytes": max(s["bytes"] for s in scrapes),
+        "scrapes": len(scrapes),
+    }

@@ -116,6 +116,14 @@ class ServerSettings(BaseSettings):
         "holding a large fleet's snapshot spends a quarter of a second on each full collection, "
         "and the default makes them frequent",
     )
+    malloc_arenas: int = Field(
+        default=2,
+        ge=0,
+        description="glibc malloc arenas in a server process (glibc's default is 8 per core, "
+        "one per thread up to that): fewer arenas hold less freed memory (peak RSS 2.61 -> 2.02 "
+        "GiB at 100,000 GPUs, same CPU); 0 leaves glibc's default, and an operator's own "
+        "MALLOC_ARENA_MAX wins",
+    )
     ingest_group_max_batches: int = Field(
         default=64,
         ge=0,

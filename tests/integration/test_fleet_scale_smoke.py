@@ -58,6 +58,9 @@ def test_fleet_scale_benchmark_smoke(
     assert results["fleetwatch"]["evictions_of_other_nodes"] == 0
     if "--no-prometheus" not in command:
         assert results["prometheus"]["rows_in_window"] > 0
+    # 160 GPUs fit one shard of the shipped config's size: the shard scraped is the whole fleet.
+    assert results["metrics"]["shard"]["shards"] == 1, results["metrics"]["shard"]
+    assert results["metrics"]["shard"]["available"], results["metrics"]["shard"]
 
     monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
     from scale_report import TARGET_ROWS

@@ -67,6 +67,7 @@ def server(
 
     from fleetwatch.errors import ConfigError
     from fleetwatch.server.jobs.leader import single_process_problem
+    from fleetwatch.server.malloc_arenas import limit_malloc_arenas
 
     settings = load_server_settings(
         host=host,
@@ -91,6 +92,9 @@ def server(
             os.environ.pop(key, None)
         else:
             os.environ[key] = json.dumps(value) if isinstance(value, list | dict) else str(value)
+    # Before uvicorn starts a thread; its worker processes inherit the limit through the
+    # environment.
+    limit_malloc_arenas(settings.malloc_arenas)
     _check_database(settings)
     uvicorn.run(
         "fleetwatch.server.app:create_app",
