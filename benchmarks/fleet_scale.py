@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-from procstats import machine, rss_peak_bytes
+from procstats import machine, process_tree, rss_peak_bytes
 from scale_exporters import disagreements
 from scale_fleet import Fleet
 from scale_metrics import MetricsScraper, recommended_shards
@@ -238,7 +238,11 @@ def print_progress(line: dict[str, Any], cpu: dict[str, Any] | None) -> None:
 
 
 def fleetwatch_figures(dsn: str, group: ServerGroup, load: dict[str, Any]) -> dict[str, Any]:
-    rss = sum(rss_peak_bytes(pid) for pid in group.pids())
+    rss_each = [
+        sum(rss_peak_bytes(pid) for pid in process_tree(server.process.pid))
+        for server in group.servers
+    ]
+    rss = sum(rss_each)
     probed = {p["node"] for p in load["probes"]}
     with psycopg.connect(dsn) as conn:
 
@@ -273,6 +277,7 @@ def fleetwatch_figures(dsn: str, group: ServerGroup, load: dict[str, Any]) -> di
             "gpus": int(one("SELECT count(*) FROM gpus")),
             "postgres_version": one("SHOW server_version"),
             "rss_peak_bytes": rss,
+            "rss_peak_bytes_each": rss_each,  # in the order of server_cpu_s_each
             "evictions_of_probed_nodes": sum(1 for node, *_ in evictions if node in probed),
             "evictions_of_other_nodes": sum(others.values()),
             "evictions_of_other_nodes_by_reason": dict(others.most_common(10)),

@@ -199,7 +199,17 @@ def target_rows(r: dict[str, Any]) -> list[tuple[str, str, str, str]]:
         note = f"; {runs} passes completed between the scrapes" if runs is not None else ""
         rows.append((TARGET_ROWS[7], "< 30 s", f"not exposed{note}", _met(None)))
     rss = r["fleetwatch"]["rss_peak_bytes"]
-    rows.append((TARGET_ROWS[8], "< 2 GiB", f"{rss / GIB:.2f} GiB", _met(rss < 2 * GIB)))
+    each = r["fleetwatch"].get("rss_peak_bytes_each") or []
+    split = ""
+    if len(each) > 1:
+        names = [
+            "worker",
+            *(["api"] if len(each) == 2 else [f"api {i}" for i in range(1, len(each))]),
+        ]
+        split = (
+            " (" + ", ".join(f"{n} {b / GIB:.2f}" for n, b in zip(names, each, strict=True)) + ")"
+        )
+    rows.append((TARGET_ROWS[8], "< 2 GiB", f"{rss / GIB:.2f} GiB{split}", _met(rss < 2 * GIB)))
     probes = load["probes"]
     evicted = [p["evicted_after_s"] for p in probes if p.get("evicted_after_s") is not None]
     if probes:
