@@ -39,6 +39,7 @@ import platform
 import subprocess
 import sys
 import time
+import tracemalloc
 import uuid as uuidlib
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -313,15 +314,25 @@ def _reset_peak() -> None:
 
 def _timed(name: str, run: Callable[[], Any]) -> dict[str, Any]:
     _reset_peak()
+    if tracemalloc.is_tracing():
+        tracemalloc.reset_peak()
     wall, cpu = time.perf_counter(), time.process_time()
     result = run()
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    traced = {}
+    if tracemalloc.is_tracing():
+        held, peak = tracemalloc.get_traced_memory()
+        traced = {
+            "traced_peak_mib": round(peak / 2**20, 1),
+            "traced_held_mib": round(held / 2**20, 1),
+        }
     return {
         "pass": name,
         "wall_s": round(wall, 3),
         "cpu_s": round(cpu, 3),
         "peak_rss_mib": round(_status("VmHWM") / 2**20, 1),
         "rss_after_mib": round(_status("VmRSS") / 2**20, 1),
+        **traced,
         "result": _describe(result),
     }
 
@@ -503,11 +514,21 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         out = []
         for name, step in steps if every else steps[:3]:
             row = {"phase": label, "interval_s": intervals[name], **_timed(name, step)}
+            traced = (
+                f"  traced peak {row['traced_peak_mib']:6.0f} MiB, "
+                f"held {row['traced_held_mib']:6.0f}"
+                if "traced_peak_mib" in row
+                else ""
+            )
             _log(f"  {label:6s} {name:10s} {row['wall_s']:8.2f} s  peak RSS "
-                 f"{row['peak_rss_mib']:7.0f} MiB  {row['result']}")  # fmt: skip
+                 f"{row['peak_rss_mib']:7.0f} MiB{traced}  {row['result']}")  # fmt: skip
             out.append(row)
         return out
 
+    if args.tracemalloc:
+        # Eight frames: who called the line that allocated. Slows every pass: run it for the
+        # memory, not the times.
+        tracemalloc.start(8)
     _log("first passes (a leader just started) ...")
     rows = passes("first", base + timedelta(seconds=1))
     _log(f"storing {args.steady_s} s more of samples ...")
@@ -520,6 +541,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     seconds = int(settings.assess_interval_s)
     add_ticks(db, base=base, seconds=seconds, after_s=args.steady_s)
     rows += passes("next", base + timedelta(seconds=args.steady_s + seconds + 1), every=False)
+    if args.tracemalloc:
+        _held_memory(args.tracemalloc)
     if args.dump:
         _dump(db, args.dump)
     return {
@@ -532,6 +555,25 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "passes": rows,
         "peak_rss_mib_run": max(r["peak_rss_mib"] for r in rows),
     }
+
+
+def _held_memory(top: int) -> None:
+    """The lines whose allocations are still held after the passes (the jobs' state: windows,
+    snapshot, caches), largest first, to stderr."""
+    snapshot = tracemalloc.take_snapshot()
+    tracemalloc.stop()
+    stats = snapshot.statistics("lineno")
+    total = sum(stat.size for stat in stats)
+    _log(f"held after the passes (tracemalloc): {total / 2**20:,.0f} MiB in {len(stats)} lines")
+    for stat in stats[:top]:
+        frame = stat.traceback[0]
+        where = f"{Path(frame.filename).name}:{frame.lineno}"
+        _log(f"  {stat.size / 2**20:8.1f} MiB {stat.count:>10,} blocks  {where}")
+    _log("the five largest, by call path:")
+    for stat in snapshot.statistics("traceback")[:5]:
+        _log(f"  {stat.size / 2**20:8.1f} MiB {stat.count:>10,} blocks")
+        for frame in stat.traceback:
+            _log(f"      {Path(frame.filename).name}:{frame.lineno}")
 
 
 def _machine() -> str:
@@ -582,6 +624,14 @@ def main() -> None:
         "that reads --minutes of the fleet's samples may not fit in memory)",
     )
     parser.add_argument("--json", default=None)
+    parser.add_argument(
+        "--tracemalloc",
+        type=int,
+        default=0,
+        metavar="N",
+        help="trace allocations (slows every pass) and print the N lines holding the most memory "
+        "after the passes",
+    )
     parser.add_argument("--dump", default=None, help="write what the passes stored to this file")
     parser.add_argument(
         "--database-url",
