@@ -102,6 +102,11 @@ def background_jobs(first: Series, last: Series) -> dict[str, dict[str, Any]]:
     return jobs
 
 
+def _shard_index(count: int) -> int:
+    """Shard 3, or a small fleet's last one (it may have only one or two)."""
+    return min(3, count - 1)
+
+
 class MetricsScraper(threading.Thread):
     """Scrapes ``/metrics`` at ``start + first_s``, then every ``every_s`` until ``end``; each
     time also shard 3 of ``shards`` (and of 16 when ``shards`` is not 16), unless the server
@@ -154,8 +159,8 @@ class MetricsScraper(threading.Thread):
         if self.shard_count != 16:
             counts.append((16, self.shards_of_16))
         for count, scraped in counts:
-            index = min(3, count - 1)  # a small fleet's one or two shards
-            shard = scrape(self.url, self.token, {"shard": str(index), "shards": str(count)})
+            params = {"shard": str(_shard_index(count)), "shards": str(count)}
+            shard = scrape(self.url, self.token, params)
             shard.pop("head", None)
             if shard.get("status") != 200:
                 self.shard_reason = f"answered {shard.get('status') or shard.get('error')}"
@@ -170,7 +175,7 @@ class MetricsScraper(threading.Thread):
             "available": bool(self.shards),
             "reason": self.shard_reason,
             "shards": self.shard_count,
-            "shard": min(3, self.shard_count - 1),
+            "shard": _shard_index(self.shard_count),
         }
         if self.shards:
             shard.update(_worst(self.shards))

@@ -202,13 +202,8 @@ def target_rows(r: dict[str, Any]) -> list[tuple[str, str, str, str]]:
     each = r["fleetwatch"].get("rss_peak_bytes_each") or []
     split = ""
     if len(each) > 1:
-        names = [
-            "worker",
-            *(["api"] if len(each) == 2 else [f"api {i}" for i in range(1, len(each))]),
-        ]
-        split = (
-            " (" + ", ".join(f"{n} {b / GIB:.2f}" for n, b in zip(names, each, strict=True)) + ")"
-        )
+        by_process = zip(_process_names(len(each)), each, strict=True)
+        split = " (" + ", ".join(f"{n} {b / GIB:.2f}" for n, b in by_process) + ")"
     rows.append((TARGET_ROWS[8], "< 2 GiB", f"{rss / GIB:.2f} GiB{split}", _met(rss < 2 * GIB)))
     probes = load["probes"]
     evicted = [p["evicted_after_s"] for p in probes if p.get("evicted_after_s") is not None]
@@ -393,12 +388,18 @@ def markdown(r: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _process_names(count: int) -> list[str]:
+    """The server processes' names in the benchmark's order: the worker, then the api ones."""
+    if count == 2:
+        return ["worker", "api"]
+    return ["worker", *(f"api {i}" for i in range(1, count))]
+
+
 def _each_server(r: dict[str, Any]) -> str:
     """The server CPU by process, when there are several (the worker first, then the api ones)."""
     each = r["window"].get("server_cpu_s_each") or []
     if len(each) < 2:
         return ""
-    apis = len(each) - 1
-    names = ["worker", *(f"api {i}" if apis > 1 else "api" for i in range(1, len(each)))]
-    split = ", ".join(f"{name} {cpu:,.1f}" for name, cpu in zip(names, each, strict=True))
+    by_process = zip(_process_names(len(each)), each, strict=True)
+    split = ", ".join(f"{name} {cpu:,.1f}" for name, cpu in by_process)
     return f"Server CPU seconds in the window by process: {split}.\n"

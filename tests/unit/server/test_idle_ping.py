@@ -68,6 +68,13 @@ def _terminate(postgres_url: str, pid: int) -> None:
     raise AssertionError(f"backend {pid} still there after about a minute")
 
 
+def _killed_connection(engine: Engine, postgres_url: str) -> int:
+    """Return the pool's one connection, then kill its backend; the dead backend's pid."""
+    pid = _backend_pid(engine)
+    _terminate(postgres_url, pid)
+    return pid
+
+
 def test_a_connection_reused_within_the_trusted_idle_time_is_not_pinged(
     engine: Engine, clock: _Clock, pings: list[int]
 ) -> None:
@@ -93,8 +100,7 @@ def test_a_connection_idle_longer_is_pinged_each_time(
 def test_an_idle_connection_whose_backend_died_is_replaced_before_use(
     engine: Engine, clock: _Clock, postgres_url: str
 ) -> None:
-    first = _backend_pid(engine)
-    _terminate(postgres_url, first)
+    first = _killed_connection(engine, postgres_url)
     clock.now += 5
     second = _backend_pid(engine)  # no error: the ping found it dead and the pool reconnected
     assert second != first
@@ -103,8 +109,7 @@ def test_an_idle_connection_whose_backend_died_is_replaced_before_use(
 def test_a_backend_that_died_within_the_trusted_time_fails_one_statement_then_recovers(
     engine: Engine, clock: _Clock, postgres_url: str
 ) -> None:
-    first = _backend_pid(engine)
-    _terminate(postgres_url, first)
+    first = _killed_connection(engine, postgres_url)
     clock.now += 0.1
     with pytest.raises(exc.OperationalError):
         _backend_pid(engine)

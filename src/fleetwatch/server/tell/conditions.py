@@ -109,9 +109,8 @@ def derive_conditions(
         if planned.covers(row.name) or silence.storm:
             continue
         heard = planned.listen_from(row.name, heard_since)
-        if node_state(row.last_seen, row.interval_s, factor, now, heard, silence.lag_s) == (
-            "unreachable"
-        ):
+        state = node_state(row.last_seen, row.interval_s, factor, now, heard, silence.lag_s)
+        if state == "unreachable":
             silent = (now - row.last_seen).total_seconds()
             key = f"node:{row.name}:unreachable"
             found[key] = Condition(
