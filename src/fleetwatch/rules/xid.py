@@ -34,7 +34,15 @@ from typing import Protocol
 from fleetwatch.rules.xid_catalog import SEVERITY_RANK, Action, Severity, XidCatalog, XidEntry
 
 # XidCatalog and XidEntry are re-exported so callers need one import for the whole judge.
-__all__ = ["RECOVERY_ACTIONS", "XidCatalog", "XidEntry", "XidEventLike", "XidVerdict", "judge_xids"]
+__all__ = [
+    "RECOVERY_ACTIONS",
+    "XidCatalog",
+    "XidEntry",
+    "XidEventLike",
+    "XidVerdict",
+    "judge_xids",
+    "may_take_gpu_out",
+]
 
 # NVML nvmlGpuRecoveryAction_t (also DCGM field 1523 and the "to 0xN" of Xid 154).
 RECOVERY_ACTIONS: dict[int, tuple[str, Action, Severity]] = {
@@ -124,6 +132,28 @@ class _Group:
     @property
     def end(self) -> datetime:
         return max(e.ts for e in self.primary + self.extra)
+
+
+_OUT_SEVERITIES = frozenset({"critical", "fatal"})
+
+
+def may_take_gpu_out(xid: int | None, catalog: XidCatalog) -> bool:
+    """Whether an Xid ``xid`` may, on arrival, make :func:`judge_xids` say a GPU must leave
+    service: worth judging its node at once rather than at the next whole-fleet pass.
+
+    No rule raises a verdict above the severity of the catalogue's entry for its primary code
+    (a repeat of 13 or 31 keeps it; a follow-on or a cleanup Xid 45 folds into a verdict that
+    woke the lane on its own), except Xid 154, whose severity is the driver's recovery action
+    in its message. So an Xid is urgent when its entry (the fleet's overrides included) is
+    critical or fatal, when the catalogue does not know it (nothing says it is harmless),
+    when it is 154, or when it has no code. Application Xids (13, 31, 43, ...) are the bulk of
+    a busy fleet's Xids and are not: they wait for the routine pass, as does a recovery action
+    NVML reports, which comes with the samples rather than as an event.
+    """
+    if xid is None or xid == 154:
+        return True
+    entry = catalog.lookup(xid)
+    return not entry.known or entry.severity in _OUT_SEVERITIES
 
 
 def judge_xids(

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from fleetwatch.agent.parsers.kernel_log import parse_kernel_log
-from fleetwatch.rules.xid import XidCatalog, XidVerdict, judge_xids
+from fleetwatch.rules.xid import XidCatalog, XidVerdict, judge_xids, may_take_gpu_out
 from fleetwatch.telemetry import Event
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
@@ -251,3 +251,43 @@ def test_judge_xids_fixture_curated_154(shared_dir: Path) -> None:
     assert (v.rule, v.action, v.xids) == ("xid154_recovery_action", "drain_reset", (154, 48, 63))
     off_bus = [v for v in verdicts if v.rule == "xid79_off_bus"]
     assert {v.gpu for v in off_bus} == {"0000:91:00.0", "0000:ca:00.0"}
+
+
+# --- which Xids wake the urgent lane (may_take_gpu_out) ---
+
+
+def _takes_out(v: XidVerdict) -> bool:
+    return v.counts_against_gpu and v.severity in ("critical", "fatal")
+
+
+@pytest.mark.parametrize("code", [48, 64, 74, 79, 95, 154])
+def test_may_take_gpu_out_for_the_xids_that_drain(code: int) -> None:
+    assert may_take_gpu_out(code, CATALOG)
+
+
+@pytest.mark.parametrize("code", [13, 31, 43, 45, 63, 94])
+def test_may_take_gpu_out_not_for_application_and_info_xids(code: int) -> None:
+    assert not may_take_gpu_out(code, CATALOG)
+
+
+def test_may_take_gpu_out_for_an_unknown_code_or_none_and_after_an_override() -> None:
+    assert 9999 not in CATALOG and may_take_gpu_out(9999, CATALOG)
+    assert may_take_gpu_out(None, CATALOG)
+    promoted = CATALOG.with_overrides({13: {"severity": "critical"}})
+    assert not may_take_gpu_out(13, CATALOG) and may_take_gpu_out(13, promoted)
+
+
+def test_xids_that_may_not_take_a_gpu_out_never_do_in_any_mix() -> None:
+    """The claim ``may_take_gpu_out`` rests on, checked against the rules themselves: every
+    catalogue code it calls routine, repeated on one GPU over hours (repeats, floods) and all of
+    them mixed on it, yields no verdict that takes the GPU out."""
+    routine = [entry.xid for entry in CATALOG if not may_take_gpu_out(entry.xid, CATALOG)]
+    assert len(routine) >= 10
+    hours = [3600 * h for h in (20, 12, 6, 3, 1)]
+    for code in routine:
+        alone = judge([xid(code, s) for s in hours])
+        assert not any(_takes_out(v) for v in alone), (code, alone)
+    mixed = judge([xid(code, s + k) for k, code in enumerate(routine) for s in hours])
+    assert mixed and not any(_takes_out(v) for v in mixed), mixed
+    # The same mix with one fatal Xid does take the GPU out: the check can fail.
+    assert any(_takes_out(v) for v in judge([*[xid(c, 60) for c in routine], xid(79, 30)]))

@@ -8,6 +8,7 @@ from __future__ import annotations
 import threading
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -549,3 +550,21 @@ def test_a_targeted_pass_reads_its_own_windows_while_a_whole_pass_holds_the_flee
     # With the windows free, the targeted pass copies them as before.
     targeted.run_nodes({"node-x"}, now=later)
     assert judge.fresh_reads == 1
+
+
+def test_only_xids_that_may_drain_wake_the_urgent_lane(
+    make_client: Any, tokens: dict[str, str], tmp_path: Path
+) -> None:
+    """An application Xid (13) is stored and left to the routine pass; a fatal one (79) and a
+    code the fleet's rules file promotes to critical (43 here) wake the lane for their node."""
+    rules = tmp_path / "rules.toml"
+    rules.write_text('[xid.43]\nseverity = "critical"\n', "utf-8")
+    client = make_client(rules_file=rules)
+    woken: list[list[str]] = []
+    client.app.state.urgent.add = woken.append
+    for node, code in (("node-app", 13), ("node-fatal", 79), ("node-promoted", 43)):
+        response = client.post(
+            "/v1/ingest", json=_xid_batch(node, code), headers=bearer(tokens["agent"])
+        )
+        assert response.status_code == 200 and response.json()["accepted"]["events"] == 1
+    assert woken == [["node-fatal"], ["node-promoted"]]

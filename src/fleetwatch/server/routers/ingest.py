@@ -16,6 +16,7 @@ from fleetwatch.config import ServerSettings
 from fleetwatch.errors import InvalidInput, PayloadTooLarge, UnsupportedMediaType
 from fleetwatch.rules.host_errors import is_urgent_host_event
 from fleetwatch.rules.thresholds import HealthThresholds
+from fleetwatch.rules.xid import XidCatalog, may_take_gpu_out
 from fleetwatch.server.batch_decoder import decode_batch, ingest_limits
 from fleetwatch.server.batch_structs import BatchStruct, EventStruct
 from fleetwatch.server.db.base import utcnow
@@ -116,13 +117,24 @@ def _check_content_type(request: Request) -> None:
 
 
 # Events that may take a GPU out of service: judge and plan at once rather than at the next tick.
-# Host errors are urgent only at the severities that drain (a fatal SXid, an uncorrected AER,
-# MCE or EDAC record): a flood of corrected ones must not wake the planner on every batch.
-_URGENT_KINDS = frozenset({"xid", "gpu_lost"})
+# Only what may drain is urgent: an Xid the catalogue rates critical or fatal (application Xids,
+# most of a busy fleet's, would keep the lane busy and queue the fatal ones behind them), a lost
+# GPU, and host errors at the severities that drain (a fatal SXid, an uncorrected AER, MCE or
+# EDAC record; a flood of corrected ones must not wake the planner on every batch).
+def _is_urgent(event: EventStruct, catalog: XidCatalog) -> bool:
+    if event.kind == "xid":
+        return may_take_gpu_out(event.xid, catalog)
+    return event.kind == "gpu_lost" or is_urgent_host_event(event.kind, event.details)
 
 
-def _is_urgent(event: EventStruct) -> bool:
-    return event.kind in _URGENT_KINDS or is_urgent_host_event(event.kind, event.details)
+_DEFAULT_CATALOG = XidCatalog.load()
+
+
+def _catalog(request: Request) -> XidCatalog:
+    """The Xid catalogue the rules judge with (the rules file's overrides included); the
+    default one in an app built without background jobs."""
+    assessor = getattr(request.app.state, "assessor", None)
+    return assessor.judge.catalog if assessor is not None else _DEFAULT_CATALOG
 
 
 def _thresholds(request: Request) -> HealthThresholds | None:
@@ -162,7 +174,9 @@ def _store(
         )
 
 
-def _answer(batch: BatchStruct, result: IngestResult) -> tuple[IngestResponse, str | None]:
+def _answer(
+    batch: BatchStruct, result: IngestResult, catalog: XidCatalog
+) -> tuple[IngestResponse, str | None]:
     """The response, and the batch's node when it holds an urgent event (else None)."""
     logger.debug(
         "batch %s from %s: %d samples, %d events, duplicate=%s",
@@ -174,7 +188,7 @@ def _answer(batch: BatchStruct, result: IngestResult) -> tuple[IngestResponse, s
     )
     # A port gone down or flapping is derived here from the port readings, not sent as an event.
     urgent = not result.duplicate and (
-        result.urgent_ports or any(_is_urgent(e) for e in batch.events)
+        result.urgent_ports or any(_is_urgent(e, catalog) for e in batch.events)
     )
     response = IngestResponse(
         accepted=IngestAccepted(samples=result.samples, events=result.events),
@@ -203,7 +217,7 @@ async def _decode_and_store(request: Request, body: bytes) -> tuple[IngestRespon
             request.app.state.ingest_slots,
             _thresholds(request),
         )
-    return _answer(batch, result)
+    return _answer(batch, result, _catalog(request))
 
 
 @router.post(
