@@ -32,9 +32,12 @@ class _AgeModel:
     """A stand-in for the fitted bundle: p = age x horizon / 1000 days (capped at 1)."""
 
     def score(self, units: Any, horizon_days: float) -> Any:
-        p = [min(1.0, float(a) * horizon_days / 1000) for a in units["age_days"]]
+        p = self.probability(units, horizon_days)
         return type("Scores", (), {"probability": p, "model": ["m"] * len(p),
                                    "factors": [()] * len(p)})()  # fmt: skip
+
+    def probability(self, units: Any, horizon_days: float) -> list[float]:
+        return [min(1.0, float(a) * horizon_days / 1000) for a in units["age_days"]]
 
 
 def _snapshot(nodes: int) -> FleetAssessment:

@@ -40,6 +40,10 @@ def recommended_shards(gpus: int) -> int:
 _HEAD_BYTES = 4 * 2**20
 _LINE = re.compile(r"^(fleetwatch_background_\w+)(?:\{([^}]*)\})?\s+(\S+)")
 _LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+_RENDER = re.compile(
+    r'^fleetwatch_metrics_render_(seconds_sum|cpu_seconds_total)\{page="default"\}\s+(\S+)',
+    re.MULTILINE,
+)
 
 Series = dict[tuple[str, str], float]  # (metric name, job) -> value
 
@@ -77,6 +81,26 @@ def background_series(head: bytes) -> Series:
             except ValueError:
                 continue
     return out
+
+
+def render_totals(head: bytes) -> dict[str, float]:
+    """The server's own totals for the default pages it built before this one: wall seconds
+    (``seconds_sum``) and its threads' CPU (``cpu_seconds_total``)."""
+    text = head.decode("utf-8", errors="replace")
+    return {name: float(value) for name, value in _RENDER.findall(text)}
+
+
+def server_side_times(pages: list[dict[str, Any]]) -> None:
+    """Each default-page scrape's server-side build time and CPU, read from the totals on the
+    next scrape's page (only this scraper asks for the default page, so the difference is one
+    build); the last scrape has none."""
+    for page, after in zip(pages, pages[1:], strict=False):
+        before_totals, after_totals = page.get("render_totals"), after.get("render_totals")
+        if before_totals is None or not after_totals:  # {}: no page built before this one
+            continue
+        for key, name in (("seconds_sum", "server_s"), ("cpu_seconds_total", "server_cpu_s")):
+            if key in after_totals:
+                page[name] = round(after_totals[key] - before_totals.get(key, 0.0), 3)
 
 
 def background_jobs(first: Series, last: Series) -> dict[str, dict[str, Any]]:
@@ -150,6 +174,7 @@ class MetricsScraper(threading.Thread):
         head = page.pop("head", b"")
         self.pages.append({"at_s": round(at, 1), "label": label, **page})
         if page.get("status") == 200:
+            self.pages[-1]["render_totals"] = render_totals(head)
             self.series.append(background_series(head))
             if self.shard_reason is None:
                 self._scrape_shard()
@@ -186,6 +211,7 @@ class MetricsScraper(threading.Thread):
         # Passes between the first and the last scrape; with one scrape, since the server started.
         first = self.series[0] if len(self.series) > 1 else {}
         jobs = background_jobs(first, self.series[-1]) if self.series else {}
+        server_side_times(self.pages)
         return {"page": self.pages, "shard": shard, "background": jobs}
 
 

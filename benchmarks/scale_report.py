@@ -365,12 +365,22 @@ def markdown(r: dict[str, Any]) -> str:
             else "not exposed"
         )
         lines.append(f"| {job} | {_num(info.get('runs'))} | {shown} |")
-    lines += ["", "| /metrics scrape at (s) | status | MB | seconds |", "|---:|---|---:|---:|"]
+    lines += [
+        "",
+        "| /metrics scrape at (s) | status | MB | seconds | server: built (s) | server: CPU (s) |",
+        "|---:|---|---:|---:|---:|---:|",
+    ]
     for p in r["metrics"]["page"]:
         lines.append(
             f"| {p['at_s']:.0f} | {p.get('status', p.get('error'))} "
-            f"| {_num(p.get('bytes', 0) / MB, 1)} | {_num(p.get('seconds'), 2)} |"
+            f"| {_num(p.get('bytes', 0) / MB, 1)} | {_num(p.get('seconds'), 2)} "
+            f"| {_num(p.get('server_s'), 2)} | {_num(p.get('server_cpu_s'), 2)} |"
         )
+    lines.append(
+        "\nServer columns: `fleetwatch_metrics_render_seconds` and "
+        "`fleetwatch_metrics_render_cpu_seconds_total` for that page, read off the next scrape "
+        "(none for the last; `-` before the server counted them)."
+    )
     probes = r["load"]["probes"]
     if probes:
         lines += ["", "Xid 79 probes (seconds after the window start -> seconds to eviction):"]

@@ -42,6 +42,7 @@ def test_fleet_scale_benchmark_smoke(
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO / "src"), env.get("PYTHONPATH")]))
     command = [sys.executable, str(BENCHMARK), "--database-url", postgres_url]
     command += ["--nodes", "20", "--duration", "30", "--push-interval", "20", "--progress", "10"]
+    command += ["--metrics-every", "4"]  # two default-page scrapes: the first's server side
     command += ["--json-out", str(out), *_prometheus_args()]
     done = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
     assert done.returncode == 0, done.stderr[-4000:]
@@ -61,6 +62,10 @@ def test_fleet_scale_benchmark_smoke(
     # 160 GPUs fit one shard of the shipped config's size: the shard scraped is the whole fleet.
     assert results["metrics"]["shard"]["shards"] == 1, results["metrics"]["shard"]
     assert results["metrics"]["shard"]["available"], results["metrics"]["shard"]
+    # The server's own account of building the first page, read off the second.
+    pages = results["metrics"]["page"]
+    assert len(pages) >= 2, pages
+    assert {"server_s", "server_cpu_s"} <= pages[0].keys(), pages[0]
 
     monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
     from scale_report import TARGET_ROWS

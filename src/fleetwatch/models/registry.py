@@ -35,10 +35,7 @@ alone, so the server stores a version in one row and never needs lifelines to se
 
 from __future__ import annotations
 
-import gc
 import math
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,6 +44,7 @@ import pandas as pd
 from numpy.typing import NDArray
 from scipy.stats import norm
 
+from fleetwatch.gc_paused import gc_paused
 from fleetwatch.models.base import DURATION_COL, EVENT_COL, ModelFitError
 from fleetwatch.models.bundle_params import AftParams, WeibullParams, conditional_risk
 from fleetwatch.models.telemetry_features import FEATURE_NAMES
@@ -100,23 +98,6 @@ class RiskScores:
     """Per unit: ``"aft"``, ``"weibull:<group>"`` or ``"weibull:fleet"``."""
     factors: list[list[Factor]]
     """Per unit, up to three strongest drivers, strongest first (empty for Weibull units)."""
-
-
-@contextmanager
-def _gc_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector while building many small objects.
-
-    300,000 Factors trigger dozens of young-generation collections that can free nothing (the
-    objects form no cycles): half the scoring time at 100,000 units. Re-enabled after, and only if
-    it was on (another thread may have paused it too).
-    """
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def _fit_weibull(part: pd.DataFrame, label: str) -> tuple[WeibullParams, dict[str, Any]]:
@@ -286,20 +267,22 @@ class RiskBundle:
 
         ``units`` has ``age_days`` (>= 0), optional ``group`` and any covariates (NaN allowed).
         """
-        if not math.isfinite(horizon_days) or horizon_days < 0:
-            raise ValueError(f"horizon_days must be finite and >= 0, got {horizon_days}")
-        if AGE not in units.columns:
-            raise ValueError(f"units lack column {AGE!r} (days since install)")
-        ages = pd.to_numeric(units[AGE], errors="coerce").to_numpy(dtype=np.float64)
-        bad = ~np.isfinite(ages) | (ages < 0)
-        if bad.any():
-            raise ValueError(
-                f"{int(bad.sum())} units have a missing or negative {AGE!r} "
-                f"(first at position {int(np.flatnonzero(bad)[0])})"
-            )
+        ages = _checked_ages(units, horizon_days)
         if self._aft is not None:
             return self._score_aft(self._aft, units, ages, horizon_days)
         return self._score_weibull(units, ages, horizon_days)
+
+    def probability(self, units: pd.DataFrame, horizon_days: float) -> NDArray[np.float64]:
+        """:meth:`score`'s ``probability`` alone, for another horizon of units already scored:
+        the models and factors do not depend on the horizon, and building the factors is most
+        of a score's cost."""
+        ages = _checked_ages(units, horizon_days)
+        if self._aft is not None:
+            x = self._aft.design(_raw_covariates(units, self._aft.features))
+            mu = self._aft.intercept + x @ self._aft.coef
+            return conditional_risk(ages, horizon_days, mu, self._aft.rho)
+        lam, rho, _ = self._weibull_parameters(units)
+        return conditional_risk(ages, horizon_days, np.log(lam), rho)
 
     def aft_covariates(self, units: pd.DataFrame) -> pd.DataFrame:
         """The AFT's covariates for ``units`` as it sees them: imputed, log1p, clipped.
@@ -314,6 +297,16 @@ class RiskBundle:
     def _score_weibull(
         self, units: pd.DataFrame, ages: NDArray[np.float64], horizon: float
     ) -> RiskScores:
+        lam, rho, labels = self._weibull_parameters(units)
+        empty: list[list[Factor]] = [[] for _ in range(len(units))]
+        probability = conditional_risk(ages, horizon, np.log(lam), rho)
+        return RiskScores(probability, labels.tolist(), empty)
+
+    def _weibull_parameters(
+        self, units: pd.DataFrame
+    ) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.object_]]:
+        """Per unit: its group's Weibull scale and shape (the fleet's without a group fit), and
+        the model's label."""
         n = len(units)
         lam = np.full(n, self._fleet.lam)
         rho = np.full(n, self._fleet.rho)
@@ -323,9 +316,7 @@ class RiskBundle:
             for key, fit in self._groups.items():
                 mask = keys == key
                 lam[mask], rho[mask], labels[mask] = fit.lam, fit.rho, f"weibull:{key}"
-        empty: list[list[Factor]] = [[] for _ in range(n)]
-        probability = conditional_risk(ages, horizon, np.log(lam), rho)
-        return RiskScores(probability, labels.tolist(), empty)
+        return lam, rho, labels
 
     @staticmethod
     def _score_aft(
@@ -350,10 +341,26 @@ class RiskBundle:
         ratios = np.exp(log_hr[rows, top]).ravel().tolist()
         if k == 0:  # an AFT without covariates: nothing drives the risk
             return RiskScores(probability, ["aft"] * n, [[] for _ in range(n)])
-        with _gc_paused():
+        with gc_paused():
             flat = list(map(Factor, names, values, ratios))
             factors = [flat[i : i + k] for i in range(0, n * k, k)]
         return RiskScores(probability, ["aft"] * n, factors)
+
+
+def _checked_ages(units: pd.DataFrame, horizon_days: float) -> NDArray[np.float64]:
+    """``units``' ages in days, after checking them and the horizon (ValueError otherwise)."""
+    if not math.isfinite(horizon_days) or horizon_days < 0:
+        raise ValueError(f"horizon_days must be finite and >= 0, got {horizon_days}")
+    if AGE not in units.columns:
+        raise ValueError(f"units lack column {AGE!r} (days since install)")
+    ages: NDArray[np.float64] = pd.to_numeric(units[AGE], errors="coerce").to_numpy(np.float64)
+    bad = ~np.isfinite(ages) | (ages < 0)
+    if bad.any():
+        raise ValueError(
+            f"{int(bad.sum())} units have a missing or negative {AGE!r} "
+            f"(first at position {int(np.flatnonzero(bad)[0])})"
+        )
+    return ages
 
 
 def _raw_covariates(units: pd.DataFrame, features: tuple[str, ...]) -> NDArray[np.float64]:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import gzip
+import time
+from collections.abc import Callable
 from functools import partial
 from typing import Annotated
 
@@ -17,11 +19,23 @@ from fleetwatch.server.db.migrate import current_revision, head_revision
 from fleetwatch.server.db.session import Database
 from fleetwatch.server.deps import require
 from fleetwatch.server.jobs.leader import LeaderElector
+from fleetwatch.server.metrics.families import ServerMetrics
 from fleetwatch.server.metrics.pages import default_page, shard_page
 from fleetwatch.server.metrics.shards import MAX_SHARDS, shard_from_query
 from fleetwatch.server.schemas.common import error_responses
 
 __all__ = ["add_operational_routes"]
+
+
+def _timed(render: Callable[[], str], metrics: ServerMetrics, page: str) -> str:
+    """``render()``, its wall and thread CPU time counted under ``page``."""
+    started, cpu_started = time.perf_counter(), time.thread_time()
+    try:
+        return render()
+    finally:
+        metrics.metrics_render_cpu.labels(page=page).inc(time.thread_time() - cpu_started)
+        metrics.metrics_render_seconds.labels(page=page).observe(time.perf_counter() - started)
+
 
 METRICS_DESCRIPTION = """\
 Without parameters: the default page, what only FleetWatch knows and alerts read, small at any
@@ -96,11 +110,16 @@ def add_operational_routes(app: FastAPI, settings: ServerSettings) -> None:
         else:
             render = partial(shard_page, selected)
         page = await run_in_threadpool(
-            render,
-            fleet=state.fleet,
-            snapshot=state.assessor.latest,
-            db=state.db,
-            settings=settings,
+            _timed,
+            partial(
+                render,
+                fleet=state.fleet,
+                snapshot=state.assessor.latest,
+                db=state.db,
+                settings=settings,
+            ),
+            state.metrics,
+            "default" if selected is None else "shard",
         )
         payload = page.encode()
         headers = {"Content-Type": "text/plain; version=0.0.4; charset=utf-8"}

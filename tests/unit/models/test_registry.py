@@ -336,3 +336,28 @@ def test_registry_factor_is_frozen() -> None:
     factor = Factor("sbe_per_day", None, 1.2)
     with pytest.raises(AttributeError):
         factor.value = 3.0  # type: ignore[misc]
+
+
+@pytest.mark.parametrize("which", ["aft", "weibull"])
+def test_registry_probability_is_the_score_s_probability(
+    which: str, aft_bundle: tuple[RiskBundle, pd.DataFrame], weibull_bundle: RiskBundle
+) -> None:
+    """What a second horizon of the same units is scored with: no factors, same numbers; and
+    the factors and model names the first horizon's score built do not depend on the horizon."""
+    bundle = aft_bundle[0] if which == "aft" else weibull_bundle
+    rng = np.random.default_rng(SEED + 4)
+    units = pd.DataFrame(
+        {
+            "age_days": rng.uniform(0, 3000, 200),
+            "group": rng.choice(["A", "tiny", "other"], 200),
+            "sbe_per_day": np.where(rng.random(200) < 0.2, np.nan, rng.normal(0, 3, 200)),
+            "x2": rng.normal(0, 3, 200),
+        }
+    )
+    day, week = bundle.score(units, 1.0), bundle.score(units, 7.0)
+    assert np.array_equal(bundle.probability(units, 1.0), day.probability)
+    assert np.array_equal(bundle.probability(units, 7.0), week.probability)
+    assert not np.array_equal(day.probability, week.probability)
+    assert day.model == week.model and day.factors == week.factors
+    with pytest.raises(ValueError, match="horizon"):
+        bundle.probability(units, -1.0)

@@ -21,9 +21,12 @@ class _AgeBundle:
     """A stand-in risk model: p grows with age and horizon."""
 
     def score(self, units: Any, horizon_days: float) -> Any:
-        p = [min(1.0, float(a) * horizon_days / 300) for a in units["age_days"]]
+        p = self.probability(units, horizon_days)
         return type("Scores", (), {"probability": p, "model": ["m"] * len(p),
                                    "factors": [()] * len(p)})()  # fmt: skip
+
+    def probability(self, units: Any, horizon_days: float) -> list[float]:
+        return [min(1.0, float(a) * horizon_days / 300) for a in units["age_days"]]
 
 
 def _verdict(kind: str, severity: str, **evidence: str) -> Verdict:

@@ -480,6 +480,10 @@ class _AgeBundle:
         return type("Scores", (), {"probability": p, "model": [None] * len(p),
                                    "factors": [()] * len(p)})()  # fmt: skip
 
+    def probability(self, units: Any, horizon_days: float) -> list[float]:
+        self.scored.append(len(units))
+        return [float(a) / 100 for a in units["age_days"]]
+
 
 def test_patched_snapshot_scores_only_the_fresh_gpus() -> None:
     at = datetime(2026, 1, 1, tzinfo=UTC)

@@ -22,8 +22,10 @@ from typing import Any, Self, TypeVar, cast
 
 import numpy as np
 import pandas as pd
+from numpy.typing import NDArray
 from sqlalchemy import ColumnElement, Connection, Select, func, select
 
+from fleetwatch.gc_paused import gc_paused
 from fleetwatch.models.registry import Factor, RiskBundle
 from fleetwatch.models.telemetry_features import FEATURE_NAMES
 from fleetwatch.server.db.tables import gpu_lifetimes, gpus, nodes
@@ -76,6 +78,19 @@ class GpuRisk:
     factors: tuple[Factor, ...]
 
 
+@dataclass(slots=True)
+class _ScoringBasis:
+    """What scoring a snapshot at any horizon needs that does not depend on the horizon: the
+    model's input table, each GPU's rule flag, model name and strongest factors; and the
+    probabilities of the horizon scored with it, until that horizon takes them."""
+
+    units: pd.DataFrame
+    out_of_service: list[bool]
+    models: list[str | None]
+    factors: list[tuple[Factor, ...]]
+    probability: Sequence[float] | NDArray[np.float64] | None = None
+
+
 @dataclass
 class FleetAssessment:
     """Every GPU's assessment as of ``at``. A snapshot patched by a targeted pass
@@ -94,6 +109,7 @@ class FleetAssessment:
         default_factory=dict, repr=False
     )
     _per_node: dict[str, dict[str, object]] = field(default_factory=dict, repr=False)
+    _basis: _ScoringBasis | None = field(default=None, repr=False)
     # Re-entrant: a memo (the /metrics text) computes risks, which take the lock too.
     _lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
 
@@ -180,22 +196,49 @@ class FleetAssessment:
             return cached
 
     def _score(self, horizon_days: float) -> list[GpuRisk]:
+        with gc_paused():  # 100,000 GPUs' risks form no cycles
+            return self._score_all(horizon_days)
+
+    def _score_all(self, horizon_days: float) -> list[GpuRisk]:
+        basis = self._scoring_basis(horizon_days)
         probabilities: Sequence[float | None] = [None] * len(self.gpus)
-        models: Sequence[str | None] = [None] * len(self.gpus)
-        factors: Sequence[Sequence[Factor]] = [()] * len(self.gpus)
-        if self.bundle is not None and self.gpus:
-            scores = self.bundle.score(_units(self.gpus), horizon_days)
-            probabilities = [float(p) for p in scores.probability]
-            models, factors = scores.model, scores.factors
+        if basis.probability is not None:  # the first horizon's, scored with the basis
+            probabilities = [float(p) for p in basis.probability]
+            basis.probability = None
+        elif self.bundle is not None and self.gpus:
+            found = self.bundle.probability(basis.units, horizon_days)
+            probabilities = [float(p) for p in found]
         out = []
-        for gpu, p, model, f in zip(self.gpus, probabilities, models, factors, strict=True):
-            if gpu.out_of_service:
-                out.append(GpuRisk(gpu, 1.0, p, "rule", model, tuple(f)))
+        for gpu, out_of_service, p, model, f in zip(
+            self.gpus, basis.out_of_service, probabilities, basis.models, basis.factors, strict=True
+        ):
+            if out_of_service:
+                out.append(GpuRisk(gpu, 1.0, p, "rule", model, f))
             else:
-                out.append(
-                    GpuRisk(gpu, p, p, "model" if p is not None else "none", model, tuple(f))
-                )
+                out.append(GpuRisk(gpu, p, p, "model" if p is not None else "none", model, f))
         return out
+
+    def _scoring_basis(self, horizon_days: float) -> _ScoringBasis:
+        """What every horizon's scores share, built with the first horizon scored (call under
+        the lock). At 100,000 GPUs the model's input table, the factors and the rule flags were
+        three quarters of scoring a horizon, rebuilt for each of them."""
+        if self._basis is not None:
+            return self._basis
+        n = len(self.gpus)
+        units = _units(self.gpus)
+        basis = _ScoringBasis(
+            units,
+            [g.out_of_service for g in self.gpus],
+            [None] * n,
+            [()] * n,
+        )
+        if self.bundle is not None and self.gpus:
+            scores = self.bundle.score(units, horizon_days)
+            basis.probability = scores.probability
+            basis.models = list(scores.model)
+            basis.factors = [tuple(f) for f in scores.factors]
+        self._basis = basis
+        return basis
 
     def node_risks(self, horizon_days: float) -> dict[str, tuple[float | None, list[GpuRisk]]]:
         """Node name to (1 − Π(1 − p), its GPUs' risks); None when no GPU has a probability.

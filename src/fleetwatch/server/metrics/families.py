@@ -9,6 +9,8 @@ Counted as things happen, on the registry each app builds (:class:`ServerMetrics
     fleetwatch_background_pass_seconds{job}          fleetwatch_leader{role}
     fleetwatch_ingest_group_batches                  fleetwatch_ingest_group_left_out_total
     fleetwatch_fleet_snapshots_total{outcome}        fleetwatch_urgent_fresh_reads_total
+    fleetwatch_metrics_render_seconds{page}
+    fleetwatch_metrics_render_cpu_seconds_total{page}
 
 Set by the leader's retention pass (``jobs/retention.py``)::
 
@@ -85,6 +87,22 @@ class ServerMetrics:
         self.ingest_group_left_out = Counter(
             "fleetwatch_ingest_group_left_out_total",
             "Pushes a group left to be stored on their own (not routine, or the group failed).",
+            registry=registry,
+        )
+        # How long /metrics took to build (before compression), and how much of that the
+        # rendering thread ran: a slow page with little CPU waited (for the interpreter, a core
+        # or the database), one with much CPU was work.
+        self.metrics_render_seconds = Histogram(
+            "fleetwatch_metrics_render_seconds",
+            "Time to build one /metrics page (page: default or shard), before compression.",
+            ["page"],
+            buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0),
+            registry=registry,
+        )
+        self.metrics_render_cpu = Counter(
+            "fleetwatch_metrics_render_cpu_seconds",
+            "CPU time of the threads that built /metrics pages (page: default or shard).",
+            ["page"],
             registry=registry,
         )
         self.ingest_latency = Histogram(
