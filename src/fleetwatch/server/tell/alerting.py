@@ -50,7 +50,7 @@ from fleetwatch.server.jobs.isolation import ItemGuard
 from fleetwatch.server.jobs.locks import LockKey, transaction_lock, try_transaction_lock
 from fleetwatch.server.judge.assessment import FleetAssessment
 from fleetwatch.server.judge.planned import Planned
-from fleetwatch.server.judge.silence import FleetSilence, fleet_silence
+from fleetwatch.server.judge.silence import FleetSilence, fleet_silence, node_clocks
 from fleetwatch.server.repo.maintenance import load_planned
 from fleetwatch.server.repo.nodes import unheard_nodes
 from fleetwatch.server.tell.conditions import (
@@ -122,6 +122,7 @@ class Alerter:
                 if not try_transaction_lock(conn, LockKey.ALERTS):
                     return AlertPass()
                 planned = load_planned(conn, now)
+                clocks = node_clocks(conn)  # one read for the silence and the conditions
                 silence = fleet_silence(
                     conn,
                     now=now,
@@ -130,6 +131,7 @@ class Alerter:
                     min_nodes=self.settings.unreachable_storm_min_nodes,
                     heard_since=self.heard_since,
                     planned=planned,
+                    clocks=clocks,
                     lag_max_s=self.settings.unreachable_lag_grace_max_s,
                 )
                 active = derive_conditions(
@@ -140,6 +142,7 @@ class Alerter:
                     heard_since=self.heard_since,
                     planned=planned,
                     silence=silence,
+                    clocks=clocks,
                 )
                 covered = self._coverage(conn, snapshot, now, planned, silence)
                 result = self._pass(conn, active, now, covered)

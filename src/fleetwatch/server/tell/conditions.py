@@ -26,7 +26,7 @@ condition of its own: the one ``fleet:silence`` condition stands for them all.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -39,7 +39,7 @@ from fleetwatch.server.db.tables import events, evictions, gpus, nodes, straggle
 from fleetwatch.server.judge.assessment import FleetAssessment
 from fleetwatch.server.judge.liveness import node_state
 from fleetwatch.server.judge.planned import Planned, caused_by_maintenance
-from fleetwatch.server.judge.silence import FleetSilence, fleet_silence
+from fleetwatch.server.judge.silence import FleetSilence, NodeClock, fleet_silence, node_clocks
 from fleetwatch.server.repo.evictions import OPEN_STATES
 
 __all__ = ["Condition", "derive_conditions", "gpu_conditions", "node_clusters"]
@@ -80,10 +80,12 @@ def derive_conditions(
     heard_since: datetime | None = None,
     planned: Planned | None = None,
     silence: FleetSilence | None = None,
+    clocks: Sequence[NodeClock] | None = None,
 ) -> dict[str, Condition]:
     """Every condition active at ``now``, by dedup key (a node is unreachable only after its
     intervals of silence since ``heard_since`` too: see :mod:`fleetwatch.server.judge.liveness`;
-    ``silence``: the fleet's at ``now``, read here when not given)."""
+    ``silence``: the fleet's at ``now``, and ``clocks``: every node's, read here when not
+    given)."""
     found: dict[str, Condition] = {}
     planned = planned or Planned()
     factor = settings.unreachable_after_intervals
@@ -98,35 +100,35 @@ def derive_conditions(
             planned=planned,
             lag_max_s=settings.unreachable_lag_grace_max_s,
         )
-    node_rows = list(
-        conn.execute(select(nodes.c.name, nodes.c.labels, nodes.c.last_seen, nodes.c.interval_s))
-    )
-    clusters = {row.name: _cluster(row.labels) for row in node_rows}
+    node_rows = node_clocks(conn) if clocks is None else clocks
+    # The one label the conditions need, not every node's labels parsed from JSON each pass.
+    cluster = nodes.c.labels["cluster"].as_string().label("cluster")
+    clusters = {row.name: row.cluster for row in conn.execute(select(nodes.c.name, cluster))}
     found.update(gpu_conditions(conn, assessment, planned, clusters))
     if silence.storm:
         found["fleet:silence"] = _fleet_silence(silence)
-    for row in node_rows:
-        if planned.covers(row.name) or silence.storm:
+    for clock in node_rows:
+        if planned.covers(clock.name) or silence.storm:
             continue
-        heard = planned.listen_from(row.name, heard_since)
-        state = node_state(row.last_seen, row.interval_s, factor, now, heard, silence.lag_s)
+        heard = planned.listen_from(clock.name, heard_since)
+        state = node_state(clock.last_seen, clock.interval_s, factor, now, heard, silence.lag_s)
         if state == "unreachable":
-            silent = (now - row.last_seen).total_seconds()
-            key = f"node:{row.name}:unreachable"
+            silent = (now - clock.last_seen).total_seconds()
+            key = f"node:{clock.name}:unreachable"
             found[key] = Condition(
                 key,
                 "unreachable",
                 "critical",
-                f"node {row.name} unreachable: nothing received for {silent:.0f} s",
+                f"node {clock.name} unreachable: nothing received for {silent:.0f} s",
                 "investigate",
                 {
                     "rule": "node_unreachable",
-                    "last_seen": _iso(row.last_seen),
-                    "interval_s": row.interval_s,
+                    "last_seen": _iso(clock.last_seen),
+                    "interval_s": clock.interval_s,
                     "silent_s": round(silent, 1),
                 },
-                row.name,
-                cluster=clusters.get(row.name),
+                clock.name,
+                cluster=clusters.get(clock.name),
             )
     open_stragglers = conn.execute(
         select(stragglers).where(stragglers.c.ended_at.is_(None), stragglers.c.kind == "hardware")
