@@ -57,13 +57,7 @@ def test_risk_prefetch_renders_only_while_the_page_is_scraped() -> None:
     now = [1000.0]
     snapshots = iter([_snapshot(), _snapshot(), _snapshot()])
     current = [next(snapshots)]
-    prefetch = RiskPrefetch(
-        lambda: current[0],
-        HORIZONS,
-        active_for_s=600.0,
-        clock=lambda: now[0],
-        active_at_start=False,
-    )
+    prefetch = RiskPrefetch(lambda: current[0], HORIZONS, active_for_s=600.0, clock=lambda: now[0])
     assert prefetch.prefetch_once() is False  # never scraped: nobody would read it
     assert "metrics:" not in "".join(current[0]._memo)
     prefetch.scraped()
@@ -79,25 +73,11 @@ def test_risk_prefetch_renders_only_while_the_page_is_scraped() -> None:
     assert prefetch.prefetch_once() is True
 
 
-def test_a_process_renders_from_its_start_until_nobody_scraped_it_for_the_window() -> None:
-    """The first scrape of a new process finds the lines ready; a process nobody scrapes stops
-    rendering ``active_for_s`` after its start."""
-    now = [1000.0]
-    current = [_snapshot()]
-    prefetch = RiskPrefetch(lambda: current[0], HORIZONS, active_for_s=600.0, clock=lambda: now[0])
-    assert prefetch.prefetch_once() is True  # not scraped yet: its first scrape is coming
-    now[0] += 600.5
-    current[0] = _snapshot()
-    assert prefetch.prefetch_once() is False
-    assert prefetch.scraped_at is None
-
-
 def test_a_scrape_of_the_default_page_turns_the_prefetch_on(
     make_client: Any, tokens: dict[str, str]
 ) -> None:
-    """The real app with its background jobs on (every timer an hour away): the prefetch is
-    on from the start; a shard scrape does not count as a scrape of the default page, a scrape
-    of the default page does."""
+    """The real app with its background jobs on (every timer an hour away): a shard scrape
+    leaves the prefetch off, a scrape of the default page turns it on."""
     hour = 3600.0
     client = make_client(
         background_jobs=True,
@@ -107,10 +87,10 @@ def test_a_scrape_of_the_default_page_turns_the_prefetch_on(
         refit_interval_s=0,
     )
     prefetch = client.app.state.risk_prefetch
-    assert prefetch.is_active() and prefetch.scraped_at is None
+    assert not prefetch.is_active()
     shard = client.get("/metrics", params={"shard": 0, "shards": 2}, headers=bearer(tokens["read"]))
     assert shard.status_code == 200
-    assert prefetch.scraped_at is None
+    assert not prefetch.is_active()
     page = client.get("/metrics", headers=bearer(tokens["read"]))
     assert page.status_code == 200
-    assert prefetch.scraped_at is not None and prefetch.is_active()
+    assert prefetch.is_active()

@@ -11,10 +11,7 @@ Only a process whose default page is scraped renders: one nobody scraped for ``a
 (an API process behind a load balancer that Prometheus does not scrape, say) would otherwise
 render every snapshot it adopts or patches for no one (a fifth of such a process's CPU at
 100,000 GPUs, sampled with py-spy). Its first scrape after that renders on demand, as without
-the prefetch. A process starts as if scraped at its start: Prometheus scrapes a new target
-within its interval, and that first scrape would otherwise render on demand (7.5 s of an 8.0 s
-scrape at 100,000 GPUs under the fleet's load, run 25 in ``BENCHMARKS.md``); one that nobody
-scrapes stops rendering ``active_for_s`` after its start.
+the prefetch.
 """
 
 from __future__ import annotations
@@ -48,15 +45,13 @@ class RiskPrefetch:
         poll_s: float = 1.0,
         active_for_s: float = ACTIVE_FOR_S,
         clock: Callable[[], float] = time.monotonic,
-        active_at_start: bool = True,
     ) -> None:
         self._latest = latest
         self._horizons_h = list(horizons_h)
         self._poll_s = poll_s
         self._active_for_s = active_for_s
         self._clock = clock
-        self._scraped_at: float | None = None  # the default page's last scrape
-        self._active_from = clock() if active_at_start else None
+        self._scraped_at: float | None = None
         self._done: FleetAssessment | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -65,18 +60,10 @@ class RiskPrefetch:
         """The default page was asked for now."""
         self._scraped_at = self._clock()
 
-    @property
-    def scraped_at(self) -> float | None:
-        """When the default page was last scraped (on the clock given); None: never."""
-        return self._scraped_at
-
     def is_active(self) -> bool:
-        """Whether the default page was scraped, or the process started, within
-        ``active_for_s``."""
-        since = max(
-            (t for t in (self._scraped_at, self._active_from) if t is not None), default=None
-        )
-        return since is not None and self._clock() - since <= self._active_for_s
+        """Whether the default page was scraped within ``active_for_s``."""
+        scraped_at = self._scraped_at
+        return scraped_at is not None and self._clock() - scraped_at <= self._active_for_s
 
     def prefetch_once(self) -> bool:
         """Render the newest snapshot unless it was rendered already or no one scrapes this
