@@ -37,6 +37,7 @@ from typing import NamedTuple
 
 from sqlalchemy import Connection, select
 
+from fleetwatch.server.db.raw_rows import psycopg_rows
 from fleetwatch.server.db.tables import nodes
 from fleetwatch.server.judge.ingest_lag import fleet_lag_s
 from fleetwatch.server.judge.liveness import node_state
@@ -69,30 +70,20 @@ class NodeClock(NamedTuple):
 
 def node_clocks(conn: Connection, since: datetime | None = None) -> list[NodeClock]:
     """Every node's clock, or those heard since ``since``. The planner and the alerts read them
-    once a pass each (every 10 s). On PostgreSQL the rows come straight from psycopg's binary
-    cursor as tuples: 35 ms of the worker's interpreter for 12,500 nodes, against 108 ms through
-    SQLAlchemy's rows and type processing (``benchmarks/node_clocks.py``)."""
-    if conn.dialect.name == "postgresql" and conn.dialect.driver == "psycopg":
-        return _node_clocks_from_psycopg(conn, since)
+    once a pass each (every 10 s); on PostgreSQL as plain tuples (``db/raw_rows.py``: 35 ms for
+    12,500 nodes, against 108 ms through SQLAlchemy's rows)."""
+    sql = "SELECT name, last_seen, interval_s, lag_s FROM nodes"
+    if since is not None:
+        sql += " WHERE last_seen >= %(since)s"
+    rows = psycopg_rows(conn, sql, {"since": since})
+    if rows is not None:
+        return list(map(NodeClock._make, rows))
     query = select(nodes.c.name, nodes.c.last_seen, nodes.c.interval_s, nodes.c.lag_s)
     if since is not None:
         query = query.where(nodes.c.last_seen >= since)
     return [
         NodeClock(row.name, row.last_seen, row.interval_s, row.lag_s) for row in conn.execute(query)
     ]
-
-
-def _node_clocks_from_psycopg(conn: Connection, since: datetime | None) -> list[NodeClock]:
-    """:func:`node_clocks` in ``conn``'s transaction, through its psycopg connection. The
-    session's time zone is UTC (``make_engine``), so times come back as UtcDateTime gives them."""
-    sql = "SELECT name, last_seen, interval_s, lag_s FROM nodes"
-    if since is not None:
-        sql += " WHERE last_seen >= %(since)s"
-    raw = conn.connection.driver_connection
-    assert raw is not None
-    with raw.cursor(binary=True) as cursor:
-        cursor.execute(sql, {"since": since})
-        return list(map(NodeClock._make, cursor))
 
 
 def clocks_lag_s(clocks: Sequence[NodeClock], now: datetime, max_s: float) -> float:

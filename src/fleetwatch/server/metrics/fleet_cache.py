@@ -22,6 +22,7 @@ from sqlalchemy import func, select
 
 from fleetwatch.rules.host_errors import HOST_KINDS
 from fleetwatch.server.db.base import utcnow
+from fleetwatch.server.db.raw_rows import psycopg_rows
 from fleetwatch.server.db.session import Database
 from fleetwatch.server.db.tables import events, nodes
 from fleetwatch.server.judge.planned import Planned, WindowRow
@@ -122,19 +123,24 @@ class FleetCache:
             self._refreshed_at = time.monotonic()
 
     def _load_nodes(self, conn: Any) -> None:
-        query = select(
-            nodes.c.id, nodes.c.name, nodes.c.interval_s, nodes.c.last_seen, nodes.c.lag_s
-        )
-        if self._node_mark is not None:
-            query = query.where(nodes.c.last_seen >= self._node_mark - _OVERLAP)
-        for row in conn.execute(query).all():  # one batch: every node moves at every push
-            old = self._nodes.get(row.id)
-            hashed = old.hashed if old is not None else node_hash(row.name)
-            self._nodes[row.id] = CachedNode(
-                row.id, row.name, row.interval_s, row.last_seen, hashed, row.lag_s
+        since = None if self._node_mark is None else self._node_mark - _OVERLAP
+        sql = "SELECT id, name, interval_s, last_seen, lag_s FROM nodes"
+        if since is not None:
+            sql += " WHERE last_seen >= %(since)s"
+        rows = psycopg_rows(conn, sql, {"since": since})
+        if rows is None:
+            query = select(
+                nodes.c.id, nodes.c.name, nodes.c.interval_s, nodes.c.last_seen, nodes.c.lag_s
             )
-            if self._node_mark is None or row.last_seen > self._node_mark:
-                self._node_mark = row.last_seen
+            if since is not None:
+                query = query.where(nodes.c.last_seen >= since)
+            rows = [tuple(row) for row in conn.execute(query)]
+        for node_id, name, interval_s, last_seen, lag_s in rows:  # every node moves each push
+            old = self._nodes.get(node_id)
+            hashed = old.hashed if old is not None else node_hash(name)
+            self._nodes[node_id] = CachedNode(node_id, name, interval_s, last_seen, hashed, lag_s)
+            if self._node_mark is None or last_seen > self._node_mark:
+                self._node_mark = last_seen
 
     def _load_events(self, conn: Any) -> None:
         if self._event_mark is None:
