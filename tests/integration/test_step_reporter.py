@@ -66,7 +66,9 @@ def test_step_reporter_never_slows_the_loop_when_the_server_is_away() -> None:
     for step in range(2000):
         reporter.step(step, 50.0)
     assert reporter.pending <= 100
-    assert reporter.dropped >= 1900  # the oldest go first; the newest 100 are kept
+    # The oldest go first; the newest 100 are kept, and one batch of at most 100 may be in the
+    # sender's hands (counted when its send fails): a loaded machine showed exactly 1,800.
+    assert reporter.dropped >= 1800
     reporter.close(timeout_s=1.0)
     assert reporter.sent == 0
 
