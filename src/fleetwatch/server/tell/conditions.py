@@ -60,15 +60,16 @@ class Condition:
     cluster: str | None = None
 
 
-def _cluster(labels: Any) -> str | None:
-    value = (labels or {}).get("cluster") if isinstance(labels, dict) else None
-    return str(value) if value is not None else None
+# The one label the conditions need, read as text: not every node's labels parsed from JSON.
+_CLUSTER = nodes.c.labels["cluster"].as_string().label("cluster")
 
 
-def node_clusters(conn: Connection, names: Collection[str]) -> dict[str, str | None]:
-    """The ``cluster`` label of each node of ``names`` (None: it has none)."""
-    rows = conn.execute(select(nodes.c.name, nodes.c.labels).where(nodes.c.name.in_(list(names))))
-    return {row.name: _cluster(row.labels) for row in rows}
+def node_clusters(conn: Connection, names: Collection[str] | None = None) -> dict[str, str | None]:
+    """The ``cluster`` label of each node of ``names``, or of every node (None: it has none)."""
+    query = select(nodes.c.name, _CLUSTER)
+    if names is not None:
+        query = query.where(nodes.c.name.in_(list(names)))
+    return {row.name: row.cluster for row in conn.execute(query)}
 
 
 def derive_conditions(
@@ -101,9 +102,7 @@ def derive_conditions(
             lag_max_s=settings.unreachable_lag_grace_max_s,
         )
     node_rows = node_clocks(conn) if clocks is None else clocks
-    # The one label the conditions need, not every node's labels parsed from JSON each pass.
-    cluster = nodes.c.labels["cluster"].as_string().label("cluster")
-    clusters = {row.name: row.cluster for row in conn.execute(select(nodes.c.name, cluster))}
+    clusters = node_clusters(conn)
     found.update(gpu_conditions(conn, assessment, planned, clusters))
     if silence.storm:
         found["fleet:silence"] = _fleet_silence(silence)
