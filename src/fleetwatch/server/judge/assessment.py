@@ -22,7 +22,6 @@ from typing import Any, Self, TypeVar, cast
 
 import numpy as np
 import pandas as pd
-from numpy.typing import NDArray
 from sqlalchemy import ColumnElement, Connection, Select, func, select
 
 from fleetwatch.gc_paused import gc_paused
@@ -78,17 +77,15 @@ class GpuRisk:
     factors: tuple[Factor, ...]
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class _ScoringBasis:
     """What scoring a snapshot at any horizon needs that does not depend on the horizon: the
-    model's input table, each GPU's rule flag, model name and strongest factors; and the
-    probabilities of the horizon scored with it, until that horizon takes them."""
+    model's input table, each GPU's rule flag, model name and strongest factors."""
 
     units: pd.DataFrame
     out_of_service: list[bool]
     models: list[str | None]
     factors: list[tuple[Factor, ...]]
-    probability: Sequence[float] | NDArray[np.float64] | None = None
 
 
 @dataclass
@@ -200,14 +197,17 @@ class FleetAssessment:
             return self._score_all(horizon_days)
 
     def _score_all(self, horizon_days: float) -> list[GpuRisk]:
-        basis = self._scoring_basis(horizon_days)
-        probabilities: Sequence[float | None] = [None] * len(self.gpus)
-        if basis.probability is not None:  # the first horizon's, scored with the basis
-            probabilities = [float(p) for p in basis.probability]
-            basis.probability = None
-        elif self.bundle is not None and self.gpus:
-            found = self.bundle.probability(basis.units, horizon_days)
-            probabilities = [float(p) for p in found]
+        scored = self.bundle is not None and bool(self.gpus)
+        first: Iterable[float] = ()
+        if self._basis is None:
+            self._basis, first = self._scoring_basis(horizon_days)
+        elif scored:
+            assert self.bundle is not None
+            first = self.bundle.probability(self._basis.units, horizon_days)
+        basis = self._basis
+        probabilities: Sequence[float | None] = (
+            [float(p) for p in first] if scored else [None] * len(self.gpus)
+        )
         out = []
         for gpu, out_of_service, p, model, f in zip(
             self.gpus, basis.out_of_service, probabilities, basis.models, basis.factors, strict=True
@@ -218,27 +218,18 @@ class FleetAssessment:
                 out.append(GpuRisk(gpu, p, p, "model" if p is not None else "none", model, f))
         return out
 
-    def _scoring_basis(self, horizon_days: float) -> _ScoringBasis:
-        """What every horizon's scores share, built with the first horizon scored (call under
-        the lock). At 100,000 GPUs the model's input table, the factors and the rule flags were
-        three quarters of scoring a horizon, rebuilt for each of them."""
-        if self._basis is not None:
-            return self._basis
+    def _scoring_basis(self, horizon_days: float) -> tuple[_ScoringBasis, Iterable[float]]:
+        """What every horizon's scores share, and the probabilities of the horizon it was built
+        with (none without a model). At 100,000 GPUs the model's input table, the factors and
+        the rule flags were three quarters of scoring a horizon, rebuilt for each of them."""
         n = len(self.gpus)
         units = _units(self.gpus)
-        basis = _ScoringBasis(
-            units,
-            [g.out_of_service for g in self.gpus],
-            [None] * n,
-            [()] * n,
-        )
-        if self.bundle is not None and self.gpus:
-            scores = self.bundle.score(units, horizon_days)
-            basis.probability = scores.probability
-            basis.models = list(scores.model)
-            basis.factors = [tuple(f) for f in scores.factors]
-        self._basis = basis
-        return basis
+        out_of_service = [g.out_of_service for g in self.gpus]
+        if self.bundle is None or not self.gpus:
+            return _ScoringBasis(units, out_of_service, [None] * n, [()] * n), []
+        scores = self.bundle.score(units, horizon_days)
+        factors = [tuple(f) for f in scores.factors]
+        return _ScoringBasis(units, out_of_service, list(scores.model), factors), scores.probability
 
     def node_risks(self, horizon_days: float) -> dict[str, tuple[float | None, list[GpuRisk]]]:
         """Node name to (1 − Π(1 − p), its GPUs' risks); None when no GPU has a probability.
