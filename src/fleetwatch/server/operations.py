@@ -6,7 +6,7 @@ import gzip
 import time
 from collections.abc import Callable
 from functools import partial
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Query, Request
 from fastapi.concurrency import run_in_threadpool
@@ -19,12 +19,19 @@ from fleetwatch.server.db.migrate import current_revision, head_revision
 from fleetwatch.server.db.session import Database
 from fleetwatch.server.deps import require
 from fleetwatch.server.jobs.leader import LeaderElector
+from fleetwatch.server.judge.assessor import Assessor
 from fleetwatch.server.metrics.families import ServerMetrics
 from fleetwatch.server.metrics.pages import default_page, shard_page
 from fleetwatch.server.metrics.shards import MAX_SHARDS, shard_from_query
 from fleetwatch.server.schemas.common import error_responses
 
 __all__ = ["add_operational_routes"]
+
+
+def _render(render: Callable[..., str], assessor: Assessor, **kwargs: Any) -> str:
+    """``render`` given the newest snapshot, taken in the render's thread: a process that
+    adopts the leader's snapshots only while read decodes the newest one first."""
+    return render(snapshot=assessor.newest(), **kwargs)
 
 
 def _timed(render: Callable[[], str], metrics: ServerMetrics, page: str) -> str:
@@ -112,9 +119,10 @@ def add_operational_routes(app: FastAPI, settings: ServerSettings) -> None:
         page = await run_in_threadpool(
             _timed,
             partial(
+                _render,
                 render,
+                state.assessor,
                 fleet=state.fleet,
-                snapshot=state.assessor.latest,
                 db=state.db,
                 settings=settings,
             ),

@@ -141,6 +141,51 @@ def test_adoption_keeps_the_followers_newer_urgent_judgement(
     assert _view(follower.latest) == _view(newest)
 
 
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_follower_adopts_at_once_only_while_read_and_its_next_reader_catches_up(
+    db: Database, settings: ServerSettings, push: Push
+) -> None:
+    """Nobody read the follower's snapshot: its poll reads the stored head only, and its next
+    reader adopts the newest one first. Read within read_for_s: each poll adopts at once."""
+    assert push(make_batch("node-a", gpus=2, ticks=2)).status_code == 200
+    leader, follower = _assessor(db, settings), _assessor(db, settings)
+    publisher, _ = _sharing(db, leader)
+    clock = _Clock()
+    counted = Counter("snapshots", "test", ["outcome"], registry=CollectorRegistry())
+    sharing = SnapshotSharing(
+        db, follower, stale_after_s=300.0, counted=counted, read_for_s=600.0, clock=clock
+    )
+    follower.catch_up = sharing.catch_up
+    _no_judging(follower)
+    assert sharing.poll() is False and sharing.stored_seq is None, "nothing stored: judge"
+
+    first = leader.run_once()
+    publisher.publish(first)
+    assert sharing.poll() is True and sharing.stored_seq == 1
+    assert follower.latest is None and _count(counted, "adopted") == 0, "not read: not decoded"
+    served = follower.newest()
+    assert served is not None and _view(served) == _view(first) and sharing.adopted_seq == 1
+
+    assert push(_xid_batch("node-a", 79)).status_code == 200
+    second = leader.run_once()
+    publisher.publish(second)
+    assert sharing.poll() is True and sharing.adopted_seq == 2, "read just now: adopted at once"
+    assert follower.latest is not None and _view(follower.latest) == _view(second)
+
+    clock.now += 601.0  # nobody read it for longer than read_for_s
+    publisher.publish(leader.run_once())
+    assert sharing.poll() is True and sharing.stored_seq == 3 and sharing.adopted_seq == 2
+    assert follower.current().whole_at > second.whole_at and sharing.adopted_seq == 3
+    assert _count(counted, "adopted") == 3
+
+
 def _jobs(db: Database, settings: ServerSettings) -> BackgroundJobs:
     return BackgroundJobs(
         db,
@@ -166,9 +211,12 @@ def test_the_leaders_assessment_job_publishes_and_a_standbys_adopts(
     with db.read() as conn:
         seq = conn.execute(text("SELECT seq FROM fleet_snapshots")).scalar_one()
     standby._assess_then_act()
-    assert passes == [] and standby.sharing is not None and standby.sharing.adopted_seq == seq
-    assert leader.assessor.latest is not None and standby.assessor.latest is not None
-    assert _view(standby.assessor.latest) == _view(leader.assessor.latest)
+    assert passes == [] and standby.sharing is not None and standby.sharing.stored_seq == seq
+    assert standby.assessor.latest is None, "nothing read it yet: not decoded"
+    served = standby.assessor.current()  # the first reader adopts (run_once would record "own")
+    assert passes == [] and standby.sharing.adopted_seq == seq
+    assert leader.assessor.latest is not None
+    assert _view(served) == _view(leader.assessor.latest)
     # Sharing off: every process judges the fleet itself, as before.
     alone = _jobs(db, settings.model_copy(update={"snapshot_poll_s": 0.0}))
     monkeypatch.setattr(alone.assessor, "run_once", lambda now=None: passes.append("own"))

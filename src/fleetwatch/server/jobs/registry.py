@@ -8,7 +8,8 @@ assessment     ``assess_interval_s``            every     when a node is too man
                                                           does not lead adopts the leader's
                                                           stored snapshot instead, when fresh
 snapshot       ``snapshot_poll_s``              not the   (PostgreSQL) adopts the leader's newer
-                                                leader    stored snapshot, if any
+                                                leader    stored snapshot, if any, while this
+                                                          process's is read (else on next read)
 urgent         when woken (else hourly, idle)   every     when a fatal Xid, a lost GPU or an
                                                 process   urgent host or port event arrives here
                                                           or (NOTIFY) on any replica: judges
@@ -120,6 +121,7 @@ class BackgroundJobs:
                 counted=metrics.fleet_snapshots,
             )
             self.assessor.adopter = self._follow
+            self.assessor.catch_up = self._catch_up
         # Issue 15: what each running job is told about its nodes (after each plan).
         self.notices = JobNotices(db, settings, lambda: self.assessor.latest)
         self.stragglers = StragglerDetector(db, settings, guard=self._guard("stragglers"))
@@ -153,7 +155,7 @@ class BackgroundJobs:
             ),
         ]
         if self.sharing is not None:
-            jobs.append(Job("snapshot", s.snapshot_poll_s, self._follow))
+            jobs.append(Job("snapshot", s.snapshot_poll_s, self._poll))
         return jobs
 
     def leader_jobs(self) -> list[Job]:
@@ -226,8 +228,18 @@ class BackgroundJobs:
         whether it serves a fresh one of the leader's (see :meth:`SnapshotSharing.follow`)."""
         return self.sharing is not None and not self.is_leader and self.sharing.follow()
 
+    def _poll(self) -> bool:
+        """Whether the leader's stored snapshot is fresh, if this process shares and does not
+        lead; adopted at once only while this process's snapshot is read (see
+        :meth:`SnapshotSharing.poll`)."""
+        return self.sharing is not None and not self.is_leader and self.sharing.poll()
+
+    def _catch_up(self) -> None:
+        if self.sharing is not None and not self.is_leader:
+            self.sharing.catch_up()
+
     def _assess_then_act(self) -> None:
-        if self._follow():
+        if self._poll():
             return  # the leader judged the fleet: its snapshot answers this process's requests
         snapshot = self.assessor.run_once()
         if self.is_leader:  # a replica's snapshot answers its requests; the leader plans, alerts

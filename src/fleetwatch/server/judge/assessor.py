@@ -67,6 +67,9 @@ class Assessor:
         # The leader's stored snapshot, where shared: tried before a pass of this process's own
         # when it has none yet (True: one was adopted). Set by the background jobs.
         self.adopter: Callable[[], bool] | None = None
+        # Called before a reader is served: adopts the leader's newer stored snapshot first,
+        # where this process adopts only while read (see snapshot_sharing). Set by the jobs.
+        self.catch_up: Callable[[], None] | None = None
         self._adopted_at: datetime | None = None  # whole_at of the newest snapshot adopted
 
     def _model(self, conn: Connection) -> tuple[int, RiskBundle] | None:
@@ -192,9 +195,15 @@ class Assessor:
                     self._patches.append((now, names, fresh))
         return snapshot
 
+    def newest(self) -> FleetAssessment | None:
+        """The snapshot to serve a reader now, without judging (None before the first)."""
+        if self.catch_up is not None:
+            self.catch_up()
+        return self.latest
+
     def current(self) -> FleetAssessment:
         """The newest snapshot: the leader's stored one or one built now, if the loop has not
         run yet."""
-        if self.latest is None and self.adopter is not None:
+        if self.newest() is None and self.adopter is not None:
             self.adopter()
         return self.latest if self.latest is not None else self.run_once()
