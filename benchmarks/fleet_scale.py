@@ -116,7 +116,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         config_path.write_text(json.dumps(load_config(args, group, tokens)))
         command = [sys.executable, str(HERE / "scale_load.py"), str(config_path)]
         generator = stack.enter_context(child(command, workdir / "load.log"))
-        postgres = PostgresCpu(db.name)
+        postgres = PostgresCpu(db.name, dsn=db.dsn)
         stack.callback(postgres.stop)
         parties = Parties(
             group,

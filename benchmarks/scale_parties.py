@@ -103,13 +103,28 @@ class PostgresCpu(threading.Thread):
     backends and autovacuum workers, and the shared background processes (WAL writer,
     checkpointer, ...), sampled every second so that a process that exits meanwhile still counts
     up to its last sample. Unlike ``procstats.postgres_cpu_s`` the postmaster's reaped-children
-    time is left out: on a shared machine it is mostly other sessions' connections."""
+    time is left out: on a shared machine it is mostly other sessions' connections.
 
-    def __init__(self, database: str, every_s: float = 1.0) -> None:
+    With ``dsn``, each process is also named every ``label_every_s`` from ``pg_stat_activity``:
+    a server's backends by their ``application_name`` (``fleetwatch api``, ``fleetwatch
+    worker``), the others by their ``backend_type`` (``autovacuum worker``, ``walwriter``, ...);
+    :meth:`used_by_s` splits the CPU by those names."""
+
+    def __init__(
+        self,
+        database: str,
+        every_s: float = 1.0,
+        *,
+        dsn: str | None = None,
+        label_every_s: float = 10.0,
+    ) -> None:
         super().__init__(name="postgres-cpu", daemon=True)
         self.database, self.every_s = database, every_s
+        self.dsn, self.label_every_s = dsn, label_every_s
         self._base: dict[int, float] = {}
         self._last: dict[int, float] = {}
+        self._labels: dict[int, str] = {}
+        self._labelled_at = float("-inf")
         self._lock = threading.Lock()
         self._done = threading.Event()
 
@@ -124,13 +139,42 @@ class PostgresCpu(threading.Thread):
 
     def sample(self) -> None:
         now = self._read()
+        labels = (
+            self._read_labels()
+            if time.monotonic() - self._labelled_at >= self.label_every_s
+            else {}
+        )
         with self._lock:
             self._last.update(now)
+            self._labels.update(labels)
+
+    def _read_labels(self) -> dict[int, str]:
+        self._labelled_at = time.monotonic()
+        if self.dsn is None:
+            return {}
+        import psycopg
+
+        query = (
+            "SELECT pid, CASE WHEN application_name LIKE 'fleetwatch%' THEN application_name "
+            "ELSE backend_type END FROM pg_stat_activity"
+        )
+        try:
+            with psycopg.connect(self.dsn, connect_timeout=5) as conn:
+                return {int(pid): str(name) for pid, name in conn.execute(query)}
+        except psycopg.Error:
+            return {}  # a missed naming: those processes stay under their earlier names
 
     def used_s(self) -> float:
         self.sample()
         with self._lock:
             return sum(cpu - self._base.get(pid, 0.0) for pid, cpu in self._last.items())
+
+    def per_process(self) -> tuple[dict[int, float], dict[int, str]]:
+        """Each process's CPU since :meth:`begin`, and the names known for them."""
+        self.sample()
+        with self._lock:
+            used = {pid: cpu - self._base.get(pid, 0.0) for pid, cpu in self._last.items()}
+            return used, dict(self._labels)
 
     def run(self) -> None:
         while not self._done.wait(self.every_s):
@@ -149,6 +193,14 @@ class Parties:
     prometheus: _Measured | None
 
 
+def _by_name(used: dict[int, float], names: dict[int, str]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for pid, cpu in used.items():
+        name = names.get(pid, "unnamed")
+        out[name] = out.get(name, 0.0) + cpu
+    return {name: round(cpu, 3) for name, cpu in sorted(out.items(), key=lambda kv: -kv[1])}
+
+
 @dataclass
 class Snapshot:
     mono: float
@@ -157,6 +209,8 @@ class Snapshot:
     iowait: float
     total: float
     each_server: list[float]  # CPU of each server process (tree), in the group's order
+    postgres_each: dict[int, float]  # each PostgreSQL process's CPU since PostgresCpu.begin
+    postgres_names: dict[int, str]  # their names (application_name or backend_type)
 
     @classmethod
     def take(cls, p: Parties) -> Snapshot:
@@ -172,7 +226,16 @@ class Snapshot:
             "exporters": proc_cpu_s(p.exporters) if p.exporters else 0.0,
             "harness": proc_cpu_s(os.getpid()),
         }
-        return cls(time.monotonic(), cpu, busy, iowait, total, each)
+        postgres_each, postgres_names = p.postgres.per_process()
+        return cls(time.monotonic(), cpu, busy, iowait, total, each, postgres_each, postgres_names)
+
+    def _postgres_by(self, later: Snapshot) -> dict[str, float]:
+        """PostgreSQL's CPU between the two snapshots by process name (the later names: a
+        backend is named once it was seen in pg_stat_activity)."""
+        used = {
+            pid: cpu - self.postgres_each.get(pid, 0.0) for pid, cpu in later.postgres_each.items()
+        }
+        return _by_name(used, later.postgres_names)
 
     def until(self, later: Snapshot) -> dict[str, Any]:
         wall = later.mono - self.mono
@@ -189,6 +252,7 @@ class Snapshot:
             "server_cpu_s_each": [
                 round(b - a, 3) for a, b in zip(self.each_server, later.each_server, strict=True)
             ],
+            "postgres_cpu_s_by": self._postgres_by(later),
             "machine_busy_pct": 100 * share,
             "machine_iowait_pct": 100 * iowait,
         }

@@ -346,6 +346,7 @@ def markdown(r: dict[str, Any]) -> str:
         *(f"| {a} | {b} | {c} |" for a, b, c in side_by_side(r)),
         "",
         _each_server(r),
+        _postgres_by(r),
         f"Other CPU in the window (seconds): load generator {cpu['generator']:,.1f}, "
         f"dcgm-exporter pages {cpu['exporters']:,.1f}, benchmark harness "
         f"({'/'}metrics scrapes) {cpu['harness']:,.1f}, rest of the machine {cpu['others']:,.1f}; "
@@ -403,6 +404,15 @@ def _process_names(count: int) -> list[str]:
     if count == 2:
         return ["worker", "api"]
     return ["worker", *(f"api {i}" for i in range(1, count))]
+
+
+def _postgres_by(r: dict[str, Any]) -> str:
+    """PostgreSQL's CPU by whom each process worked for (the server's role for a backend)."""
+    by = r["window"].get("postgres_cpu_s_by") or {}
+    if not by:
+        return ""
+    split = ", ".join(f"{name} {cpu:,.1f}" for name, cpu in by.items())
+    return f"PostgreSQL CPU seconds in the window by process name: {split}.\n"
 
 
 def _each_server(r: dict[str, Any]) -> str:

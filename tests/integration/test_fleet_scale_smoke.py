@@ -66,6 +66,11 @@ def test_fleet_scale_benchmark_smoke(
     pages = results["metrics"]["page"]
     assert len(pages) >= 2, pages
     assert {"server_s", "server_cpu_s"} <= pages[0].keys(), pages[0]
+    # PostgreSQL's CPU split by whom its processes worked for: the server's sessions name
+    # their role (one process here: "all").
+    by = results["window"]["postgres_cpu_s_by"]
+    assert by.get("fleetwatch all", 0) > 0, by
+    assert "PostgreSQL CPU seconds in the window by process name: " in done.stdout
 
     monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
     from scale_report import TARGET_ROWS

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-from sqlalchemy import Connection, Engine, create_engine, event
+from sqlalchemy import Connection, Engine, create_engine, event, make_url
 from sqlalchemy.pool import StaticPool
 
 from fleetwatch.config import ServerSettings
@@ -64,8 +64,12 @@ def make_engine(settings: ServerSettings) -> Engine:
         event.listen(engine, "connect", _sqlite_on_connect)
         event.listen(engine, "begin", _sqlite_on_begin)
         return engine
+    # Each session says which role it works for in pg_stat_activity (and so which process a
+    # backend's CPU and locks belong to), unless the database URL names one itself.
+    named = "application_name" in make_url(url).query
     engine = create_engine(
         url,
+        connect_args={} if named else {"application_name": f"fleetwatch {settings.role}"},
         pool_size=settings.db_pool_size,
         max_overflow=settings.db_pool_size,
         # psycopg takes bytes; msgspec encodes the newest-state JSON of every pushed GPU
