@@ -17,7 +17,7 @@ from fleetwatch.rules.xid_catalog import XidCatalog
 from fleetwatch.server.db.session import Database
 from fleetwatch.server.judge import judging
 from fleetwatch.server.judge.judging import FleetJudge
-from fleetwatch.server.judge.packed_samples import packed_samples, reads_packed
+from fleetwatch.server.judge.packed_samples import as_printed, packed_samples, reads_packed
 
 START = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=10)
 BIG = 2**60 + 7  # a counter float64 cannot hold exactly
@@ -138,3 +138,53 @@ def test_packed_read_sorts_in_memory_for_its_transaction_only(push: Push, db: Da
         assert conn.execute(text("SHOW work_mem")).scalar() == "128MB"
     with db.read() as conn:
         assert conn.execute(text("SHOW work_mem")).scalar() == before != "128MB"
+
+
+def _wire_reals(rng: np.random.Generator) -> np.ndarray:
+    """Reals the wire can store (every real field is bounded by 50,000 in magnitude): whole
+    numbers, milliwatts, tenths, quarters, tiny fractions, and float32 bit patterns drawn at
+    random within the bound (which take every number of decimal places, and the fallback)."""
+    bits = rng.integers(0, 2**31, 400_000).astype(np.uint32).view(np.float32)
+    drawn = bits[np.isfinite(bits) & (np.abs(bits) <= 50_000)]
+    return np.concatenate(
+        [
+            rng.integers(-50, 50_000, 50_000),
+            rng.integers(0, 10_000_000, 100_000) / 1000,
+            rng.integers(-500, 2_000, 20_000) / 10,
+            np.arange(-50, 200, 0.25),
+            rng.random(20_000) * 1e-3,
+            rng.random(5_000) * 1e-9,
+            [0.0, -0.0, 55.3, 700.123, 49_999.996, 16_777_215.0, 1e-45],
+            drawn,
+            -drawn[:50_000],
+        ]
+    ).astype(np.float32)
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
+def test_reals_read_packed_equal_what_postgresql_prints_for_them(db: Database) -> None:
+    """as_printed on the four bytes of a real gives the float64 of the decimal PostgreSQL prints
+    for it (real::text::float8, what the row reader's text loader reads), for every value the
+    wire can store; the array's own float64 would differ on most of them."""
+    sent = _wire_reals(np.random.default_rng(12))
+    with db.write() as conn:
+        raw = conn.connection.driver_connection
+        raw.execute("CREATE TEMP TABLE reals (i int, v real) ON COMMIT DROP")
+        with raw.cursor().copy("COPY reals (i, v) FROM STDIN (FORMAT BINARY)") as copy:
+            copy.set_types(["int4", "float4"])
+            for i, value in enumerate(sent.tolist()):
+                copy.write_row((i, value))
+        printed, stored = raw.execute(
+            "SELECT string_agg(float8send(v::text::float8), ''::bytea ORDER BY i), "
+            "string_agg(float4send(v), ''::bytea ORDER BY i) FROM reals"
+        ).fetchone()
+    expected = np.frombuffer(printed, ">f8")
+    read = as_printed(np.frombuffer(stored, ">f4").astype(np.float32))
+    assert read.size == sent.size > 400_000
+    differ = np.flatnonzero(read != expected)
+    assert differ.size == 0, [
+        (float(sent[i]), float(expected[i]), float(read[i])) for i in differ[:5]
+    ]
+    assert np.array_equal(np.signbit(read), np.signbit(expected))
+    assert (sent.astype(np.float64) != expected).mean() > 0.5, "the test data is mostly inexact"
