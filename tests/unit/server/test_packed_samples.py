@@ -188,3 +188,33 @@ def test_reals_read_packed_equal_what_postgresql_prints_for_them(db: Database) -
     ]
     assert np.array_equal(np.signbit(read), np.signbit(expected))
     assert (sent.astype(np.float64) != expected).mean() > 0.5, "the test data is mostly inexact"
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
+def test_packed_read_after_an_id_goes_range_by_range_across_gaps(push: Push, db: Database) -> None:
+    """After an id, the read goes ``chunk`` ids at a time: every stored row once, each chunk in
+    time order even where ids are not, a gap wider than a range (a dropped day) skipped, and
+    nothing newer than ``until``."""
+    _push(push, "node-a", 0, 10, "boot-1")  # ids 1..30: 10 ticks x 3 GPUs
+    with db.write() as conn:
+        conn.execute(text("DELETE FROM gpu_samples WHERE id BETWEEN 8 AND 21"))
+        # ids 1..5 stored in reverse time order (a late spool beside new readings)
+        conn.execute(
+            text("UPDATE gpu_samples SET ts = :start + (10 - id) * interval '1 ms' WHERE id <= 5"),
+            {"start": START},
+        )
+        stored = conn.execute(text("SELECT id, ts FROM gpu_samples ORDER BY id")).all()
+
+    def read(**kwargs: Any) -> list[Any]:
+        with db.read() as conn:
+            return list(packed_samples(conn, ["gpu_temp_c"], after_id=0, chunk=5, **kwargs))
+
+    chunks = read(until=START + timedelta(hours=1))
+    ids = np.concatenate([c.ids for c in chunks])
+    assert sorted(ids.tolist()) == [row.id for row in stored] and ids.size == len(set(ids))
+    assert all(c.ids.size <= 5 and (np.diff(c.ts_us) >= 0).all() for c in chunks)
+    assert chunks[0].ids.tolist() == [5, 4, 3, 2, 1]
+    until = START + timedelta(seconds=75)
+    early = np.concatenate([c.ids for c in read(until=until)]).tolist()
+    assert sorted(early) == [row.id for row in stored if row.ts <= until] != ids.tolist()
