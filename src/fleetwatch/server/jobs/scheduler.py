@@ -61,6 +61,16 @@ class _Timings(Protocol):
     def observe(self, amount: float) -> None: ...
 
 
+def next_pause(interval_s: float, elapsed_s: float, hint_s: float | None = None) -> float:
+    """Seconds from a pass that took ``elapsed_s`` to the next: the rest of ``interval_s`` (a
+    pass slower than its interval still leaves a breather, never a busy loop), or sooner when
+    the job hinted when it next has work (``hint_s``: the planner, a node about to go silent)."""
+    pause = max(interval_s - elapsed_s, 0.1 * interval_s)
+    if hint_s is not None:
+        pause = min(pause, max(hint_s + 0.05, 0.05))
+    return pause
+
+
 async def periodic(
     name: str,
     interval_s: float,
@@ -70,13 +80,18 @@ async def periodic(
     runs: _Counter | None = None,
     durations: _Timings | None = None,
     executor: Executor | None = None,
+    phase_s: float = 0.0,
+    clock: Callable[[], float] | None = None,
 ) -> None:
     """Run ``job`` in a thread now and then every ``interval_s`` (sooner when ``waker`` is
-    poked), until cancelled. A failed pass is logged, counted on ``failures`` and retried; a
-    completed one is counted on ``runs`` and its wall time observed on ``durations``. The
-    thread is the loop's default pool's, or ``executor``'s."""
+    poked), until cancelled; with ``phase_s``, the second pass comes that much later, and the
+    rest every ``interval_s`` after it. A failed pass is logged, counted on ``failures`` and
+    retried; a completed one is counted on ``runs`` and its wall time observed on
+    ``durations``. The thread is the loop's default pool's, or ``executor``'s. ``clock``: the
+    loop's by default."""
+    clock = clock or asyncio.get_running_loop().time
     while True:
-        started = asyncio.get_running_loop().time()
+        started = clock()
         hint: float | None = None
         try:
             if executor is None:
@@ -87,18 +102,16 @@ async def periodic(
             if runs is not None:
                 runs.inc()
             if durations is not None:
-                durations.observe(asyncio.get_running_loop().time() - started)
+                durations.observe(clock() - started)
             # A job may know when it next has work (the planner: a node about to go silent).
             hint = getattr(result, "next_run_s", None)
         except Exception:
             if failures is not None:
                 failures.inc()
             logger.exception("background job %s failed; retrying in %.0f s", name, interval_s)
-        elapsed = asyncio.get_running_loop().time() - started
-        # A job slower than its interval still leaves the loop a breather, never a busy loop.
-        pause = max(interval_s - elapsed, 0.1 * interval_s)
-        if hint is not None:
-            pause = min(pause, max(hint + 0.05, 0.05))
+        elapsed = clock() - started
+        pause = next_pause(interval_s, elapsed, hint) + phase_s
+        phase_s = 0.0
         if waker is None:
             await asyncio.sleep(pause)
         else:
@@ -120,6 +133,9 @@ class Job:
     # Its own thread (the urgent lane: never queued behind the other jobs' long passes in the
     # loop's default pool, which has cpu_count + 4 threads).
     executor: Executor | None = None
+    # How much later than ``interval_s`` its second pass comes (every later one is
+    # ``interval_s`` after the one before): keeps two heavy jobs of one interval apart.
+    phase_s: float = 0.0
 
 
 class Scheduler:
@@ -192,5 +208,13 @@ class Scheduler:
                 await asyncio.sleep(job.interval_s)
         durations = self._durations(job.name) if self._durations is not None else None
         await periodic(
-            job.name, job.interval_s, job.run, job.waker, failures, runs, durations, job.executor
+            job.name,
+            job.interval_s,
+            job.run,
+            job.waker,
+            failures,
+            runs,
+            durations,
+            job.executor,
+            phase_s=job.phase_s,
         )
