@@ -186,6 +186,44 @@ def test_a_follower_adopts_at_once_only_while_read_and_its_next_reader_catches_u
     assert _count(counted, "adopted") == 3
 
 
+def test_an_unread_follower_keeps_its_urgent_judgement_for_the_snapshot_it_adopts_later(
+    db: Database, settings: ServerSettings, push: Push
+) -> None:
+    """Nobody reads the follower: its urgent pass judges node-x alone and decodes nothing; the
+    first reader adopts the leader's snapshot with that newer judgement in it (the GPUs taking
+    the snapshot's covariates), and a later leader's snapshot newer still replaces it."""
+    for node in ("node-x", "node-y"):
+        assert push(make_batch(node, gpus=2, ticks=2)).status_code == 200
+    leader, follower = _assessor(db, settings), _assessor(db, settings)
+    publisher, _ = _sharing(db, leader)
+    clock = _Clock()
+    counted = Counter("snapshots", "test", ["outcome"], registry=CollectorRegistry())
+    sharing = SnapshotSharing(db, follower, stale_after_s=300.0, counted=counted, clock=clock)
+    follower.catch_up, follower.adopter = sharing.catch_up, sharing.follow
+    follower.defers = lambda: not sharing.being_read()
+    now = datetime.now(UTC)
+    older = leader.run_once(now=now)
+    publisher.publish(older)
+    assert sharing.poll() is True
+    assert push(_xid_batch("node-x", 79)).status_code == 200
+    urgent_at = now + timedelta(seconds=2)
+    assert follower.run_nodes({"node-x"}, now=urgent_at) is None
+    assert follower.latest is None and _count(counted, "adopted") == 0, "nothing decoded"
+
+    served = follower.current()  # the first reader
+    assert _count(counted, "adopted") == 1 and served.whole_at == older.at
+    assert served.judged_at("node-x") == urgent_at and served.judged_at("node-y") == older.at
+    x_gpus = [g for g in served.gpus if g.node == "node-x"]
+    assert "xid79_off_bus" in {v.rule for g in x_gpus for v in g.verdicts}
+    leaders = {g.uuid: g.features for g in older.gpus}
+    assert [g.features for g in x_gpus] == [leaders[g.uuid] for g in x_gpus]
+
+    newest = leader.run_once(now=now + timedelta(seconds=3))
+    publisher.publish(newest)
+    assert sharing.poll() is True  # read just now: adopted at once
+    assert follower.latest is not None and _view(follower.latest) == _view(newest)
+
+
 def _jobs(db: Database, settings: ServerSettings) -> BackgroundJobs:
     return BackgroundJobs(
         db,

@@ -128,6 +128,7 @@ class BackgroundJobs:
             )
             self.assessor.adopter = self._follow
             self.assessor.catch_up = self._catch_up
+            self.assessor.defers = self._defers
         # Issue 15: what each running job is told about its nodes (after each plan).
         self.notices = JobNotices(db, settings, lambda: self.assessor.latest)
         self.stragglers = StragglerDetector(db, settings, guard=self._guard("stragglers"))
@@ -248,6 +249,10 @@ class BackgroundJobs:
         lead; adopted at once only while this process's snapshot is read (see
         :meth:`SnapshotSharing.poll`)."""
         return self.sharing is not None and not self.is_leader and self.sharing.poll()
+
+    def _defers(self) -> bool:
+        """Whether this process leaves the leader's snapshot unread (see Assessor.defers)."""
+        return self.sharing is not None and not self.is_leader and not self.sharing.being_read()
 
     def _catch_up(self) -> None:
         if self.sharing is not None and not self.is_leader:

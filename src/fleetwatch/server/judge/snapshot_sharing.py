@@ -96,7 +96,7 @@ class SnapshotSharing:
         """Whether the leader's stored snapshot is fresh and readable (False: judge the fleet
         here). Adopts it at once while this process's snapshot is being read (see the module);
         otherwise notes its sequence number for :meth:`catch_up` and reads one small row."""
-        if self._being_read():
+        if self.being_read():
             return self.follow()
         with self.db.read() as conn:
             return self._fresh_head(conn) is not None
@@ -109,7 +109,8 @@ class SnapshotSharing:
         if seq is not None and seq != self.adopted_seq and seq != self._unreadable:
             self.follow()
 
-    def _being_read(self) -> bool:
+    def being_read(self) -> bool:
+        """Whether this process's snapshot was asked for within ``read_for_s``."""
         return self._read_at is not None and self._clock() - self._read_at < self.read_for_s
 
     def follow(self) -> bool:
