@@ -157,37 +157,27 @@ class Assessor:
             if latest is not None and latest.whole_at >= snapshot.whole_at:
                 return False
             features = {gpu.uuid: gpu.features for gpu in snapshot.gpus}
-            snapshot = self._with_early(snapshot, features)
-            if latest is not None:
+            early, self._early = self._early, {}
+            judged = {  # judged here before any snapshot was: the snapshot's covariates
+                node: (at, [replace(g, features=features.get(g.uuid, g.features)) for g in own])
+                for node, (at, own) in early.items()
+            }
+            if latest is not None:  # this process's own urgent lane since its last snapshot
                 newer = {
                     node: at
                     for node, at in latest.nodes_at.items()
                     if at > snapshot.judged_at(node)
                 }
-                if newer:
-                    own: dict[str, list[GpuAssessment]] = {}
-                    for gpu in latest.gpus:
-                        if gpu.node in newer:
-                            own.setdefault(gpu.node, []).append(gpu)
-                    for node, at in sorted(newer.items(), key=lambda item: item[1]):
-                        snapshot = snapshot.patched(at, [node], own.get(node, []))
+                kept: dict[str, list[GpuAssessment]] = {node: [] for node in newer}
+                for gpu in latest.gpus if newer else ():
+                    if gpu.node in newer:
+                        kept[gpu.node].append(gpu)
+                judged.update((node, (at, kept[node])) for node, at in newer.items())
+            snapshot = _newer_kept(snapshot, judged)
             self._adopted_at = snapshot.whole_at
             self._fleet_features = features
             self.latest = snapshot
         return True
-
-    def _with_early(
-        self, snapshot: FleetAssessment, features: Mapping[str, dict[str, float]]
-    ) -> FleetAssessment:
-        """``snapshot`` with the nodes judged before any snapshot was adopted here, where this
-        judgement is the newer; their GPUs take the snapshot's covariates. Call under
-        ``_publish``."""
-        early, self._early = self._early, {}
-        for node, (at, own) in sorted(early.items(), key=lambda item: item[1][0]):
-            if at > snapshot.judged_at(node):
-                fresh = [replace(g, features=features.get(g.uuid, g.features)) for g in own]
-                snapshot = snapshot.patched(at, [node], fresh)
-        return snapshot
 
     def _judge_early(self, names: frozenset[str], now: datetime) -> FleetAssessment | None:
         """The targeted pass with no snapshot here yet (see ``defers``): the nodes' judgement is
@@ -247,3 +237,16 @@ class Assessor:
         if self.newest() is None and self.adopter is not None:
             self.adopter()
         return self.latest if self.latest is not None else self.run_once()
+
+
+def _newer_kept(
+    snapshot: FleetAssessment, judged: Mapping[str, tuple[datetime, list[GpuAssessment]]]
+) -> FleetAssessment:
+    """``snapshot`` with each node of ``judged`` (node -> when judged, its GPUs) whose
+    judgement is newer than the snapshot's patched in, oldest first."""
+    newer = [
+        (at, node, gpus) for node, (at, gpus) in judged.items() if at > snapshot.judged_at(node)
+    ]
+    for at, node, gpus in sorted(newer, key=lambda item: item[0]):
+        snapshot = snapshot.patched(at, [node], gpus)
+    return snapshot

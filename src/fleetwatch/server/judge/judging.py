@@ -328,7 +328,7 @@ class FleetJudge:
         slots = np.asarray(slot_by_id, np.int64)[gpu_of]
         known = slots >= 0  # samples of a GPU this judge does not know: skipped
         if not known.all():
-            chunk = _rows_of(chunk, known)
+            chunk = chunk.take(known)
             slots = slots[known]
         boot_keys, boot_of = np.unique(chunk.boots, return_inverse=True)
         boots = self._boots_of(conn, boot_keys.tolist())
@@ -756,15 +756,3 @@ class FleetJudge:
         seen = {g.uuid: g.last_seen for g in newest.values()}
         for v in judge_missing_gpus(expected, reporting, now=now, last_seen=seen):
             out[v.gpu].append(Verdict.from_health(v))
-
-
-def _rows_of(chunk: PackedChunk, keep: NDArray[np.bool_]) -> PackedChunk:
-    """The rows ``keep`` of ``chunk``."""
-    return PackedChunk(
-        ids=chunk.ids[keep],
-        gpu_ids=chunk.gpu_ids[keep],
-        ts_us=chunk.ts_us[keep],
-        boots=chunk.boots[keep],
-        values=[column[keep] for column in chunk.values],
-        raw=[column[keep] for column in chunk.raw],
-    )

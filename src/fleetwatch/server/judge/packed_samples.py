@@ -55,6 +55,17 @@ class PackedChunk:
     values: list[NDArray[np.float64]]
     raw: list[NDArray[Any]]
 
+    def take(self, rows: NDArray[Any]) -> PackedChunk:
+        """The chunk's ``rows`` (a mask, or positions in the order wanted)."""
+        return PackedChunk(
+            ids=self.ids[rows],
+            gpu_ids=self.gpu_ids[rows],
+            ts_us=self.ts_us[rows],
+            boots=self.boots[rows],
+            values=[column[rows] for column in self.values],
+            raw=[column[rows] for column in self.raw],
+        )
+
 
 def reads_packed(conn: Connection) -> bool:
     """Whether ``conn`` can read packed samples (PostgreSQL through psycopg)."""
@@ -173,15 +184,7 @@ def _after_id(
 
 def _in_time_order(chunk: PackedChunk) -> PackedChunk:
     """The chunk's rows sorted by time (rows of one time in the order the database gave them)."""
-    order = np.argsort(chunk.ts_us, kind="stable")
-    return PackedChunk(
-        ids=chunk.ids[order],
-        gpu_ids=chunk.gpu_ids[order],
-        ts_us=chunk.ts_us[order],
-        boots=chunk.boots[order],
-        values=[column[order] for column in chunk.values],
-        raw=[column[order] for column in chunk.raw],
-    )
+    return chunk.take(np.argsort(chunk.ts_us, kind="stable"))
 
 
 _NEWEST_ID = "SELECT max(id) FROM gpu_samples"
