@@ -368,7 +368,7 @@ class ServerSettings(BaseSettings):
     # -- storage lifecycle (issue 12) --
     raw_retention_days: float = Field(
         default=14.0,
-        description="Days raw samples are kept (gpu_samples); PostgreSQL drops them a whole day "
+        description="Days raw samples are kept; PostgreSQL drops them a whole day "
         "at a time, so up to one day more. At least 8: the hourly rollups are recomputed from "
         "raw samples up to 7 days back. The weekly report's energy figures read raw samples "
         "of its week",

@@ -1,7 +1,8 @@
 """Collected against stored: what real agents say they collected, what the database holds.
 
 An agent logs ``spooled N samples, ...`` once per collection cycle (one batch); the database
-holds ``gpu_samples`` rows. A sample is identified by its GPU and timestamp, so
+holds them in ``gpu_sample_blocks``, read back through the product's reader. A sample is
+identified by its GPU and timestamp, so
 ``lost = collected - distinct stored - still spooled`` and ``duplicated = rows - distinct``.
 """
 
@@ -14,6 +15,7 @@ from pathlib import Path
 
 from sqlalchemy import create_engine, text
 
+from fleetwatch.server.repo.sample_reader import read_samples
 from tests.integration.live import AgentProcess
 
 __all__ = ["Tally", "tally"]
@@ -26,7 +28,7 @@ RETRIED = re.compile(r"push of \S+ failed|server answered \d+ for \S+; will retr
 class Tally:
     batches: int  # collection cycles the agents logged
     collected: int  # samples in them
-    rows: int  # gpu_samples rows stored for these nodes
+    rows: int  # samples stored for these nodes
     distinct: int  # distinct (GPU, timestamp) among them
     spooled: int  # batches still in the agents' spools after they stopped
     stored_batches: int  # ingest_batches rows (one per batch id) for these nodes
@@ -55,13 +57,20 @@ def tally(database_url: str, agents: list[AgentProcess], logs: dict[str, str]) -
     engine = create_engine(database_url)
     try:
         with engine.connect() as conn:
-            rows, distinct = conn.execute(
-                text(
-                    "SELECT count(*), count(DISTINCT (s.gpu_id, s.ts)) FROM gpu_samples s "
-                    "JOIN nodes n ON n.id = s.node_id WHERE n.name = ANY(:names)"
-                ),
-                {"names": [agent.name for agent in agents]},
-            ).one()
+            node_ids = (
+                conn.execute(
+                    text("SELECT id FROM nodes WHERE name = ANY(:names)"),
+                    {"names": [agent.name for agent in agents]},
+                )
+                .scalars()
+                .all()
+            )
+            keys = [
+                (gpu, ts)
+                for chunk in read_samples(conn, (), node_ids=node_ids or [-1])
+                for gpu, ts in zip(chunk.gpu_ids.tolist(), chunk.ts_us.tolist(), strict=True)
+            ]
+            rows, distinct = len(keys), len(set(keys))
             stored_batches = conn.execute(
                 text(
                     "SELECT count(*) FROM ingest_batches b JOIN nodes n ON n.id = b.node_id "

@@ -46,7 +46,7 @@ def _stored_by_node(url: str) -> Counter[str]:
     try:
         with psycopg.connect(dsn, connect_timeout=5) as conn:
             rows = conn.execute(
-                "SELECT n.name, count(*) FROM gpu_samples s JOIN nodes n ON n.id = s.node_id "
+                "SELECT n.name, sum(s.n) FROM gpu_sample_blocks s JOIN nodes n ON n.id = s.node_id "
                 "GROUP BY n.name"
             ).fetchall()
     except psycopg.OperationalError:

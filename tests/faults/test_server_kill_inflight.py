@@ -3,8 +3,8 @@
 The agents (``sim`` collector) push through a loopback proxy to a `fleetwatch server` process on
 PostgreSQL. Three rounds, each ending in ``kill -9`` and a restart on the same port:
 
-- *inside the database*: the test holds ``LOCK TABLE gpu_samples IN ACCESS EXCLUSIVE MODE``
-  from its own connection, so ingest transactions block on it; the server is killed while
+- *inside the database*: the test holds ``LOCK TABLE gpu_sample_blocks IN ACCESS EXCLUSIVE
+  MODE`` from its own connection, so ingest transactions block on it; the server is killed while
   they wait, then the lock is released (the orphaned transactions must not commit);
 - *after the commit*: the proxy holds the server's answers; the server is killed with stored
   batches unacknowledged, and the agents see dropped connections (their retries must not
@@ -62,13 +62,14 @@ def _libpq(url: str) -> str:
 
 
 def _stored(monitor: psycopg.Connection[tuple[int]]) -> int:
-    row = monitor.execute("SELECT count(*) FROM gpu_samples").fetchone()
+    row = monitor.execute("SELECT coalesce(sum(n), 0) FROM gpu_sample_blocks").fetchone()
     return int(row[0]) if row else 0
 
 
 def _waiting_on_samples(monitor: psycopg.Connection[tuple[int]]) -> int:
     row = monitor.execute(
-        "SELECT count(*) FROM pg_locks WHERE NOT granted AND relation = 'gpu_samples'::regclass"
+        "SELECT count(*) FROM pg_locks "
+        "WHERE NOT granted AND relation = 'gpu_sample_blocks'::regclass"
     ).fetchone()
     return int(row[0]) if row else 0
 
@@ -113,7 +114,7 @@ def test_server_killed_inside_inflight_requests_loses_and_duplicates_nothing(
             _until("traffic", lambda before=before: _stored(monitor) > before)  # type: ignore[misc]
             if kind == "lock":
                 locker = psycopg.connect(_libpq(url))
-                locker.execute("LOCK TABLE gpu_samples IN ACCESS EXCLUSIVE MODE")
+                locker.execute("LOCK TABLE gpu_sample_blocks IN ACCESS EXCLUSIVE MODE")
                 _until("ingest blocked on the lock", lambda: _waiting_on_samples(monitor) >= 2)
                 waiting = _waiting_on_samples(monitor)
                 _kill_9(server)

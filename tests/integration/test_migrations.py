@@ -210,30 +210,42 @@ def _same_to_7_digits(new: Any, old: Any) -> bool:
     return math.isclose(new, old, rel_tol=1e-7, abs_tol=0.0)
 
 
+def _row_table_samples(conn: Any) -> list[dict[str, Any]]:
+    """The samples of a 0007-0016 ``gpu_samples`` (a row per GPU per tick), by id, with the GPU's
+    UUID and the boot's id."""
+    from sqlalchemy import DateTime, text
+
+    query = text(
+        "SELECT s.*, g.uuid AS gpu_uuid, b.boot_id AS boot_id FROM gpu_samples s "
+        "JOIN gpus g ON g.id = s.gpu_id LEFT JOIN node_boots b ON b.id = s.boot ORDER BY s.id"
+    ).columns(ts=DateTime(timezone=True))
+    rows = [dict(row) for row in conn.execute(query).mappings()]
+    for row in rows:  # SQLite hands back naive UTC
+        row["ts"] = row["ts"].replace(tzinfo=UTC) if row["ts"].tzinfo is None else row["ts"]
+    return rows
+
+
+def _real_fields(conn: Any) -> set[str]:
+    """The fields 0007 stored as ``real`` (7 significant digits on PostgreSQL)."""
+    from fleetwatch.telemetry import SAMPLE_FIELD_NAMES
+
+    types = {c["name"]: str(c["type"]) for c in inspect(conn).get_columns("gpu_samples")}
+    return {name for name in SAMPLE_FIELD_NAMES if types[name] == "REAL"}
+
+
 @pytest.mark.parametrize("kind", ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
 def test_migration_0007_keeps_every_sample_of_a_0006_database(
     kind: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
-    """A database filled by the 0006 schema upgrades in place: every sample keeps its id, time,
-    node, GPU, boot and values (reals to 7 significant digits); GPUs get ids in first-seen
-    order; ids continue after the old ones; events are untouched; and back down to 0006."""
-    import hashlib
-    import json
-
+    """A database filled by the 0006 schema upgrades in place (to 0016, the last row table):
+    every sample keeps its id, time, node, GPU, boot and values (reals to 7 significant digits);
+    GPUs get ids in first-seen order; events are untouched; and back down to 0006."""
     from alembic import command
     from sqlalchemy import text
 
-    from fleetwatch.server.db import partitions
     from fleetwatch.server.db.migrate import alembic_config
-    from fleetwatch.server.db.sample_joins import (
-        SAMPLE_BOOT_ID,
-        SAMPLE_GPU_UUID,
-        SAMPLES_WITH_GPU_AND_BOOT,
-    )
-    from fleetwatch.server.db.tables import gpu_samples, gpus
-    from fleetwatch.server.repo.ingest import store_batch
-    from fleetwatch.telemetry import SAMPLE_FIELDS, Batch
-    from tests.factories import make_batch
+    from fleetwatch.server.db.tables import gpus
+    from fleetwatch.telemetry import SAMPLE_FIELDS
 
     db = _empty_database(kind, tmp_path, request)
     now = datetime(2026, 12, 1, tzinfo=UTC)
@@ -244,20 +256,15 @@ def test_migration_0007_keeps_every_sample_of_a_0006_database(
             old_ids = conn.execute(text("SELECT id FROM gpu_samples ORDER BY id")).scalars().all()
             events_before = conn.execute(text("SELECT * FROM events")).mappings().all()
 
-        upgrade(db.engine)
+        upgrade(db.engine, "0016")
 
         with db.engine.connect() as conn:
-            query = (
-                select(gpu_samples, SAMPLE_GPU_UUID, SAMPLE_BOOT_ID)
-                .select_from(SAMPLES_WITH_GPU_AND_BOOT)
-                .order_by(gpu_samples.c.id)
-            )
-            new = conn.execute(query).mappings().all()
+            new = _row_table_samples(conn)
+            real = _real_fields(conn)
             gpu_ids = dict(conn.execute(select(gpus.c.uuid, gpus.c.id)).all())
             assert conn.execute(text("SELECT * FROM events")).mappings().all() == events_before
         assert [row["id"] for row in new] == old_ids
         assert gpu_ids == {_OLD_GPUS[3]: 1, _OLD_GPUS[2]: 2, _OLD_GPUS[1]: 3, _OLD_GPUS[0]: 4}
-        real = {s.name for s in SAMPLE_FIELDS if str(gpu_samples.c[s.name].type) == "REAL"}
         assert real  # temperatures, power, clocks, utilisation
         for was, now_row in zip(old, new, strict=True):
             for key in ("gpu_uuid", "node_id", "ts", "boot_id"):
@@ -275,14 +282,110 @@ def test_migration_0007_keeps_every_sample_of_a_0006_database(
                 spread = conn.execute(
                     text("SELECT tableoid::regclass::text, count(*) FROM gpu_samples GROUP BY 1")
                 ).all()
-                assert partitions.default_rows(conn) == 0
+                assert conn.execute(text("SELECT count(*) FROM gpu_samples_default")).scalar() == 0
             assert dict(spread) == {
                 "gpu_samples_p20261128": 4,
                 "gpu_samples_p20261129": 4,
                 "gpu_samples_p20261130": 4,
             }
 
-        # The server carries on: new GPUs and samples get the next ids.
+        config = alembic_config()
+        with db.engine.begin() as conn:
+            config.attributes["connection"] = conn
+            command.downgrade(config, "0006")
+        with db.engine.connect() as conn:
+            back = conn.execute(text("SELECT * FROM gpu_samples ORDER BY id")).mappings().all()
+        assert [row["id"] for row in back] == old_ids
+        for was, row in zip(old, back, strict=True):
+            assert (row["gpu_uuid"], row["boot_id"]) == (was["gpu_uuid"], was["boot_id"])
+            assert row["energy_mj"] == was["energy_mj"]
+    finally:
+        db.dispose()
+
+
+@pytest.mark.parametrize("kind", ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def test_migration_0017_keeps_every_sample_as_blocks(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """A database filled by the row schema (0006, upgraded to 0016) becomes blocks in place: every
+    sample keeps its time, node, GPU, boot and every value as 0016 held it (SQLite's doubles now
+    to 7 significant digits, like PostgreSQL's reals); on PostgreSQL each block lies in its day's
+    partition; the server then stores new batches after the converted blocks; and back down to
+    0016, every sample is a row again."""
+    import hashlib
+    import json
+
+    from alembic import command
+    from sqlalchemy import text
+
+    from fleetwatch.server.db import partitions
+    from fleetwatch.server.db.migrate import alembic_config
+    from fleetwatch.server.repo.ingest import store_batch
+    from fleetwatch.server.repo.sample_reader import count_samples, newest_block_id
+    from fleetwatch.telemetry import SAMPLE_FIELD_NAMES, Batch
+    from tests.factories import make_batch
+    from tests.stored_samples import stored_samples
+
+    db = _empty_database(kind, tmp_path, request)
+    now = datetime(2026, 12, 1, tzinfo=UTC)
+    try:
+        upgrade(db.engine, "0006")
+        with db.engine.begin() as conn:
+            _fill_0006(conn, now)
+            conn.execute(
+                text(
+                    "INSERT INTO leader_state (name, value, updated_at) "
+                    "VALUES ('rollups', '{\"after_id\": 12}', :now)"
+                ),
+                {"now": now},
+            )
+        upgrade(db.engine, "0016")
+        with db.engine.connect() as conn:
+            rows = _row_table_samples(conn)
+            real = _real_fields(conn)
+
+        upgrade(db.engine)
+
+        def key(sample: dict[str, Any]) -> tuple[Any, ...]:
+            return (sample["gpu_uuid"], sample["ts"])
+
+        with db.engine.connect() as conn:
+            assert "gpu_samples" not in inspect(conn).get_table_names()
+            blocks = stored_samples(conn)
+            assert count_samples(conn) == len(rows) == 12
+            rollups = conn.execute(
+                text("SELECT count(*) FROM leader_state WHERE name = 'rollups'")
+            ).scalar()
+        assert rollups == 0  # a gpu_samples id: meaningless to blocks
+        assert sorted(map(key, blocks)) == sorted(map(key, rows))
+        for block, row in zip(sorted(blocks, key=key), sorted(rows, key=key), strict=True):
+            assert (block["node_id"], block["gpu_id"], block["boot_id"]) == (
+                row["node_id"], row["gpu_id"], row["boot_id"])  # fmt: skip
+            for name in SAMPLE_FIELD_NAMES:
+                before, after = row[name], block[name]
+                if before is None or after is None:
+                    assert before is after, name
+                elif name in real or (kind == "sqlite" and isinstance(before, float)):
+                    # 0016 on SQLite held the reals as doubles; blocks keep 7 digits of them.
+                    assert _same_to_7_digits(after, before), (name, after, before)
+                else:
+                    assert after == before, name  # exact: integers, doubles, flags
+        if kind == "postgresql":
+            with db.engine.connect() as conn:
+                spread = conn.execute(
+                    text(
+                        "SELECT tableoid::regclass::text, sum(n) FROM gpu_sample_blocks GROUP BY 1"
+                    )
+                ).all()
+                assert partitions.default_rows(conn) == 0
+            assert dict(spread) == {
+                "gpu_sample_blocks_p20261128": 4,
+                "gpu_sample_blocks_p20261129": 4,
+                "gpu_sample_blocks_p20261130": 4,
+            }
+
+        with db.engine.connect() as conn:
+            converted_newest = newest_block_id(conn)
         raw = make_batch("n1", gpus=1, start=now)
         body = json.dumps(raw).encode()
         store_batch(
@@ -292,20 +395,24 @@ def test_migration_0007_keeps_every_sample_of_a_0006_database(
             now=now,
         )
         with db.engine.connect() as conn:
-            newest = conn.execute(select(gpu_samples.c.id, gpu_samples.c.gpu_id).order_by(
-                gpu_samples.c.id.desc())).first()  # fmt: skip
-        assert newest is not None and newest.id > max(old_ids) and newest.gpu_id == 5
+            newest = conn.execute(
+                text("SELECT id, gpu_id FROM gpu_sample_blocks ORDER BY id DESC")
+            ).first()
+            added = count_samples(conn) - len(rows)
+        assert converted_newest is not None and newest is not None
+        assert newest.id > converted_newest and newest.gpu_id == 5 and added > 0
 
         config = alembic_config()
         with db.engine.begin() as conn:
             config.attributes["connection"] = conn
-            command.downgrade(config, "0006")
+            command.downgrade(config, "0016")
         with db.engine.connect() as conn:
-            back = conn.execute(text("SELECT * FROM gpu_samples ORDER BY id")).mappings().all()
-        assert [row["id"] for row in back] == [*old_ids, newest.id]
-        for was, row in zip(old, back, strict=False):
-            assert (row["gpu_uuid"], row["boot_id"]) == (was["gpu_uuid"], was["boot_id"])
-            assert row["energy_mj"] == was["energy_mj"]
+            back = _row_table_samples(conn)
+        assert len(back) == len(rows) + added
+        converted = sorted((r for r in back if r["gpu_uuid"] in _OLD_GPUS), key=key)
+        for was, row in zip(sorted(rows, key=key), converted, strict=True):
+            assert key(was) == key(row) and row["boot_id"] == was["boot_id"]
+            assert row["energy_mj"] == was["energy_mj"]  # an integer beyond a double's reach
     finally:
         db.dispose()
 

@@ -22,7 +22,7 @@ Classification, fixed when the verdict opens:
   job's first windows (its slow run began in window 0 or 1): the job, not the node, is uneven;
 * **hardware** otherwise, when its own history says it got slower: earlier normal windows in this
   job, or a cross-job ``node_slowness`` score below :math:`r`. The verdict then carries telemetry
-  evidence from the node's ``gpu_samples`` (:func:`fleetwatch.server.repo.jobs.telemetry_evidence`).
+  evidence from the node's samples (:func:`fleetwatch.server.repo.jobs.telemetry_evidence`).
   Without any history it stays **workload** (the conservative reading: no drain for it).
 
 ``node_slowness`` keeps, per node, an exponentially weighted mean (weight 0.05 per window) of the

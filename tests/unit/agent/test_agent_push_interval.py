@@ -20,6 +20,7 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from sqlalchemy import select
+from tests.stored_samples import stored_samples
 
 from fleetwatch.agent import loop
 from fleetwatch.agent.collectors.base import Collection
@@ -30,8 +31,7 @@ from fleetwatch.agent.spool import Spool
 from fleetwatch.config import ServerSettings
 from fleetwatch.server.app import create_app
 from fleetwatch.server.auth import create_token
-from fleetwatch.server.db.sample_joins import SAMPLE_GPU_UUID, SAMPLES_WITH_GPU
-from fleetwatch.server.db.tables import events, gpu_samples, nodes
+from fleetwatch.server.db.tables import events, nodes
 from fleetwatch.server.judge.liveness import node_state
 from fleetwatch.telemetry import Event, GpuIdentity, GpuSample, NodeInfo
 
@@ -135,9 +135,7 @@ def _cycles(agent: Agent, clock: Clock, n: int) -> None:
 
 def _stored(app: FastAPI) -> list[tuple[str, datetime]]:
     with app.state.db.engine.connect() as conn:
-        query = select(SAMPLE_GPU_UUID, gpu_samples.c.ts).select_from(SAMPLES_WITH_GPU)
-        rows = conn.execute(query).all()
-    return [(row.gpu_uuid, row.ts) for row in rows]
+        return [(s["gpu_uuid"], s["ts"]) for s in stored_samples(conn)]
 
 
 def _ingests(requests: list[httpx.Request]) -> int:

@@ -18,12 +18,12 @@ from fleetwatch.server.db.tables import (
     evictions,
     gpu_hourly,
     gpu_lifetimes,
-    gpu_samples,
     gpus,
     nodes,
     risk_models,
     stragglers,
 )
+from fleetwatch.server.repo.sample_writer import write_sample_rows
 
 WEEK = "2026-W48"
 START = datetime(2026, 11, 23, tzinfo=UTC)
@@ -131,7 +131,7 @@ def _rows() -> dict[str, list[dict[str, Any]]]:
     ]
     gpu_ids = {g["uuid"]: g["id"] for g in gpu_rows}
     for s in samples:
-        s["gpu_id"] = gpu_ids[s["gpu_uuid"]]  # gpu_samples keeps the key; tests read the uuid
+        s["gpu_id"] = gpu_ids[s["gpu_uuid"]]  # samples are stored by key; tests read the uuid
     hourly = [
         {"gpu_uuid": f"GPU-n1-{i}", "hour": t(24, h), "node_id": 1, "samples": 360,
          "span_s": 3590.0, "throttle_reported": 0, "throttled": 0, "xid_hardware": 0,
@@ -153,7 +153,7 @@ def _rows() -> dict[str, list[dict[str, Any]]]:
 
 TABLES = {
     "nodes": nodes, "gpus": gpus, "lifetimes": gpu_lifetimes, "evictions": evictions,
-    "events": events, "stragglers": stragglers, "samples": gpu_samples, "hourly": gpu_hourly,
+    "events": events, "stragglers": stragglers, "hourly": gpu_hourly,
     "models": risk_models,
 }  # fmt: skip
 
@@ -166,6 +166,7 @@ def seed(db: Database) -> dict[str, list[dict[str, Any]]]:
             conn.execute(
                 insert(table), [{k: v for k, v in r.items() if k in known} for r in rows[name]]
             )
+        write_sample_rows(conn, rows["samples"])
     return rows
 
 

@@ -16,12 +16,12 @@ from tests.conftest import bearer
 from fleetwatch.config import ServerSettings
 from fleetwatch.server.app import create_app
 from fleetwatch.server.db.session import Database
-from fleetwatch.server.db.tables import events, gpu_samples, gpus, ingest_batches, nodes
+from fleetwatch.server.db.tables import events, gpus, ingest_batches, nodes
+from fleetwatch.server.repo.sample_reader import count_samples
 
 STORED_TABLES = {
     "nodes": nodes,
     "gpus": gpus,
-    "gpu_samples": gpu_samples,
     "events": events,
     "ingest_batches": ingest_batches,
 }
@@ -30,12 +30,15 @@ Push = Callable[..., httpx.Response]
 
 
 def row_counts(db: Database) -> dict[str, int]:
-    """Rows in every table an ingest writes to."""
+    """Rows in every table an ingest writes to; ``gpu_samples``: the samples stored (the ticks of
+    every sample block)."""
     with db.read() as conn:
-        return {
+        counts = {
             name: conn.execute(select(func.count()).select_from(table)).scalar_one()
             for name, table in STORED_TABLES.items()
         }
+        counts["gpu_samples"] = count_samples(conn)
+    return counts
 
 
 @pytest.fixture

@@ -13,19 +13,21 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
-from sqlalchemy import func, insert, select, text
+from sqlalchemy import insert, select, text
 from tests.conftest import bearer
 from tests.factories import make_batch
+from tests.stored_samples import stored_samples
 
 from fleetwatch.config import ServerSettings, load_server_settings
 from fleetwatch.errors import ConfigError
 from fleetwatch.server.db import partitions
 from fleetwatch.server.db.migrate import upgrade
-from fleetwatch.server.db.sample_joins import SAMPLE_GPU_UUID, SAMPLES_WITH_GPU
 from fleetwatch.server.db.session import Database, make_engine
-from fleetwatch.server.db.tables import gpu_hourly, gpu_samples, ingest_batches
+from fleetwatch.server.db.tables import gpu_hourly, ingest_batches
 from fleetwatch.server.jobs.retention import RetentionJob
 from fleetwatch.server.repo.ingest import store_batch
+from fleetwatch.server.repo.sample_reader import count_samples, read_samples, to_us
+from fleetwatch.server.repo.sample_writer import write_sample_rows
 from fleetwatch.telemetry import Batch
 
 NOW = datetime(2026, 6, 15, 12, tzinfo=UTC)
@@ -62,17 +64,17 @@ def _store(db: Database, stamps: list[datetime], *, node: str = "node-a", gpus: 
 
 def _stamps(db: Database) -> list[datetime]:
     with db.read() as conn:
-        return sorted(conn.execute(select(gpu_samples.c.ts).distinct()).scalars())
+        return sorted({s["ts"] for s in stored_samples(conn)})
 
 
 def _rows(db: Database) -> int:
     with db.read() as conn:
-        return int(conn.execute(select(func.count()).select_from(gpu_samples)).scalar_one())
+        return count_samples(conn)
 
 
 def _where(db: Database) -> dict[str, int]:
-    """Rows per partition (PostgreSQL)."""
-    query = "SELECT tableoid::regclass::text, count(*) FROM gpu_samples GROUP BY 1"
+    """Samples per partition (PostgreSQL)."""
+    query = "SELECT tableoid::regclass::text, sum(n) FROM gpu_sample_blocks GROUP BY 1"
     with db.read() as conn:
         return {name: int(n) for name, n in conn.execute(text(query))}
 
@@ -109,10 +111,10 @@ def test_retention_keeps_every_row_at_or_after_the_cutoff(storage: Database) -> 
     assert done.moved == 2 * (len(inside) + len(same_day_before))
     assert set(done.created) == {date(2026, 6, d) for d in (1, 2, 15, 16, 17, 18)}
     assert _where(db) == {
-        "gpu_samples_p20260601": 2 * 4,
-        "gpu_samples_p20260602": 2,
-        "gpu_samples_p20260615": 2,
-        "gpu_samples_p20260617": 2,
+        "gpu_sample_blocks_p20260601": 2 * 4,
+        "gpu_sample_blocks_p20260602": 2,
+        "gpu_sample_blocks_p20260615": 2,
+        "gpu_sample_blocks_p20260617": 2,
     }
     assert done.default_rows == 0
     assert done.partitions == len(done.created) + 1
@@ -131,15 +133,43 @@ def test_rows_keep_their_values_through_partition_moves(storage: Database) -> No
     _store(db, stamps)
     _job(db)(NOW)
     with db.read() as conn:
-        rows = conn.execute(
-            select(SAMPLE_GPU_UUID, gpu_samples.c.ts, gpu_samples.c.gpu_temp_c)
-            .select_from(SAMPLES_WITH_GPU)
-            .order_by(gpu_samples.c.ts, gpu_samples.c.gpu_temp_c)
-        ).all()
-    assert [(r.ts, r.gpu_temp_c) for r in rows] == [
+        rows = sorted(stored_samples(conn), key=lambda s: (s["ts"], s["gpu_temp_c"]))
+    assert [(r["ts"], r["gpu_temp_c"]) for r in rows] == [
         (ts, temp) for ts in stamps for temp in (40.0, 41.0)
     ]
-    assert len({r.gpu_uuid for r in rows}) == 2
+    assert len({r["gpu_uuid"] for r in rows}) == 2
+
+
+def test_a_block_goes_only_once_its_last_tick_is_past(storage: Database) -> None:
+    """A block of six ticks across the cutoff stays whole (its later ticks are within
+    retention); once its last tick is past the cutoff, it goes. On PostgreSQL in the DEFAULT
+    partition (a late spool's day already dropped), on SQLite in the table."""
+    db = storage
+    with db.write() as conn:
+        _store(db, [NOW])  # registers node-a and its GPUs
+        ticks = [CUTOFF - timedelta(seconds=30) + timedelta(seconds=10 * k) for k in range(6)]
+        write_sample_rows(
+            conn, [{"gpu_id": 1, "node_id": 1, "ts": t, "gpu_temp_c": 50.0} for t in ticks]
+        )
+    if not db.is_sqlite:  # the day partitions would hold it: keep it in DEFAULT, as a late one
+        _job(db)(NOW)
+        with db.write() as conn:
+            conn.execute(text("DROP TABLE gpu_sample_blocks_p20260601"))
+            write_sample_rows(
+                conn, [{"gpu_id": 1, "node_id": 1, "ts": t, "gpu_temp_c": 50.0} for t in ticks]
+            )
+    before = _rows(db)
+    done = _job(db)(NOW)
+    assert done is not None and done.samples_deleted == 0
+    assert _rows(db) == before
+    with db.read() as conn:
+        kept = {
+            t for c in read_samples(conn, [], gpu_ids=[1], before=NOW) for t in c.ts_us.tolist()
+        }
+    assert {to_us(t) for t in ticks} <= kept
+    later = _job(db)(ticks[-1] + RAW + US)  # now its last tick is past the cutoff
+    assert later is not None and later.samples_deleted == 1
+    assert _rows(db) == before - 6
 
 
 def test_a_second_pass_changes_nothing(storage: Database) -> None:
@@ -162,7 +192,7 @@ def test_ingest_after_the_days_ahead_lands_in_default_and_moves_later(storage: D
     assert _where(db) == {partitions.DEFAULT_PARTITION: 2}
     done = _job(db, days_ahead=1)(NOW + timedelta(days=4))
     assert done is not None and done.moved == 2
-    assert _where(db) == {"gpu_samples_p20260619": 2}
+    assert _where(db) == {"gpu_sample_blocks_p20260619": 2}
 
 
 def test_a_missing_default_partition_is_put_back(storage: Database) -> None:
@@ -209,13 +239,13 @@ def test_batch_ids_are_forgotten_only_past_their_retention(storage: Database) ->
 
 
 def _size_bytes(db: Database) -> int:
-    """Disk taken by gpu_samples: every partition with its indexes, or the SQLite file."""
+    """Disk taken by the samples: every partition with its indexes, or the SQLite file."""
     with db.read() as conn:
         if db.is_sqlite:
             pages = conn.exec_driver_sql("PRAGMA page_count").scalar_one()
             return int(pages) * int(conn.exec_driver_sql("PRAGMA page_size").scalar_one())
         query = (
-            "SELECT sum(pg_total_relation_size(relid)) FROM pg_partition_tree('gpu_samples') "
+            "SELECT sum(pg_total_relation_size(relid)) FROM pg_partition_tree('gpu_sample_blocks') "
             "WHERE isleaf"
         )
         return int(conn.execute(text(query)).scalar_one())
@@ -260,17 +290,19 @@ def test_retention_pass_is_on_metrics(client: TestClient, tokens: dict[str, str]
         for s in family.samples
         if "retention" in s.name or "partition" in s.name
     }
-    assert samples[("fleetwatch_retention_rows_deleted_total", "gpu_samples")] == 2
+    assert samples[("fleetwatch_retention_rows_deleted_total", "gpu_sample_blocks")] == 2
     assert samples[("fleetwatch_retention_rows_deleted_total", "gpu_hourly")] == 0
     assert samples[("fleetwatch_retention_last_run_timestamp_seconds", None)] == NOW.timestamp()
-    assert samples[("fleetwatch_retention_cutoff_timestamp_seconds", "gpu_samples")] == (
+    assert samples[("fleetwatch_retention_cutoff_timestamp_seconds", "gpu_sample_blocks")] == (
         (NOW - RAW).timestamp()
     )
     assert ("fleetwatch_retention_pass_duration_seconds", None) in samples
     if not db.is_sqlite:
-        assert samples[("fleetwatch_partitions", "gpu_samples")] == 1 + 4 + 0  # DEFAULT, 4 days
-        assert samples[("fleetwatch_partitions_created_total", "gpu_samples")] == 4
-        assert samples[("fleetwatch_partition_default_rows", "gpu_samples")] == 0
+        assert (
+            samples[("fleetwatch_partitions", "gpu_sample_blocks")] == 1 + 4 + 0
+        )  # DEFAULT, 4 days
+        assert samples[("fleetwatch_partitions_created_total", "gpu_sample_blocks")] == 4
+        assert samples[("fleetwatch_partition_default_rows", "gpu_sample_blocks")] == 0
 
 
 def test_retention_settings_defaults_environment_and_bounds(

@@ -54,7 +54,7 @@ def full_disk(db: Database) -> Iterator[None]:
         return
     with db.write() as conn:
         conn.execute(text(_PG_FULL))
-        for table in ("gpu_samples", "events"):
+        for table in ("gpu_sample_blocks", "events"):
             conn.execute(
                 text(
                     f"CREATE TRIGGER fw_test_full BEFORE INSERT ON {table} "
@@ -65,7 +65,7 @@ def full_disk(db: Database) -> Iterator[None]:
         yield
     finally:
         with db.write() as conn:
-            for table in ("gpu_samples", "events"):
+            for table in ("gpu_sample_blocks", "events"):
                 conn.execute(text(f"DROP TRIGGER fw_test_full ON {table}"))
 
 

@@ -38,7 +38,7 @@ def alembic_config(url: str | None = None) -> Config:
 
 def include_name(name: str | None, type_: str, _parents: object) -> bool:
     """Alembic's filter of what to compare with the declared schema: not the day partitions of
-    ``gpu_samples`` (data, created and dropped by the retention job)."""
+    ``gpu_sample_blocks`` (data, created and dropped by the retention job)."""
     return not (type_ == "table" and name is not None and is_partition_name(name))
 
 

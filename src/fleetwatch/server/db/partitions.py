@@ -1,8 +1,10 @@
-"""``gpu_samples``' daily partitions on PostgreSQL: listing, creating, dropping.
+"""``gpu_sample_blocks``' daily partitions on PostgreSQL: listing, creating, dropping.
 
-The table is partitioned by range of ``ts``, one partition per UTC day named
-``gpu_samples_pYYYYMMDD`` (``[day 00:00, next day 00:00)``), plus ``gpu_samples_default``, the
-DEFAULT partition, which takes any row no day partition covers: ingest never fails for want of
+The table is partitioned by range of ``ts0`` (a block's first tick; a block never crosses a UTC
+midnight, so all its ticks lie in that day), one partition per UTC day named
+``gpu_sample_blocks_pYYYYMMDD`` (``[day 00:00, next day 00:00)``), plus
+``gpu_sample_blocks_default``, the DEFAULT partition, which takes any block no day partition
+covers: ingest never fails for want of
 a partition (a spool replayed after a long outage, a clock far off). The retention job
 (:mod:`fleetwatch.server.jobs.retention`) creates days ahead, moves rows out of the DEFAULT
 partition into their day's partition, and drops days past retention.
@@ -40,9 +42,10 @@ __all__ = [
     "set_lock_timeout",
 ]
 
-PARTITIONED_TABLE = "gpu_samples"
-DEFAULT_PARTITION = "gpu_samples_default"
-_DAY_NAME = re.compile(r"^gpu_samples_p(\d{8})$")
+PARTITIONED_TABLE = "gpu_sample_blocks"
+DEFAULT_PARTITION = "gpu_sample_blocks_default"
+PARTITION_KEY = "ts0"
+_DAY_NAME = re.compile(r"^gpu_sample_blocks_p(\d{8})$")
 
 
 def partition_name(day: date) -> str:
@@ -68,7 +71,7 @@ def _literal(instant: datetime) -> str:
 
 @dataclass(frozen=True)
 class Partitions:
-    """The partitions of ``gpu_samples`` now."""
+    """The partitions of ``gpu_sample_blocks`` now."""
 
     days: tuple[date, ...]  # day partitions, oldest first
     has_default: bool
@@ -109,7 +112,7 @@ def default_days(conn: Connection) -> list[date]:
     """The UTC days of the rows in the DEFAULT partition (usually none), oldest first."""
     rows = conn.execute(
         text(
-            f"SELECT DISTINCT CAST(ts AT TIME ZONE 'UTC' AS date) AS day "
+            f"SELECT DISTINCT CAST({PARTITION_KEY} AT TIME ZONE 'UTC' AS date) AS day "
             f"FROM {DEFAULT_PARTITION} ORDER BY day"
         )
     ).scalars()
@@ -127,7 +130,7 @@ def create_day(conn: Connection, day: date) -> int:
     moved = conn.execute(
         text(
             f"WITH moved AS (DELETE FROM {DEFAULT_PARTITION} "
-            "WHERE ts >= :start AND ts < :end RETURNING *) "
+            f"WHERE {PARTITION_KEY} >= :start AND {PARTITION_KEY} < :end RETURNING *) "
             f"INSERT INTO {name} SELECT * FROM moved"
         ),
         {"start": start, "end": end},
@@ -136,7 +139,7 @@ def create_day(conn: Connection, day: date) -> int:
     conn.execute(
         text(
             f"ALTER TABLE {name} ADD CONSTRAINT {name}_range "
-            f"CHECK (ts >= {_literal(start)} AND ts < {_literal(end)})"
+            f"CHECK ({PARTITION_KEY} >= {_literal(start)} AND {PARTITION_KEY} < {_literal(end)})"
         )
     )
     conn.execute(

@@ -1,30 +1,24 @@
-"""How a sample's fields are stored: the smallest column type that holds every value the wire
-accepts, exactly or to the precision the source has.
+"""How a sample's fields are stored: the smallest type that holds every value the wire accepts,
+exactly or to the precision the source has.
 
-``gpu_samples`` is the table that grows with the fleet (100,000 GPUs every 10 s are 864 million
-rows a day), so each field gets the narrowest type that cannot refuse a value the wire accepted
-(a refused value fails the batch, and the agent would retry it forever):
+Samples are stored in blocks (:mod:`fleetwatch.server.db.sample_blocks`), each field in its
+storage type; a value that type cannot hold would fail the batch (and the agent would retry it
+forever), so each field gets the narrowest type that cannot refuse a value the wire accepted:
 
-- **bigint**: the counters (ECC, retired pages, remapped rows, NVLink, PCIe replays, energy,
+- **int8**: the counters (ECC, retired pages, remapped rows, NVLink, PCIe replays, energy,
   violation times) and ``clocks_event_reasons``. The wire takes 0..2^63-1 and they are
-  cumulative: ``energy_mj`` passes 2^31 within a day at 700 W, and 2^24 (the last integer a real
-  holds exactly) within a minute, so neither int4 nor real can hold them.
-- **real** (4 bytes, 24-bit mantissa, 7 significant digits): temperatures, power, power limit,
+  cumulative: ``energy_mj`` passes 2^31 within a day at 700 W, and 2^24 (the last integer a
+  float32 holds exactly) within a minute.
+- **float4** (24-bit mantissa, 7 significant digits): temperatures, power, power limit,
   clocks, fan, GPU and copy utilisation. The wire bounds them (50,000 at most) and the sources
   report integers (degrees, MHz, percent) or milliwatts (700.123 W): 7 digits hold them all.
-- **double**: ``fb_used_mib`` and ``fb_total_mib``. The wire has no upper bound for them; a real
-  overflows above 3.4e38 and would fail the batch. (Bounded on the wire, they could be real.)
-- **smallint**: ``pcie_link_gen``, ``pcie_link_width``, ``gpu_recovery_action``, integers the wire
+- **float8**: ``fb_used_mib`` and ``fb_total_mib``. The wire has no upper bound for them; a
+  float32 overflows above 3.4e38 and would fail the batch.
+- **int2**: ``pcie_link_gen``, ``pcie_link_width``, ``gpu_recovery_action``, integers the wire
   bounds at 16, 64 and 255.
-- **boolean**: the three flags.
+- **bool**: the three flags.
 
-On SQLite the types only set column affinity (a real is 8 bytes there, an integer 0..8), so the
-choice matters on PostgreSQL. :data:`SAMPLE_STORAGE_ORDER` lists the fields widest first, the
-order the table declares them in: PostgreSQL pads each value to its type's alignment, and this
-order leaves no padding whichever values are null.
-
-A row names its GPU and the node's boot by small keys (``gpus.id``, ``node_boots.id``); readers
-get the UUID and the boot id back with the joins of :mod:`fleetwatch.server.db.sample_joins`.
+The names are PostgreSQL's (:func:`copy_type`), from the days of a column per field.
 """
 
 from __future__ import annotations
@@ -36,8 +30,9 @@ from sqlalchemy.types import TypeEngine
 
 from fleetwatch.telemetry import SAMPLE_FIELDS, FieldSpec
 
-__all__ = ["SAMPLE_STORAGE_ORDER", "copy_type", "storage_type", "storage_width"]
+__all__ = ["SAMPLE_STORAGE_ORDER", "copy_type", "python_type", "storage_type", "storage_width"]
 
+_SPECS = {spec.name: spec for spec in SAMPLE_FIELDS}
 # Integers the wire bounds well below 2^15 (pcie_link_gen <= 16, width <= 64, action <= 255).
 _SMALL_INTEGER_GAUGES = frozenset({"pcie_link_gen", "pcie_link_width", "gpu_recovery_action"})
 # Gauges the wire leaves unbounded above: only a double holds every finite value it accepts.
@@ -55,6 +50,12 @@ def storage_type(spec: FieldSpec) -> TypeEngine[Any]:
     if spec.name in _UNBOUNDED_GAUGES:
         return Float()
     return REAL()
+
+
+def python_type(name: str) -> type:
+    """The Python type of a stored value of field ``name`` (int, float or bool)."""
+    kind: type = storage_type(_SPECS[name]).python_type
+    return kind
 
 
 def copy_type(spec: FieldSpec) -> str:

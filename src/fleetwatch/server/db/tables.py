@@ -8,16 +8,15 @@ in a background job, which would fail that job for the whole fleet on PostgreSQL
 ``tests/unit/server/test_column_lengths.py`` derives the bounds from the wire validation and
 fails when a column falls short.
 
-``gpu_samples`` is wide: one row per GPU per tick, one column per canonical field, generated from
-:data:`fleetwatch.telemetry.SAMPLE_FIELDS` so that the wire schema and the table cannot drift. It
+``gpu_sample_blocks`` holds the samples: one row per GPU per push, the ticks' fields compressed
+(:mod:`fleetwatch.server.db.sample_blocks`, which lays them out from
+:data:`fleetwatch.telemetry.SAMPLE_FIELDS`, so that the wire schema and the store cannot drift). It
 is the one table that grows with the fleet, so its columns are chosen for size
 (:mod:`fleetwatch.server.db.sample_columns`) and, on PostgreSQL, it is partitioned by day and
 aged out whole (:mod:`fleetwatch.server.db.partitions`, :mod:`fleetwatch.server.jobs.retention`).
 """
 
 from __future__ import annotations
-
-from typing import Any
 
 from sqlalchemy import (
     BigInteger,
@@ -36,14 +35,12 @@ from sqlalchemy import (
 )
 
 from fleetwatch.server.db.base import BigId, Json, UtcDateTime, metadata
-from fleetwatch.server.db.sample_columns import storage_type, storage_width
-from fleetwatch.telemetry import SAMPLE_FIELDS
 
 __all__ = [
     "api_tokens",
     "events",
     "gpu_lifetimes",
-    "gpu_samples",
+    "gpu_sample_blocks",
     "gpus",
     "ingest_batches",
     "node_boots",
@@ -72,7 +69,7 @@ nodes = Table(
 gpus = Table(
     "gpus",
     metadata,
-    # A small key for gpu_samples to carry instead of the UUID (4 bytes a row instead of ~41).
+    # A small key for the sample blocks to carry instead of the UUID (4 bytes a row instead of ~41).
     Column("id", Integer, primary_key=True, autoincrement=True),
     Column("uuid", String(128), nullable=False, unique=True),
     Column("node_id", Integer, ForeignKey("nodes.id"), nullable=False, index=True),
@@ -84,7 +81,7 @@ gpus = Table(
     Column("vbios_version", String(64)),
     Column("first_seen", UtcDateTime, nullable=False),
     Column("last_seen", UtcDateTime, nullable=False),  # not indexed, as nodes.last_seen
-    # The newest sample, denormalised so that /metrics and GET /v1/gpus never scan gpu_samples.
+    # The newest sample, denormalised so that /metrics and GET /v1/gpus never decode samples.
     Column("latest_ts", UtcDateTime),
     Column("latest", Json),
 )
@@ -106,7 +103,7 @@ node_boots = Table(
 # Each network adapter port of a node as last read (wire ``PortSample``), with the per-second
 # rates of its counters since the reading before. One row per (node, device, port), updated in
 # place: port history is not kept (a node reads its ports as often as its GPUs; at ~45 counters
-# a port, a history would outweigh gpu_samples).
+# a port, a history would outweigh the GPUs' samples).
 node_ports = Table(
     "node_ports",
     metadata,
@@ -136,39 +133,32 @@ node_ports = Table(
 )
 
 
-def _sample_columns(*, width: int) -> list[Column[Any]]:
-    return [
-        Column(spec.name, storage_type(spec), comment=f"{spec.help} ({spec.unit})")
-        for spec in SAMPLE_FIELDS
-        if storage_width(spec) == width
-    ]
-
-
-# Columns in order of alignment (8-byte, then 4, 2, 1): PostgreSQL pads each to its alignment,
-# so this order wastes no byte whichever columns are null.
+# One row per GPU per push (:mod:`fleetwatch.server.db.sample_blocks`): the ticks of one GPU
+# from one batch, at most an hour and 360 ticks, never across a UTC midnight, their fields
+# compressed in ``data``. Columns widest first (PostgreSQL pads each to its alignment).
 #
-# On PostgreSQL the table is partitioned by ``ts`` (RANGE, one partition a day plus a DEFAULT
-# one) and its primary key is (id, ts): a partitioned table's unique keys must include the
-# partition key. ``id`` serves the readers that continue from the last sample id they saw;
-# ``ts`` has a BRIN index there (a few kilobytes: rows arrive in roughly time order), a B-tree on
-# SQLite, which has no BRIN.
-gpu_samples = Table(
-    "gpu_samples",
+# On PostgreSQL the table is partitioned by ``ts0`` (RANGE, one partition a day plus a DEFAULT
+# one; a block lies within its first tick's day) and its primary key is (id, ts0): a partitioned
+# table's unique keys must include the partition key. ``id`` serves the readers that continue
+# from the last block id they saw; ``(gpu_id, ts0)`` a GPU's history (its oldest block first);
+# ``ts0`` has a BRIN index there (a few kilobytes: blocks arrive in roughly time order), a
+# B-tree on SQLite, which has no BRIN.
+gpu_sample_blocks = Table(
+    "gpu_sample_blocks",
     metadata,
     Column("id", BigId, primary_key=True, autoincrement=True),
-    Column("ts", UtcDateTime, nullable=False),
-    *_sample_columns(width=8),
-    # No foreign keys: checking them per row would halve the bulk-load rate; ingest checks GPUs
-    # once per batch instead.
+    Column("ts0", UtcDateTime, nullable=False, comment="the block's first tick"),
+    Column("ts1", UtcDateTime, nullable=False, comment="the block's last tick"),
+    # No foreign keys: checking them per row would slow the bulk load; ingest checks GPUs once
+    # per batch instead.
     Column("gpu_id", Integer, nullable=False, comment="gpus.id"),
     Column("node_id", Integer, nullable=False),
     Column("boot", Integer, comment="node_boots.id: the node's boot when sampled"),
-    *_sample_columns(width=4),
-    *_sample_columns(width=2),
-    *_sample_columns(width=1),
-    Index("ix_gpu_samples_gpu_id_ts", "gpu_id", "ts"),
-    Index("ix_gpu_samples_ts", "ts", postgresql_using="brin"),
-    postgresql_partition_by="RANGE (ts)",
+    Column("n", SmallInteger, nullable=False, comment="ticks in the block"),
+    Column("data", LargeBinary, nullable=False, comment="the ticks' fields, compressed"),
+    Index("ix_gpu_sample_blocks_gpu_id_ts0", "gpu_id", "ts0"),
+    Index("ix_gpu_sample_blocks_ts0", "ts0", postgresql_using="brin"),
+    postgresql_partition_by="RANGE (ts0)",
 )
 
 events = Table(
@@ -238,7 +228,7 @@ ingest_batches = Table(
 
 
 # One row per GPU and UTC hour of telemetry: the trailing-window covariates of the survival
-# models read these instead of scanning gpu_samples (see fleetwatch.models.telemetry_features).
+# models read these instead of decoding samples (see fleetwatch.models.telemetry_features).
 gpu_hourly = Table(
     "gpu_hourly",
     metadata,

@@ -1,8 +1,8 @@
 """GPU lifetimes derived from what the agents report: installs, failures, replacements, returns.
 
 :func:`sync_lifetimes` brings ``gpu_lifetimes`` up to date with ``gpus``, ``events`` and
-``gpu_samples`` in a handful of bulk queries; a second run changes nothing. A GPU is keyed by its
-serial, or by its UUID when it reports none, so a lifetime's ``serial`` may hold a UUID. Rules:
+the sample blocks in a handful of bulk queries; a second run changes nothing. A GPU is keyed by
+its serial, or by its UUID when it reports none, so a lifetime's ``serial`` may hold a UUID. Rules:
 
 1. **Install** - a serial key with no lifetime at all gets an open ``observed`` lifetime from the
    GPU's first reading (or ``first_seen``, if earlier), located at ``<node name>/<pci_bus_id or
@@ -42,16 +42,17 @@ from datetime import UTC, datetime, timedelta
 from itertools import islice
 from typing import Any
 
-from sqlalchemy import Connection, and_, bindparam, func, or_, select, update
+from sqlalchemy import Connection, bindparam, func, select, update
 
 from fleetwatch.config import ServerSettings
 from fleetwatch.rules.xid import XidCatalog, XidVerdict, judge_xids
-from fleetwatch.server.db.sample_joins import SAMPLE_GPU_UUID, SAMPLES_WITH_GPU, gpu_id_of
+from fleetwatch.server.db.sample_blocks import MAX_BLOCK_SPAN_US
 from fleetwatch.server.db.session import Database
-from fleetwatch.server.db.tables import events, gpu_lifetimes, gpu_samples, gpus, nodes
+from fleetwatch.server.db.tables import events, gpu_lifetimes, gpu_sample_blocks, gpus, nodes
 from fleetwatch.server.jobs.isolation import ItemGuard
 from fleetwatch.server.jobs.locks import LockKey, transaction_lock, try_transaction_lock
 from fleetwatch.server.repo.maintenance import maintenance_intervals
+from fleetwatch.server.repo.sample_reader import from_us, read_samples
 
 __all__ = ["LifecycleCounts", "run_lifecycle", "sync_lifetimes"]
 
@@ -266,14 +267,15 @@ def _opening(g: _Gpu, installed_at: datetime) -> dict[str, Any]:
 def _first_samples(conn: Connection, uuids: list[str]) -> dict[str, datetime]:
     """Each GPU's oldest reading (agent clock), per chunk of new GPUs.
 
-    The MIN is a subquery per GPU on purpose: ``min(ts) WHERE gpu_id = <one id>`` is the first
-    entry of that GPU in the ``(gpu_id, ts)`` index of each partition. Joined and grouped over a
+    The MIN is a subquery per GPU on purpose: ``min(ts0) WHERE gpu_id = <one id>`` is the first
+    entry of that GPU in the ``(gpu_id, ts0)`` index of each partition (a block's first tick is
+    its oldest reading). Joined and grouped over a
     chunk instead, PostgreSQL scanned every sample of every partition for each chunk (a first
     pass over 100,000 new GPUs: 200 parallel scans of the whole table, measured in fleet-scale
     run 11)."""
     first = (
-        select(func.min(gpu_samples.c.ts))
-        .where(gpu_samples.c.gpu_id == gpus.c.id)
+        select(func.min(gpu_sample_blocks.c.ts0))
+        .where(gpu_sample_blocks.c.gpu_id == gpus.c.id)
         .correlate(gpus)
         .scalar_subquery()
     )
@@ -421,18 +423,26 @@ def _returns(
         and g.last_sample > row.removed_at + leave_after
     }
     rows = []
-    gs = gpu_samples.c
-    for chunk in _chunks(list(back)):
-        after_grace = or_(*(and_(gs.gpu_id == gpu_id_of(u), gs.ts > back[u][1]) for u in chunk))
-        query = (
-            select(SAMPLE_GPU_UUID, func.min(gs.ts).label("first"))
-            .select_from(SAMPLES_WITH_GPU)
-            .where(after_grace)
-            .group_by(SAMPLE_GPU_UUID)
-        )
-        for sample in conn.execute(query):
-            rows.append(_opening(back[sample.gpu_uuid][0], sample.first))
+    for uuid, (g, grace_end) in back.items():
+        gpu_id = conn.execute(select(gpus.c.id).where(gpus.c.uuid == uuid)).scalar_one()
+        first = _first_sample_after(conn, gpu_id, grace_end)
+        if first is not None:
+            rows.append(_opening(g, first))
     return _insert(conn, rows, guard)
+
+
+def _first_sample_after(conn: Connection, gpu_id: int, after: datetime) -> datetime | None:
+    """The time of the GPU's oldest reading after ``after``. A block holds at most an hour, so
+    the readings of the hour after ``after`` are decoded (blocks that began before it may hold
+    some); past that hour, the oldest block that begins after it starts with the reading."""
+    since = after + timedelta(microseconds=1)
+    span = timedelta(microseconds=MAX_BLOCK_SPAN_US)
+    for chunk in read_samples(conn, (), gpu_ids=[gpu_id], since=since, until=after + span):
+        return from_us(int(chunk.ts_us.min()))  # chunks in order of first tick: the first holds it
+    b = gpu_sample_blocks.c
+    query = select(func.min(b.ts0)).where(b.gpu_id == gpu_id, b.ts0 > after)
+    found: datetime | None = conn.execute(query).scalar()
+    return found
 
 
 def _chunks(items: list[str]) -> Iterator[list[str]]:

@@ -3,14 +3,15 @@
 One pass of the leader's ``retention`` job (every ``retention_interval_s``), with ``cutoff`` =
 now - ``raw_retention_days``:
 
-- **PostgreSQL**: day partitions of ``gpu_samples`` are created for today and
-  :data:`DAYS_AHEAD` days ahead, and for every day after the cutoff with rows in the DEFAULT
-  partition (a spool replayed after an outage longer than the days ahead; the rows move into
+- **PostgreSQL**: day partitions of ``gpu_sample_blocks`` are created for today and
+  :data:`DAYS_AHEAD` days ahead, and for every day after the cutoff with blocks in the DEFAULT
+  partition (a spool replayed after an outage longer than the days ahead; the blocks move into
   their day). Day partitions whose whole day is before the cutoff are dropped, which frees their
   disk at once; the day the cutoff falls in stays until it is wholly past, so raw samples live
-  up to one day longer than ``raw_retention_days``. Rows before the cutoff are deleted from the
-  DEFAULT partition (a late replay of a day already dropped).
-- **SQLite**: rows before the cutoff are deleted, :data:`CHUNK_ROWS` per transaction. Each chunk
+  up to one day longer than ``raw_retention_days``. Blocks whose last tick is before the cutoff
+  are deleted from the DEFAULT partition (a late replay of a day already dropped).
+- **SQLite**: blocks whose last tick is before the cutoff are deleted, :data:`CHUNK_ROWS` per
+  transaction. Each chunk
   takes the writer lock on its own, so an ingest waits for one chunk at most; the freed pages
   are reused by new rows, so the file stops growing once retention is reached.
 - **Both**: ``gpu_hourly`` rows before now - ``rollup_retention_days`` are deleted in chunks,
@@ -18,11 +19,12 @@ now - ``raw_retention_days``:
   ``max_future_skew_s`` - a day: a replay of such a batch is refused for its readings' age
   before its id could be missed (a push a minute from 12,500 nodes is 18 million ids a day).
 
-A row with ``ts`` at or after the cutoff is never deleted. Events, verdicts, evictions, GPU
-lifetimes and boots are kept. Each DDL step is its own short transaction under a lock timeout,
-so that a long query on the table makes the step fail and be retried next pass instead of
-holding every ingest behind it. The pass holds :attr:`LockKey.RETENTION`: two processes never
-run one at once.
+A sample with its time at or after the cutoff is never deleted (a block goes only once its last tick
+is past: a block holds at most an hour, so a sample outlives the cutoff by an hour at most). Events,
+verdicts, evictions, GPU lifetimes and boots are kept. Each DDL step is its own short transaction
+under a lock timeout, so that a long query on the table makes the step fail and be retried next pass
+instead of holding every ingest behind it. The pass holds :attr:`LockKey.RETENTION`: two processes
+never run one at once.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from sqlalchemy import ColumnElement, Table, column, delete, select, table, tupl
 from fleetwatch.config import ServerSettings
 from fleetwatch.server.db import partitions
 from fleetwatch.server.db.session import Database
-from fleetwatch.server.db.tables import gpu_hourly, gpu_samples, ingest_batches
+from fleetwatch.server.db.tables import gpu_hourly, gpu_sample_blocks, ingest_batches
 from fleetwatch.server.jobs.locks import LockKey, session_lock
 from fleetwatch.server.metrics.families import ServerMetrics
 
@@ -50,13 +52,14 @@ DAYS_AHEAD = 3
 CHUNK_ROWS = 5_000
 LOCK_TIMEOUT_S = 2.0
 
-# The DEFAULT partition, addressed alone: a DELETE through gpu_samples would also reach the day
-# partition the cutoff falls in, which is dropped whole later instead.
+# The DEFAULT partition, addressed alone: a DELETE through gpu_sample_blocks would also reach the
+# day partition the cutoff falls in, which is dropped whole later instead.
 _DEFAULT = table(
     partitions.DEFAULT_PARTITION,
-    column("id", gpu_samples.c.id.type),
-    column("ts", gpu_samples.c.ts.type),
+    column("id", gpu_sample_blocks.c.id.type),
+    column("ts1", gpu_sample_blocks.c.ts1.type),
 )
+_TABLE = "gpu_sample_blocks"  # the label of the raw samples' table on /metrics
 
 
 @dataclass(frozen=True)
@@ -64,12 +67,12 @@ class RetentionPass:
     """What one pass did."""
 
     cutoff: datetime  # raw samples before it were due
-    samples_deleted: int = 0
+    samples_deleted: int = 0  # sample blocks
     hourly_deleted: int = 0
     batch_ids_deleted: int = 0
     created: tuple[date, ...] = ()
     dropped: tuple[date, ...] = ()
-    moved: int = 0  # rows moved out of the DEFAULT partition into a new day partition
+    moved: int = 0  # blocks moved out of the DEFAULT partition into a new day partition
     partitions: int | None = None  # after the pass (PostgreSQL)
     default_rows: int | None = None  # left in the DEFAULT partition (PostgreSQL)
 
@@ -151,8 +154,8 @@ class RetentionJob:
             done.created or done.dropped
         ):
             logger.info(
-                "retention: %d samples, %d hourly rollups and %d batch ids deleted, %d day "
-                "partitions dropped, %d created (%d rows moved out of the DEFAULT partition)",
+                "retention: %d sample blocks, %d hourly rollups and %d batch ids deleted, %d day "
+                "partitions dropped, %d created (%d blocks moved out of the DEFAULT partition)",
                 done.samples_deleted,
                 done.hourly_deleted,
                 done.batch_ids_deleted,
@@ -163,8 +166,9 @@ class RetentionJob:
         return done
 
     def _delete_raw(self, now: datetime) -> int:
-        expired = gpu_samples.c.ts < now - self.raw_retention
-        return delete_in_chunks(self.db, gpu_samples, [gpu_samples.c.id], expired, self.chunk_rows)
+        b = gpu_sample_blocks.c
+        expired = b.ts1 < now - self.raw_retention
+        return delete_in_chunks(self.db, gpu_sample_blocks, [b.id], expired, self.chunk_rows)
 
     def _delete_rollups(self, now: datetime) -> int:
         keys = [gpu_hourly.c.gpu_uuid, gpu_hourly.c.hour]
@@ -183,7 +187,7 @@ class RetentionJob:
             stray = partitions.default_days(conn) if existing.has_default else []
         if not existing.has_default:
             self._ddl(partitions.create_default)
-            logger.warning("retention: the DEFAULT partition of gpu_samples was missing; created")
+            logger.warning("retention: the DEFAULT partition of %s was missing; created", _TABLE)
         today = now.astimezone(UTC).date()
         wanted = {today + timedelta(days=n) for n in range(self.days_ahead + 1)}
         wanted |= {day for day in stray if partitions.day_bounds(day)[1] > cutoff}
@@ -195,7 +199,7 @@ class RetentionJob:
         for day in dropped:
             self._ddl(lambda conn, day=day: partitions.drop_day(conn, day))
         deleted = delete_in_chunks(
-            self.db, _DEFAULT, [_DEFAULT.c.id], _DEFAULT.c.ts < cutoff, self.chunk_rows
+            self.db, _DEFAULT, [_DEFAULT.c.id], _DEFAULT.c.ts1 < cutoff, self.chunk_rows
         )
         with self.db.read() as conn:
             after = partitions.list_partitions(conn)
@@ -219,15 +223,15 @@ class RetentionJob:
         m = self.metrics
         if m is None:
             return
-        m.retention_rows_deleted.labels(table="gpu_samples").inc(done.samples_deleted)
+        m.retention_rows_deleted.labels(table=_TABLE).inc(done.samples_deleted)
         m.retention_rows_deleted.labels(table="gpu_hourly").inc(done.hourly_deleted)
         m.retention_rows_deleted.labels(table="ingest_batches").inc(done.batch_ids_deleted)
-        m.retention_cutoff.labels(table="gpu_samples").set(done.cutoff.timestamp())
+        m.retention_cutoff.labels(table=_TABLE).set(done.cutoff.timestamp())
         m.retention_cutoff.labels(table="gpu_hourly").set((now - self.rollup_retention).timestamp())
         if done.partitions is not None:
-            m.retention_partitions_dropped.labels(table="gpu_samples").inc(len(done.dropped))
-            m.partitions_created.labels(table="gpu_samples").inc(len(done.created))
-            m.partitions.labels(table="gpu_samples").set(done.partitions)
-            m.partition_default_rows.labels(table="gpu_samples").set(done.default_rows or 0)
+            m.retention_partitions_dropped.labels(table=_TABLE).inc(len(done.dropped))
+            m.partitions_created.labels(table=_TABLE).inc(len(done.created))
+            m.partitions.labels(table=_TABLE).set(done.partitions)
+            m.partition_default_rows.labels(table=_TABLE).set(done.default_rows or 0)
         m.retention_last_run.set(now.timestamp())
         m.retention_duration.set(seconds)

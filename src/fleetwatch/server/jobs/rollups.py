@@ -18,15 +18,14 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
-from sqlalchemy import Connection, Select, and_, case, delete, func, select
+from sqlalchemy import Connection, and_, case, delete, func, select
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from fleetwatch.models.hour_folds import FOLD_COLUMNS
 from fleetwatch.models.telemetry_features import GPU_CATEGORIES, rollup_hour
 from fleetwatch.rules.xid_catalog import XidCatalog
-from fleetwatch.server.db.sample_joins import SAMPLE_GPU_UUID, SAMPLES_WITH_GPU
 from fleetwatch.server.db.session import Database
-from fleetwatch.server.db.tables import events, gpu_hourly, gpu_samples, gpus
+from fleetwatch.server.db.tables import events, gpu_hourly, gpu_sample_blocks, gpus
 from fleetwatch.server.jobs.isolation import ItemGuard
 from fleetwatch.server.jobs.locks import LockKey, try_transaction_lock
 from fleetwatch.server.jobs.recent_rollups import (
@@ -35,7 +34,12 @@ from fleetwatch.server.jobs.recent_rollups import (
     RecentHours,
 )
 from fleetwatch.server.jobs.state import load_state, save_state
-from fleetwatch.server.judge.packed_samples import packed_samples, reads_packed
+from fleetwatch.server.repo.sample_reader import (
+    SampleChunk,
+    from_us,
+    newest_block_id,
+    read_samples,
+)
 
 __all__ = [
     "RollupJob",
@@ -47,12 +51,11 @@ __all__ = [
 
 _COLUMNS = FOLD_COLUMNS  # the sample fields a rollup reads
 _DAY_S = 86400.0
-_CHUNK = 100_000  # sample rows fetched at a time
+_CHUNK = 20_000  # sample blocks fetched at a time
 _UUIDS = 500  # GPU UUIDs per IN (...) list
 _ROWS_PER_INSERT = 500  # rows per INSERT ... VALUES: 18 parameters each, under SQLite's 32,766
 _FAR_FUTURE = datetime(9999, 1, 1, tzinfo=UTC)
 _STAGE = "fleetwatch_gpu_hourly_stage"  # the temporary table rollups are copied into
-_PACKED = ("node_id", *FOLD_COLUMNS)  # the packed read's fields: the node, then a fold's
 
 
 def floor_hour(t: datetime) -> datetime:
@@ -103,22 +106,15 @@ def roll_up_hours(
     """Recompute the rollups of every GPU (or of ``gpu_uuids``) for the hours in
     ``[start, end)``; return rows written."""
     start, end = floor_hour(start), end
-    cols = [gpu_samples.c[name] for name in _COLUMNS]
-    query = (
-        select(SAMPLE_GPU_UUID, gpu_samples.c.node_id, gpu_samples.c.ts, *cols)
-        .select_from(SAMPLES_WITH_GPU)
-        .where(gpu_samples.c.ts >= start, gpu_samples.c.ts < end)
-        .order_by(SAMPLE_GPU_UUID, gpu_samples.c.ts)
-    )
-    chunks = [None] if gpu_uuids is None else _chunks(gpu_uuids)
     grouped: dict[tuple[str, datetime], list[dict[str, Any]]] = defaultdict(list)
     node_of: dict[str, int] = {}
-    for chunk in chunks:
-        picked = query if chunk is None else query.where(gpus.c.uuid.in_(chunk))
-        for row in conn.execute(picked):
-            mapping = row._mapping
-            grouped[(row.gpu_uuid, floor_hour(row.ts))].append(dict(mapping))
-            node_of[row.gpu_uuid] = row.node_id
+    for row in _sample_rows(conn, start, end, gpu_uuids):
+        uuid, node_id, ts = row[1], row[2], row[3]
+        sample = {"ts": ts, **dict(zip(_COLUMNS, row[4:], strict=True))}
+        grouped[(uuid, floor_hour(ts))].append(sample)
+        node_of[uuid] = node_id
+    for samples in grouped.values():
+        samples.sort(key=lambda sample: sample["ts"])
     xids = _xids_by_gpu_hour(conn, start, end)
     guard = guard or ItemGuard("rollups")
     out = []
@@ -170,7 +166,7 @@ def refresh_rollups(
     simulated fleet catching up) are therefore rolled up too.
     """
     current = floor_hour(now)
-    newest_id = conn.execute(select(func.max(gpu_samples.c.id))).scalar()
+    newest_id = newest_block_id(conn)
     start = _start_hour(conn, lookback_hours, after_id)
     if start is None:
         return 0, newest_id
@@ -189,15 +185,14 @@ def refresh_rollups(
 
 def _start_hour(conn: Connection, lookback_hours: int, after_id: int | None) -> datetime | None:
     """Where a full pass starts (see :func:`refresh_rollups`), before the backfill bound."""
+    b = gpu_sample_blocks.c
     newest_hour = conn.execute(select(func.max(gpu_hourly.c.hour))).scalar()
     if newest_hour is None:
-        start: datetime | None = conn.execute(select(func.min(gpu_samples.c.ts))).scalar()
+        start: datetime | None = conn.execute(select(func.min(b.ts0))).scalar()
         return start
     start = newest_hour - timedelta(hours=lookback_hours)
     if after_id is not None:
-        oldest_new = conn.execute(
-            select(func.min(gpu_samples.c.ts)).where(gpu_samples.c.id > after_id)
-        ).scalar()
+        oldest_new = conn.execute(select(func.min(b.ts0)).where(b.id > after_id)).scalar()
         if oldest_new is not None:
             start = min(start, oldest_new)
     return start
@@ -212,23 +207,51 @@ def _xid_events_after(conn: Connection, after_id: int) -> list[Any]:
     return list(conn.execute(query))
 
 
-def _fold_samples() -> Select[Any]:
-    """The sample columns RecentHours.fold reads."""
-    c = gpu_samples.c
-    columns = (c.id, SAMPLE_GPU_UUID, c.node_id, c.ts, *(c[name] for name in FOLD_COLUMNS))
-    return select(*columns).select_from(SAMPLES_WITH_GPU)
+def _sample_rows(
+    conn: Connection, start: datetime, end: datetime, gpu_uuids: list[str] | None
+) -> list[tuple[Any, ...]]:
+    """Every sample in [start, end) of every GPU (or of ``gpu_uuids``) as a row ``(block id,
+    gpu_uuid, node_id, ts, *FOLD_COLUMNS)``, with Python values (None: not reported)."""
+    gpu_ids = None if gpu_uuids is None else list(_gpu_ids(conn, gpu_uuids).values())
+    if gpu_ids is not None and not gpu_ids:
+        return []
+    uuid_of: dict[int, str] = {}
+    out: list[tuple[Any, ...]] = []
+    for chunk in read_samples(conn, _COLUMNS, since=start, before=end, gpu_ids=gpu_ids):
+        missing = sorted(set(np.unique(chunk.gpu_ids).tolist()) - uuid_of.keys())
+        for i in range(0, len(missing), _UUIDS):
+            query = select(gpus.c.id, gpus.c.uuid).where(gpus.c.id.in_(missing[i : i + _UUIDS]))
+            uuid_of.update({row.id: row.uuid for row in conn.execute(query)})
+        out.extend(_python_rows(chunk, uuid_of))
+    return out
+
+
+def _python_rows(chunk: SampleChunk, uuid_of: dict[int, str]) -> list[tuple[Any, ...]]:
+    """``chunk``'s rows as :func:`_sample_rows` gives them."""
+    columns: list[list[Any]] = [
+        chunk.ids.tolist(),
+        [uuid_of[i] for i in chunk.gpu_ids.tolist()],
+        chunk.node_ids.tolist(),
+        [from_us(us) for us in chunk.ts_us.tolist()],
+    ]
+    for values, raw in zip(chunk.values, chunk.raw, strict=True):
+        python = raw.astype(np.bool_).tolist() if raw.dtype == np.uint8 else raw.tolist()
+        missing = np.isnan(values).tolist()
+        columns.append([None if m else v for v, m in zip(python, missing, strict=True)])
+    return list(zip(*columns, strict=True))
+
+
+def _gpu_ids(conn: Connection, uuids: list[str]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for chunk in _chunks(uuids):
+        query = select(gpus.c.uuid, gpus.c.id).where(gpus.c.uuid.in_(chunk))
+        out.update({row.uuid: row.id for row in conn.execute(query)})
+    return out
 
 
 def _gpu_hour_rows(conn: Connection, hour: datetime, uuids: list[str]) -> list[Any]:
-    """Every sample of ``uuids`` in ``hour`` (as _fold_samples reads them)."""
-    c = gpu_samples.c
-    out: list[Any] = []
-    for chunk in _chunks(uuids):
-        query = _fold_samples().where(
-            c.ts >= hour, c.ts < hour + timedelta(hours=1), gpus.c.uuid.in_(chunk)
-        )
-        out.extend(conn.execute(query))
-    return out
+    """Every sample of ``uuids`` in ``hour`` (as RecentHours.fold reads them)."""
+    return _sample_rows(conn, hour, hour + timedelta(hours=1), uuids)
 
 
 def _store_rollups(conn: Connection, rows: list[dict[str, Any]], *, replace: bool) -> None:
@@ -347,7 +370,7 @@ class RollupJob:
         current = floor_hour(now)
         start = _start_hour(conn, self.lookback_hours, after_id)
         recent = RecentHours(floor=current, keep_hours=self.lookback_hours, catalog=self.catalog)
-        recent.after_id = conn.execute(select(func.max(gpu_samples.c.id))).scalar()
+        recent.after_id = newest_block_id(conn)
         newest_event = conn.execute(select(func.max(events.c.id))).scalar() or 0
         recent.new_events(_xid_events_after(conn, newest_event - EVENT_ID_OVERLAP))  # seen
         recent.after_event_id = max(recent.after_event_id, newest_event)
@@ -399,36 +422,22 @@ class RollupJob:
         skip_seen: bool,
         oldest: datetime,
     ) -> set[tuple[datetime, str]]:
-        """Fold the samples with ``ts >= since`` (in time order) or ``id > after_id`` into
-        ``recent``; the GPU-hours to recompute from the database. On PostgreSQL they are read
-        as packed arrays (:mod:`~fleetwatch.server.judge.packed_samples`): fetched as rows,
-        a pass over 100,000 GPUs spent most of its time building a tuple and an object per
-        value, and collecting them."""
+        """Fold the samples with ``ts >= since`` or in blocks after ``after_id`` into
+        ``recent``; the GPU-hours to recompute from the database."""
         redo: set[tuple[datetime, str]] = set()
-        if reads_packed(conn):
-            for chunk in packed_samples(
-                conn, _PACKED, until=_FAR_FUTURE, since=since, after_id=after_id, chunk=_CHUNK
-            ):
-                values = dict(zip(_PACKED, chunk.values, strict=True))
-                raw = dict(zip(_PACKED, chunk.raw, strict=True))
-                redo |= recent.fold_arrays(
-                    chunk.ids,
-                    self._slots_of(conn, recent, chunk.gpu_ids),
-                    chunk.ts_us,
-                    raw["node_id"].astype(np.int64),
-                    values,
-                    raw["clocks_event_reasons"].astype(np.int64),
-                    skip_seen=skip_seen,
-                    oldest=oldest,
-                )
-            return redo
-        query = _fold_samples()
-        if since is not None:
-            query = query.where(gpu_samples.c.ts >= since).order_by(gpu_samples.c.ts)
-        else:
-            query = query.where(gpu_samples.c.id > after_id)
-        for rows in conn.execute(query.execution_options(yield_per=_CHUNK)).partitions():
-            redo |= recent.fold(rows, skip_seen=skip_seen, oldest=oldest)
+        for chunk in read_samples(conn, _COLUMNS, since=since, after_id=after_id, chunk=_CHUNK):
+            values = dict(zip(_COLUMNS, chunk.values, strict=True))
+            reasons = chunk.raw[_COLUMNS.index("clocks_event_reasons")].astype(np.int64)
+            redo |= recent.fold_arrays(
+                chunk.ids,
+                self._slots_of(conn, recent, chunk.gpu_ids),
+                chunk.ts_us,
+                chunk.node_ids,
+                values,
+                reasons,
+                skip_seen=skip_seen,
+                oldest=oldest,
+            )
         return redo
 
     def _slots_of(

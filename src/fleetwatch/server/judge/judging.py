@@ -1,8 +1,8 @@
 """The rules, applied on the server to what the agents stored: one verdict list per GPU.
 
 :class:`FleetJudge` keeps a short window of every GPU's recent samples in memory, refreshed
-incrementally (each pass reads only the sample rows stored since the last one, by id), so a pass
-over 10,000 GPUs does not rescan minutes of ``gpu_samples``. Each node is judged as of its newest
+incrementally (each pass reads only the sample blocks stored since the last one, by id), so a
+pass over 10,000 GPUs does not rescan minutes of samples. Each node is judged as of its newest
 reading, on its agent's clock (capped at now): the windows of the rules are the agent's, so a
 late spool or a simulated fleet running in the past is judged as it happened. Each pass then runs
 :func:`~fleetwatch.rules.xid.judge_xids` per node over the last day of Xid events,
@@ -33,7 +33,7 @@ from typing import Any, Literal
 
 import numpy as np
 from numpy.typing import NDArray
-from sqlalchemy import Connection, DateTime, Row, Select, func, select, type_coerce
+from sqlalchemy import Connection, func, select
 
 from fleetwatch.rules.health import BootSample, HealthVerdict, judge_health, judge_missing_gpus
 from fleetwatch.rules.health_screen import JUDGED_FIELDS, may_fire
@@ -42,22 +42,19 @@ from fleetwatch.rules.port_health import PORT_KINDS, judge_port_events
 from fleetwatch.rules.thresholds import HealthThresholds
 from fleetwatch.rules.xid import XidVerdict, judge_xids
 from fleetwatch.rules.xid_catalog import XidCatalog
-from fleetwatch.server.db.sample_joins import (
-    SAMPLE_BOOT_ID,
-    SAMPLE_GPU_UUID,
-    SAMPLES_WITH_GPU_AND_BOOT,
-)
-from fleetwatch.server.db.tables import events, gpu_samples, gpus, node_boots, nodes
+from fleetwatch.server.db.sample_columns import python_type
+from fleetwatch.server.db.tables import events, gpus, node_boots, nodes
 from fleetwatch.server.jobs.isolation import ItemGuard
-from fleetwatch.server.judge.packed_samples import PackedChunk, packed_samples, reads_packed
 from fleetwatch.server.judge.windows import EPOCH, SampleWindows
+from fleetwatch.server.repo.sample_reader import SampleChunk, read_samples
 from fleetwatch.telemetry import Event
 
 __all__ = ["FleetJudge", "Verdict"]
 
 _US = timedelta(microseconds=1)
-_ID_OVERLAP = 10_000  # sample rows re-read each pass, for ids committed out of order
-_CHUNK = 100_000  # sample rows fetched at a time (the first pass reads minutes of the fleet's)
+_ID_OVERLAP = 2_000  # sample blocks re-read each pass (about a second of 100,000 GPUs' pushes),
+# for ids committed out of order
+_CHUNK = 20_000  # sample blocks fetched at a time (the first pass reads minutes of the fleet's)
 _COMPACT_AFTER = 1_000_000  # samples added within a pass before the windows are compacted
 _CLEARED_BY_BOOT = frozenset({"restart_app", "reset_gpu", "drain_reset", "reboot_node"})
 _LIVE_KINDS = ("xid", "gpu_lost", "node_boot", *sorted(HOST_KINDS), *sorted(PORT_KINDS))
@@ -179,16 +176,6 @@ _GPU_COLUMNS = (
 )
 
 
-def _judged_samples() -> Select[Any]:
-    """The sample columns the rules read (see rules.health_screen.JUDGED_FIELDS). The time is
-    read as the driver gives it (aware, or naive UTC on SQLite): the windows turn it into
-    microseconds (windows.to_us), which the UTC column type's per-row conversion only slows."""
-    c = gpu_samples.c
-    ts = type_coerce(c.ts, DateTime(timezone=True)).label("ts")
-    columns = (c.id, SAMPLE_GPU_UUID, ts, SAMPLE_BOOT_ID, *(c[name] for name in JUDGED_FIELDS))
-    return select(*columns).select_from(SAMPLES_WITH_GPU_AND_BOOT)
-
-
 class FleetJudge:
     """Judges every GPU from the database; call :meth:`judge` from one thread at a time."""
 
@@ -221,11 +208,10 @@ class FleetJudge:
         self.sparse_step = timedelta(seconds=step)
         self.max_lag = max_lag
         self._gpus: dict[str, _Gpu] = {}
-        self._by_id: dict[int, _Gpu] = {}  # by gpus.id, for the packed sample read
+        self._by_id: dict[int, _Gpu] = {}  # by gpus.id, the key samples are stored under
         # node_boots.id to boot_id: rows of node_boots are only ever inserted, never changed.
         self._boot_ids: dict[int, str] = {}
-        kinds = [gpu_samples.c[name].type.python_type for name in JUDGED_FIELDS]
-        self.windows = SampleWindows(JUDGED_FIELDS, kinds)
+        self.windows = SampleWindows(JUDGED_FIELDS, [python_type(name) for name in JUDGED_FIELDS])
         self._last_id: int | None = None
         self._oldest_us: int | None = None  # the oldest node's newest sample, at the last pass
         # Held while a whole-fleet pass changes what a targeted pass copies: the GPUs known, the
@@ -303,62 +289,52 @@ class FleetJudge:
     def _sample_chunks(
         self, conn: Connection, now: datetime, since: datetime | None, after_id: int | None
     ) -> Iterator[Callable[[], None]]:
-        """The samples with ``ts <= now`` and ``ts >= since`` or ``id > after_id``, chunk by
-        chunk in time order, each as the call that adds it to the windows: on PostgreSQL read
-        as packed arrays (:mod:`~fleetwatch.server.judge.packed_samples`), elsewhere as rows."""
-        if reads_packed(conn):
-            for chunk in packed_samples(
-                conn, JUDGED_FIELDS, until=now, since=since, after_id=after_id, chunk=_CHUNK
-            ):
-                yield functools.partial(self._add_packed, conn, chunk)
-            return
-        query = _judged_samples().where(
-            gpu_samples.c.ts >= since if since is not None else gpu_samples.c.id > after_id
-        )
-        query = query.where(gpu_samples.c.ts <= now).order_by(gpu_samples.c.ts)
-        for rows in conn.execute(query.execution_options(yield_per=_CHUNK)).partitions():
-            yield functools.partial(self._add, rows)
+        """The samples with ``ts <= now`` and ``ts >= since`` or in blocks after ``after_id``,
+        chunk by chunk, each as the call that adds it to the windows."""
+        for chunk in read_samples(
+            conn, JUDGED_FIELDS, until=now, since=since, after_id=after_id, chunk=_CHUNK
+        ):
+            yield functools.partial(self._add_chunk, conn, chunk)
 
-    def _add_packed(self, conn: Connection, chunk: PackedChunk) -> None:
-        """:meth:`_add` for a packed chunk."""
+    def _add_chunk(self, conn: Connection, chunk: SampleChunk) -> None:
+        """Add a chunk of samples to the windows (each GPU's newer samples only)."""
         newest_id = int(chunk.ids.max())
         self._last_id = newest_id if self._last_id is None else max(self._last_id, newest_id)
+        self._add_to(conn, self.windows, chunk, self._slot_of)
+
+    def _slot_of(self, gpu_id: int) -> int:
+        gpu = self._by_id.get(gpu_id)
+        return -1 if gpu is None else gpu.slot
+
+    def _add_to(
+        self,
+        conn: Connection,
+        windows: SampleWindows,
+        chunk: SampleChunk,
+        slot_of: Callable[[int], int],
+    ) -> None:
+        """Add ``chunk``'s samples to ``windows``, each GPU's in its slot (``slot_of(gpus.id)``;
+        -1: a GPU not judged here, its samples skipped)."""
         gpu_ids, gpu_of = np.unique(chunk.gpu_ids, return_inverse=True)
-        slot_by_id = [gpu.slot if (gpu := self._by_id.get(i)) else -1 for i in gpu_ids.tolist()]
-        slots = np.asarray(slot_by_id, np.int64)[gpu_of]
-        known = slots >= 0  # samples of a GPU this judge does not know: skipped
+        slots = np.asarray([slot_of(i) for i in gpu_ids.tolist()], np.int64)[gpu_of]
+        known = slots >= 0
         if not known.all():
             chunk = chunk.take(known)
             slots = slots[known]
+        if not slots.size:
+            return
         boot_keys, boot_of = np.unique(chunk.boots, return_inverse=True)
         boots = self._boots_of(conn, boot_keys.tolist())
-        self.windows.add_arrays(slots, chunk.ts_us, boots, boot_of, chunk.values, chunk.raw)
+        windows.add_arrays(slots, chunk.ts_us, boots, boot_of, chunk.values, chunk.raw)
 
     def _boots_of(self, conn: Connection, keys: Sequence[int]) -> list[str | None]:
-        """The boot_id of each node_boots key (None: -1, or a key without a row, as the row
-        reader's outer join gives it)."""
+        """The boot_id of each node_boots key (None: -1, or a key without a row)."""
         missing = [k for k in keys if k >= 0 and k not in self._boot_ids]
         if missing:
             query = select(node_boots.c.id, node_boots.c.boot_id)
             for row in conn.execute(query.where(node_boots.c.id.in_(missing))):
                 self._boot_ids[row.id] = row.boot_id
         return [self._boot_ids.get(k) for k in keys]
-
-    def _add(self, rows: Sequence[Row[Any]]) -> None:
-        """Add a chunk of sample rows to the windows (each GPU's newer samples only)."""
-        # Column by column (rows of _judged_samples: id, gpu_uuid, ts, boot_id, fields): a
-        # chunk is 100,000 rows, and attribute access per row is most of the cost.
-        columns: list[Sequence[Any]] = list(zip(*rows, strict=True))
-        newest_id = max(columns[0])
-        self._last_id = newest_id if self._last_id is None else max(self._last_id, newest_id)
-        found = [self._gpus.get(uuid) for uuid in columns[1]]
-        if None in found:  # samples of a GPU this judge does not know: skipped
-            kept = [i for i, gpu in enumerate(found) if gpu is not None]
-            columns = [[column[i] for i in kept] for column in columns]
-            found = [found[i] for i in kept]
-        if found:
-            slots = [gpu.slot for gpu in found if gpu is not None]
-            self.windows.add(slots, columns[2], columns[3], columns[4:])
 
     def _load_samples_of(
         self,
@@ -368,33 +344,25 @@ class FleetJudge:
         members: Sequence[_Gpu],
         last_id: int | None,
     ) -> None:
-        """What :meth:`_load_samples` would add to the windows of ``members`` (from the read
-        position ``last_id``), added to ``windows`` (their copy) and compacted the same way."""
+        """What :meth:`_load_samples` would add to the windows of ``members`` (whose read
+        position was ``last_id``), added to ``windows`` (their copy) and compacted the same
+        way. Read by GPU from a time: samples no newer than their window's newest are skipped
+        when merged, so when every GPU has a window the oldest of those bounds the read."""
         if not members:
             return
-        slot_of = {gpu.uuid: gpu.slot for gpu in members}
-        ids = select(gpus.c.id).where(gpus.c.uuid.in_(sorted(slot_of)))
-        query = _judged_samples().where(gpu_samples.c.gpu_id.in_(ids.scalar_subquery()))
-        if last_id is None:
+        newest_us = windows.newest_us()
+        if last_id is not None and windows.slots.size == len(members):
+            since = EPOCH + timedelta(microseconds=int(newest_us.min()))
+        else:
             newest = conn.execute(select(func.max(gpus.c.latest_ts))).scalar()
             if newest is None:
                 return
-            query = query.where(gpu_samples.c.ts >= newest - self.history)
-        else:
-            query = query.where(gpu_samples.c.id > last_id - _ID_OVERLAP)
-            # Samples no newer than their window's newest are skipped when merged: when every
-            # GPU has a window, the oldest of those bounds the read (and lets it use an index).
-            newest_us = windows.newest_us()
-            if windows.slots.size == len(slot_of):
-                floor = EPOCH + timedelta(microseconds=int(newest_us.min()))
-                query = query.where(gpu_samples.c.ts > floor)
-        query = query.where(gpu_samples.c.ts <= now).order_by(gpu_samples.c.ts)
-        rows = conn.execute(query).all()
-        if rows:
-            columns = list(zip(*rows, strict=True))
-            windows.add(
-                [slot_of[row.gpu_uuid] for row in rows], columns[2], columns[3], columns[4:]
-            )
+            since = newest - self.history
+        slot_by_id = {gpu.id: gpu.slot for gpu in members}
+        for chunk in read_samples(
+            conn, JUDGED_FIELDS, since=since, until=now, gpu_ids=list(slot_by_id), chunk=_CHUNK
+        ):
+            self._add_to(conn, windows, chunk, lambda i: slot_by_id.get(i, -1))
         windows.compact(self.history // _US, self.dense // _US, self.sparse_step // _US)
 
     def _compact(self) -> None:

@@ -9,9 +9,9 @@ from sqlalchemy import Connection, Row, Select, select
 
 from fleetwatch.errors import InvalidInput, NotFound
 from fleetwatch.rules.rates import CounterReading, counter_rates
-from fleetwatch.server.db.sample_joins import SAMPLE_BOOT_ID, gpu_id_of
-from fleetwatch.server.db.tables import gpu_samples, gpus, node_boots, nodes
+from fleetwatch.server.db.tables import gpus, node_boots, nodes
 from fleetwatch.server.repo.events import list_events
+from fleetwatch.server.repo.sample_reader import newest_samples, sample_rows
 from fleetwatch.server.schemas.fleet import (
     GpuDetail,
     GpuSummary,
@@ -94,6 +94,14 @@ def parse_fields(raw: str | None) -> list[str]:
     return wanted
 
 
+def _boot_ids(conn: Connection, keys: set[int]) -> dict[int, str]:
+    """The boot id of each ``node_boots`` key."""
+    if not keys:
+        return {}
+    query = select(node_boots.c.id, node_boots.c.boot_id).where(node_boots.c.id.in_(sorted(keys)))
+    return {row.id: row.boot_id for row in conn.execute(query)}
+
+
 def list_samples(
     conn: Connection,
     *,
@@ -105,25 +113,17 @@ def list_samples(
     rates: bool,
 ) -> SamplesPublic:
     """Oldest first, so that rates read naturally; ``limit`` keeps the newest samples."""
-    if conn.execute(select(gpus.c.uuid).where(gpus.c.uuid == uuid)).first() is None:
+    gpu_id = conn.execute(select(gpus.c.id).where(gpus.c.uuid == uuid)).scalar()
+    if gpu_id is None:
         raise NotFound("GPU", uuid)
-    columns = [gpu_samples.c.ts, SAMPLE_BOOT_ID, *(gpu_samples.c[f] for f in fields)]
-    query = (
-        select(*columns)
-        .select_from(gpu_samples.outerjoin(node_boots, node_boots.c.id == gpu_samples.c.boot))
-        .where(gpu_samples.c.gpu_id == gpu_id_of(uuid))
-    )
-    if since is not None:
-        query = query.where(gpu_samples.c.ts >= since)
-    if until is not None:
-        query = query.where(gpu_samples.c.ts < until)
-    rows = list(conn.execute(query.order_by(gpu_samples.c.ts.desc()).limit(limit)))
-    rows.reverse()
+    chunk = newest_samples(conn, fields, gpu_id=gpu_id, since=since, before=until, limit=limit)
+    rows = [] if chunk is None else sample_rows(chunk)
+    boot_ids = _boot_ids(conn, {row[3] for row in rows if row[3] is not None})
     points = [
         SamplePoint(
-            ts=row.ts,
-            boot_id=row.boot_id,
-            values={f: v for f in fields if (v := getattr(row, f)) is not None},
+            ts=row[0],
+            boot_id=None if row[3] is None else boot_ids.get(row[3]),
+            values={f: v for f, v in zip(fields, row[4:], strict=True) if v is not None},
         )
         for row in rows
     ]

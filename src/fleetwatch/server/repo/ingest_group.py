@@ -5,9 +5,9 @@ they were, samples and nothing else. Stored one transaction each, such a push co
 statement round trips, each with its share of driver, SQLAlchemy and PostgreSQL work per
 statement; that, not the rows, is most of what a push costs. The pushes waiting at one moment
 share one transaction here instead, every stage running once for the whole group: one statement
-locks the nodes, one claims the batch ids, one reads the GPUs, one COPY writes every sample, one
-updates every node and one every GPU's latest state. What is stored is what each push's own
-:func:`~fleetwatch.server.repo.ingest.store_batch` would have stored, row for row.
+locks the nodes, one claims the batch ids, one reads the GPUs, one COPY writes every sample
+block, one updates every node and one every GPU's latest state. What is stored is what each
+push's own :func:`~fleetwatch.server.repo.ingest.store_batch` would have stored, row for row.
 
 A batch that is not routine is left out: a node or GPU new to the database, a reboot, a GPU
 whose identity changed or that another node owns, an unknown GPU, a batch id already stored or
@@ -38,10 +38,10 @@ from fleetwatch.server.repo.ingest import (
     update_latest,
 )
 from fleetwatch.server.repo.sample_writer import (
-    SAMPLE_VALUES,
     LearnedKeys,
+    block_rows,
     boot_key,
-    copy_rows,
+    copy_blocks,
     keys_of,
 )
 
@@ -240,16 +240,14 @@ def _write(conn: Connection, members: Sequence[_Member], now: datetime) -> None:
         _UPDATE_NODES,
         {"rows": node_rows, "node_ids": [m.node_id for m in members], "now": now},
     )
-    copy_rows(conn, _sample_rows(members))
+    copy_blocks(conn, _block_rows(members))
     mig: dict[str, dict[str, Any]] = {}
     for batch in batches:
         mig.update(mig_layouts(batch))
     update_latest(conn, [s for batch in batches for s in batch.samples], now, mig)
 
 
-def _sample_rows(members: Sequence[_Member]) -> Iterator[tuple[Any, ...]]:
-    """The COPY rows of every member's samples, as store_batch's writer builds them."""
-    for member in members:
-        ids, node_id, boot = member.gpu_ids, member.node_id, member.boot
-        for s in member.item.batch.samples:
-            yield (ids[s.uuid], node_id, s.ts, boot, *SAMPLE_VALUES(s))
+def _block_rows(members: Sequence[_Member]) -> Iterator[tuple[Any, ...]]:
+    """The COPY rows of every member's sample blocks, as store_batch's writer builds them."""
+    for m in members:
+        yield from block_rows(m.item.batch.samples, m.gpu_ids, m.node_id, m.boot)

@@ -3,6 +3,7 @@ slowness and telemetry evidence."""
 
 from __future__ import annotations
 
+from collections import namedtuple
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -14,9 +15,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from fleetwatch.models.stragglers import EWMA_WEIGHT, StepRow, Transition
-from fleetwatch.server.db.sample_joins import SAMPLE_GPU_UUID, SAMPLES_WITH_GPU
 from fleetwatch.server.db.tables import (
-    gpu_samples,
     job_steps,
     jobs,
     node_slowness,
@@ -24,6 +23,7 @@ from fleetwatch.server.db.tables import (
     straggler_state,
     stragglers,
 )
+from fleetwatch.server.repo.sample_reader import read_samples, sample_rows
 
 __all__ = [
     "JobRow",
@@ -304,6 +304,11 @@ _NVLINK = (
 )
 
 
+_EVIDENCE_FIELDS = ("clocks_event_reasons", "sm_clock_mhz", "gpu_temp_c", *_NVLINK)
+# One sample as the evidence reads it: its GPU (gpus.id), then _EVIDENCE_FIELDS.
+_Reading = namedtuple("_Reading", ["gpu_id", *_EVIDENCE_FIELDS])  # type: ignore[misc]
+
+
 def _summary(rows: Sequence[Any]) -> dict[str, Any]:
     mask = 0
     throttled = 0
@@ -317,7 +322,7 @@ def _summary(rows: Sequence[Any]) -> dict[str, Any]:
     per_gpu: dict[str, list[float]] = {}
     for r in rows:
         total = sum(getattr(r, c) or 0.0 for c in _NVLINK)
-        per_gpu.setdefault(r.gpu_uuid, []).append(total)
+        per_gpu.setdefault(r.gpu_id, []).append(total)
     for values in per_gpu.values():
         nvlink += max(values) - min(values)
     return {
@@ -343,18 +348,10 @@ def telemetry_evidence(
     if node_id is None:
         return None
     span = max(until - onset, timedelta(seconds=60))
-    cols = (
-        SAMPLE_GPU_UUID,
-        gpu_samples.c.ts,
-        gpu_samples.c.clocks_event_reasons,
-        gpu_samples.c.sm_clock_mhz,
-        gpu_samples.c.gpu_temp_c,
-        *(gpu_samples.c[c] for c in _NVLINK),
-    )
 
     def fetch(a: datetime, b: datetime) -> list[Any]:
-        where = (gpu_samples.c.node_id == node_id, gpu_samples.c.ts >= a, gpu_samples.c.ts <= b)
-        return list(conn.execute(select(*cols).select_from(SAMPLES_WITH_GPU).where(*where)))
+        chunks = read_samples(conn, _EVIDENCE_FIELDS, since=a, until=b, node_ids=[node_id])
+        return [_Reading(*row[1:2], *row[4:]) for chunk in chunks for row in sample_rows(chunk)]
 
     during = fetch(onset, until)
     if not during:

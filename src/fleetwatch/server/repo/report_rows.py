@@ -6,7 +6,7 @@ before (:func:`load_week`) and hands their rows to :func:`fleetwatch.reports.wee
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, namedtuple
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -19,13 +19,11 @@ from fleetwatch.reports.weekly import WeeklyReport, build_weekly
 from fleetwatch.reports.weeks import IsoWeek
 from fleetwatch.rules.host_errors import HOST_KINDS
 from fleetwatch.rules.xid_catalog import XidCatalog
-from fleetwatch.server.db.sample_joins import SAMPLE_GPU_UUID, SAMPLES_WITH_GPU
 from fleetwatch.server.db.tables import (
     events,
     evictions,
     gpu_hourly,
     gpu_lifetimes,
-    gpu_samples,
     gpus,
     nodes,
     risk_models,
@@ -33,6 +31,7 @@ from fleetwatch.server.db.tables import (
 )
 from fleetwatch.server.repo.availability_rows import load_period, sla_targets
 from fleetwatch.server.repo.notice_savings_rows import compute_notice_savings
+from fleetwatch.server.repo.sample_reader import read_samples, sample_rows
 
 __all__ = ["compute_weekly", "load_week"]
 
@@ -156,16 +155,21 @@ def _stragglers(conn: Connection, start: datetime, end: datetime) -> list[Any]:
     return list(conn.execute(query).all())
 
 
+# A sample as the report's energy figures read it.
+_EnergyReading = namedtuple("_EnergyReading", ["gpu_uuid", "ts", "energy_mj", "power_w"])
+
+
 def _samples(conn: Connection, start: datetime, end: datetime) -> list[Any]:
-    gs = gpu_samples.c
-    query = (
-        select(SAMPLE_GPU_UUID, gs.ts, gs.energy_mj, gs.power_w)
-        .select_from(SAMPLES_WITH_GPU)
-        .where(gs.ts >= start, gs.ts < end)
-        .where(or_(gs.energy_mj.is_not(None), gs.power_w.is_not(None)))
-        .order_by(SAMPLE_GPU_UUID, gs.ts)
-    )
-    return list(conn.execute(query))
+    """The week's samples that report energy or power, by GPU, then time."""
+    uuid_of = dict(conn.execute(select(gpus.c.id, gpus.c.uuid)).all())
+    out = [
+        _EnergyReading(uuid_of[row[1]], row[0], row[4], row[5])
+        for chunk in read_samples(conn, ("energy_mj", "power_w"), since=start, before=end)
+        for row in sample_rows(chunk)
+        if row[4] is not None or row[5] is not None
+    ]
+    out.sort(key=lambda reading: (reading.gpu_uuid, reading.ts))
+    return out
 
 
 def _model_at(conn: Connection, at: datetime) -> Any | None:

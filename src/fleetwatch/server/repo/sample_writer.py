@@ -1,17 +1,19 @@
-"""Writing a batch's samples: one row per GPU per tick into ``gpu_samples``, in bulk.
+"""Writing a batch's samples: one block per GPU into ``gpu_sample_blocks``, in bulk.
 
-PostgreSQL gets a binary ``COPY`` (no text formatting and parsing of 34 numbers a row), routed
-by the server into the day's partition; SQLite an ``executemany`` insert. Rows name their GPU and
-the node's boot by small keys (``gpus.id``, ``node_boots.id``), looked up once per batch and
-remembered per database once the batch committed: a committed key never changes (GPUs and boots
-are never deleted nor renumbered).
+Each GPU's ticks of the batch become one compressed block
+(:mod:`fleetwatch.server.db.sample_blocks`): a push of six ticks of eight GPUs is eight rows.
+PostgreSQL gets a binary ``COPY``, routed by the server into the day's partition; SQLite an
+``executemany`` insert. Blocks name their GPU and the node's boot by small keys (``gpus.id``,
+``node_boots.id``), looked up once per batch and remembered per database once the batch
+committed: a committed key never changes (GPUs and boots are never deleted nor renumbered).
 """
 
 from __future__ import annotations
 
 import threading
 import weakref
-from collections.abc import Iterable, Sequence
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from operator import attrgetter
@@ -22,31 +24,30 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from fleetwatch.server.batch_view import SampleView
-from fleetwatch.server.db.sample_columns import copy_type
+from fleetwatch.server.db.sample_blocks import encode_blocks
 from fleetwatch.server.db.session import Database
-from fleetwatch.server.db.tables import gpu_samples, gpus, node_boots
-from fleetwatch.telemetry import SAMPLE_FIELD_NAMES, SAMPLE_FIELDS
+from fleetwatch.server.db.tables import gpu_sample_blocks, gpus, node_boots
+from fleetwatch.server.repo.sample_reader import from_us, to_us
+from fleetwatch.telemetry import SAMPLE_FIELD_NAMES
 
 __all__ = [
-    "SAMPLE_COLUMNS",
-    "SAMPLE_COPY_STATEMENT",
-    "SAMPLE_COPY_TYPES",
+    "BLOCK_COLUMNS",
+    "BLOCK_COPY_STATEMENT",
+    "BLOCK_COPY_TYPES",
     "LearnedKeys",
+    "block_rows",
+    "copy_blocks",
+    "write_sample_rows",
     "write_samples",
 ]
 
-SAMPLE_COLUMNS = ("gpu_id", "node_id", "ts", "boot", *SAMPLE_FIELD_NAMES)
-
+BLOCK_COLUMNS = ("gpu_id", "node_id", "boot", "ts0", "ts1", "n", "data")
 # The PostgreSQL type of each copied column: binary COPY sends values in the column's own
-# binary format, so each must be named (a float sent for a real column would be misread).
-SAMPLE_COPY_TYPES = (
-    "int4",
-    "int4",
-    "timestamptz",
-    "int4",
-    *(copy_type(spec) for spec in SAMPLE_FIELDS),
+# binary format, so each must be named.
+BLOCK_COPY_TYPES = ("int4", "int4", "int4", "timestamptz", "timestamptz", "int2", "bytea")
+BLOCK_COPY_STATEMENT = (
+    f"COPY gpu_sample_blocks ({', '.join(BLOCK_COLUMNS)}) FROM STDIN (FORMAT BINARY)"
 )
-SAMPLE_COPY_STATEMENT = f"COPY gpu_samples ({', '.join(SAMPLE_COLUMNS)}) FROM STDIN (FORMAT BINARY)"
 
 # One C call reads a sample's 34 values as a tuple (a Python loop of getattr cost about as
 # much as the rest of the write together); works on the msgspec structs and pydantic models alike.
@@ -122,12 +123,29 @@ def write_samples(
     keys = keys_of(db)
     gpu_ids = _gpu_ids(conn, keys, {s.uuid for s in samples}, learned)
     boot = None if boot_id is None else boot_key(conn, keys, node_id, boot_id, now, learned)
-    rows = ((gpu_ids[s.uuid], node_id, s.ts, boot, *SAMPLE_VALUES(s)) for s in samples)
+    rows = block_rows(samples, gpu_ids, node_id, boot)
     if conn.dialect.name == "postgresql":
-        copy_rows(conn, rows)
+        copy_blocks(conn, rows)
     else:
-        conn.execute(insert(gpu_samples), [dict(zip(SAMPLE_COLUMNS, r, strict=True)) for r in rows])
+        conn.execute(
+            insert(gpu_sample_blocks), [dict(zip(BLOCK_COLUMNS, r, strict=True)) for r in rows]
+        )
     return learned
+
+
+def block_rows(
+    samples: Sequence[SampleView], gpu_ids: dict[str, int], node_id: int, boot: int | None
+) -> list[tuple[Any, ...]]:
+    """The blocks of one batch's samples as rows of :data:`BLOCK_COLUMNS`."""
+    blocks = encode_blocks(
+        [gpu_ids[s.uuid] for s in samples],
+        [to_us(s.ts) for s in samples],
+        [SAMPLE_VALUES(s) for s in samples],
+    )
+    return [
+        (b.gpu_key, node_id, boot, from_us(b.ts0_us), from_us(b.ts1_us), b.n, b.data)
+        for b in blocks
+    ]
 
 
 def _gpu_ids(
@@ -166,11 +184,39 @@ def boot_key(
     return int(found)
 
 
-def copy_rows(conn: Connection, rows: Iterable[tuple[Any, ...]]) -> None:
+def copy_blocks(conn: Connection, rows: Iterable[tuple[Any, ...]]) -> None:
     """PostgreSQL's bulk path, inside the SQLAlchemy transaction (same connection)."""
     raw = conn.connection.driver_connection
     assert raw is not None
-    with raw.cursor() as cursor, cursor.copy(SAMPLE_COPY_STATEMENT) as copy:
-        copy.set_types(SAMPLE_COPY_TYPES)
+    with raw.cursor() as cursor, cursor.copy(BLOCK_COPY_STATEMENT) as copy:
+        copy.set_types(BLOCK_COPY_TYPES)
         for row in rows:
             copy.write_row(row)
+
+
+def write_sample_rows(conn: Connection, rows: Iterable[Mapping[str, Any]]) -> int:
+    """Store samples given one mapping each (``gpu_id``, ``node_id``, ``ts``, optionally
+    ``boot``, and fields by name: a field left out was not reported), for tools and tests that
+    hold rows rather than a batch; return the samples stored. Each GPU's samples of one node and
+    boot become blocks, as a batch's would."""
+    runs: dict[tuple[int, int, int | None], list[Mapping[str, Any]]] = defaultdict(list)
+    for row in rows:
+        runs[(int(row["gpu_id"]), int(row["node_id"]), row.get("boot"))].append(row)
+    blocks: list[tuple[Any, ...]] = []
+    for (gpu_id, node_id, boot), run in runs.items():
+        encoded = encode_blocks(
+            [gpu_id] * len(run),
+            [to_us(row["ts"]) for row in run],
+            [tuple(row.get(name) for name in SAMPLE_FIELD_NAMES) for row in run],
+        )
+        blocks.extend(
+            (gpu_id, node_id, boot, from_us(b.ts0_us), from_us(b.ts1_us), b.n, b.data)
+            for b in encoded
+        )
+    if blocks and conn.dialect.name == "postgresql":
+        copy_blocks(conn, blocks)
+    elif blocks:
+        conn.execute(
+            insert(gpu_sample_blocks), [dict(zip(BLOCK_COLUMNS, b, strict=True)) for b in blocks]
+        )
+    return sum(len(run) for run in runs.values())
