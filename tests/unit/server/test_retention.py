@@ -142,22 +142,15 @@ def test_rows_keep_their_values_through_partition_moves(storage: Database) -> No
 
 def test_a_block_goes_only_once_its_last_tick_is_past(storage: Database) -> None:
     """A block of six ticks across the cutoff stays whole (its later ticks are within
-    retention); once its last tick is past the cutoff, it goes. On PostgreSQL in the DEFAULT
-    partition (a late spool's day already dropped), on SQLite in the table."""
+    retention). On SQLite it is deleted once its last tick is past the cutoff; on PostgreSQL its
+    day's partition is dropped once the whole day is past."""
     db = storage
+    _store(db, [NOW])  # registers node-a and its GPUs
+    ticks = [CUTOFF - timedelta(seconds=30) + timedelta(seconds=10 * k) for k in range(6)]
     with db.write() as conn:
-        _store(db, [NOW])  # registers node-a and its GPUs
-        ticks = [CUTOFF - timedelta(seconds=30) + timedelta(seconds=10 * k) for k in range(6)]
         write_sample_rows(
             conn, [{"gpu_id": 1, "node_id": 1, "ts": t, "gpu_temp_c": 50.0} for t in ticks]
         )
-    if not db.is_sqlite:  # the day partitions would hold it: keep it in DEFAULT, as a late one
-        _job(db)(NOW)
-        with db.write() as conn:
-            conn.execute(text("DROP TABLE gpu_sample_blocks_p20260601"))
-            write_sample_rows(
-                conn, [{"gpu_id": 1, "node_id": 1, "ts": t, "gpu_temp_c": 50.0} for t in ticks]
-            )
     before = _rows(db)
     done = _job(db)(NOW)
     assert done is not None and done.samples_deleted == 0
@@ -167,8 +160,15 @@ def test_a_block_goes_only_once_its_last_tick_is_past(storage: Database) -> None
             t for c in read_samples(conn, [], gpu_ids=[1], before=NOW) for t in c.ts_us.tolist()
         }
     assert {to_us(t) for t in ticks} <= kept
-    later = _job(db)(ticks[-1] + RAW + US)  # now its last tick is past the cutoff
-    assert later is not None and later.samples_deleted == 1
+    if db.is_sqlite:
+        later = _job(db)(ticks[-1] + RAW + US)  # now its last tick is past the cutoff
+        assert later is not None and later.samples_deleted == 1  # one block
+    else:
+        still = _job(db)(ticks[-1] + RAW + US)  # the rest of its day is not past yet
+        assert still is not None and still.dropped == () and _rows(db) == before
+        day_after = CUTOFF.replace(hour=0) + timedelta(days=1)
+        later = _job(db)(day_after + RAW + US)
+        assert later is not None and later.dropped == (CUTOFF.date(),)
     assert _rows(db) == before - 6
 
 
