@@ -252,11 +252,13 @@ def fleetwatch_figures(dsn: str, group: ServerGroup, load: dict[str, Any]) -> di
 
         def samples_size(function: str) -> int:
             # The whole partition tree (the parent, every day and the DEFAULT partition).
-            tree = "pg_partition_tree('gpu_samples')"
+            tree = "pg_partition_tree('gpu_sample_blocks')"
             size = int(one(f"SELECT coalesce(sum({function}(relid)), 0) FROM {tree}"))
-            return size or int(one(f"SELECT {function}('gpu_samples')"))
+            return size or int(one(f"SELECT {function}('gpu_sample_blocks')"))
 
-        rows = int(one("SELECT count(*) FROM gpu_samples"))
+        # A sample is a GPU row: the blocks hold n ticks each.
+        rows = int(one("SELECT coalesce(sum(n), 0) FROM gpu_sample_blocks"))
+        blocks = int(one("SELECT count(*) FROM gpu_sample_blocks"))
         evictions = conn.execute("SELECT node, state, reason FROM evictions").fetchall()
         # Why nodes that got no Xid 79 were evicted: state and the reason's first word.
         others = Counter(
@@ -266,8 +268,10 @@ def fleetwatch_figures(dsn: str, group: ServerGroup, load: dict[str, Any]) -> di
         )
         figures = {
             "samples_rows": rows,
+            "sample_blocks": blocks,
             "db_equals_acked": rows == load["acked_rows_total"],
-            # gpu_samples is partitioned by day on PostgreSQL: its rows live in the partitions.
+            # gpu_sample_blocks is partitioned by day on PostgreSQL: its rows live in the
+            # partitions.
             "samples_table_bytes": samples_size("pg_total_relation_size"),
             "samples_heap_bytes": samples_size("pg_relation_size"),
             "samples_index_bytes": samples_size("pg_indexes_size"),
@@ -290,7 +294,8 @@ def fleetwatch_figures(dsn: str, group: ServerGroup, load: dict[str, Any]) -> di
             figures["snapshot"] = {"published": shared[0], "gpus": shared[1], "bytes": shared[2]}
             log(f"shared snapshot: {shared[0]} published, {shared[1]:,} GPUs, {shared[2]:,} B")
     log(
-        f"FleetWatch: {rows:,} rows in gpu_samples, {load['acked_rows_total']:,} acknowledged "
+        f"FleetWatch: {rows:,} GPU rows in {blocks:,} blocks, "
+        f"{load['acked_rows_total']:,} acknowledged "
         f"({'equal' if figures['db_equals_acked'] else 'NOT EQUAL'}); "
         f"{figures['samples_table_bytes'] / rows if rows else 0:,.0f} B/row; peak RSS "
         f"{rss / 2**30:.2f} GiB; evictions of other nodes {figures['evictions_of_other_nodes']}"

@@ -62,9 +62,9 @@ def cost_per_row(r: dict[str, Any]) -> dict[str, float | None]:
 
 
 def disk_per_row(r: dict[str, Any]) -> dict[str, float | None]:
-    """Disk bytes per GPU row: FleetWatch's ``gpu_samples`` (heap, indexes, TOAST) and the whole
-    database; Prometheus' TSDB directory, the block a snapshot wrote from the head, and that block
-    as a 2-hour block would hold it (derived: the block's chunk bytes per row, plus its index
+    """Disk bytes per GPU row: FleetWatch's ``gpu_sample_blocks`` (heap, indexes, TOAST) and the
+    whole database; Prometheus' TSDB directory, the block a snapshot wrote from the head, and that
+    block as a 2-hour block would hold it (derived: the block's chunk bytes per row, plus its index
     bytes per GPU spread over 2 hours of rows instead of the run's few minutes, since the index
     holds each series once however many samples it has)."""
     fw = r["fleetwatch"]
@@ -277,7 +277,7 @@ def side_by_side(r: dict[str, Any]) -> list[tuple[str, str, str]]:
         ),
         (
             "disk bytes per GPU row",
-            f"{_num(disk['fleetwatch'], 0)} (`gpu_samples` with indexes); "
+            f"{_num(disk['fleetwatch'], 0)} (`gpu_sample_blocks` with indexes and TOAST); "
             f"{_num(disk['fleetwatch_database'], 0)} (whole database)",
             f"{_num(disk['prometheus_tsdb'], 1)} (TSDB directory: WAL + head chunks); "
             f"{_num(disk['prometheus_block'], 1)} (this run's samples as a block); "
