@@ -4,8 +4,10 @@ Seeds a PostgreSQL database once (a template, reused while its parameters match)
 ``--nodes`` nodes x 8 GPUs and a live fleet's recent history:
 
 * ``--minutes`` of samples every 10 s (default 15: the health rules' history), all 34 fields;
-  the first tick through the server's own ``store_batch``, the others copied from it in SQL with
-  the time shifted, temperatures varying and, on 2 % of nodes, corrected-ECC counters growing;
+  the first tick through the server's own ``store_batch`` (which registers the nodes, GPUs and
+  boots), the others as pushes of 6 ticks, one block per GPU per push encoded with the server's
+  codec and loaded by its binary COPY: each tick the first one's values with temperatures
+  varying, energy growing and, on 2 % of nodes, corrected-ECC counters growing;
 * ``--hourly-hours`` of ``gpu_hourly`` rollups per GPU before that (default 168: the model's
   7-day covariate window);
 * a day of Xid noise: application Xids (13, 31) on 15 % of nodes, Xid 92 on 1 % and Xid 94 on
@@ -41,11 +43,14 @@ import sys
 import time
 import tracemalloc
 import uuid as uuidlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+from numpy.typing import NDArray
 from prometheus_client import CollectorRegistry
 from sqlalchemy import column, create_engine, func, insert, literal, select, table, text
 from sqlalchemy.engine import make_url
@@ -54,6 +59,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from fleetwatch.config import ServerSettings  # noqa: E402
 from fleetwatch.server.db.migrate import upgrade  # noqa: E402
+from fleetwatch.server.db.sample_blocks import encode_blocks  # noqa: E402
 from fleetwatch.server.db.session import Database, make_engine  # noqa: E402
 from fleetwatch.server.db.tables import (  # noqa: E402
     alerts,
@@ -61,8 +67,9 @@ from fleetwatch.server.db.tables import (  # noqa: E402
     evictions,
     gpu_hourly,
     gpu_lifetimes,
-    gpu_samples,
+    gpu_sample_blocks,
     gpus,
+    node_boots,
     nodes,
     webhook_outbox,
     webhook_subscriptions,
@@ -70,26 +77,17 @@ from fleetwatch.server.db.tables import (  # noqa: E402
 from fleetwatch.server.jobs.registry import BackgroundJobs  # noqa: E402
 from fleetwatch.server.metrics.families import ServerMetrics  # noqa: E402
 from fleetwatch.server.repo.ingest import store_batch  # noqa: E402
+from fleetwatch.server.repo.sample_reader import count_samples, from_us, to_us  # noqa: E402
+from fleetwatch.server.repo.sample_writer import copy_blocks  # noqa: E402
 from fleetwatch.server.secret_box import SecretBox  # noqa: E402
-from fleetwatch.telemetry import Batch  # noqa: E402
+from fleetwatch.telemetry import SAMPLE_FIELD_NAMES, Batch  # noqa: E402
 
 GPUS_PER_NODE = 8
 INTERVAL_S = 10
 SKU = "NVIDIA H100 80GB HBM3"
-SEED_FORMAT = 1  # bump when the seed changes, so an old template is rebuilt
-
-# The copied ticks: what changes from tick to tick (every other column is copied as it is).
-_TICK_CHANGES = {
-    "gpu_temp_c": "gpu_temp_c + (k % 5)",
-    "memory_temp_c": "memory_temp_c + (k % 3)",
-    "energy_mj": "energy_mj + k * 6000000",
-    "power_violation_us": "power_violation_us + k * (node_id % 3)",
-    # A slow corrected-ECC trickle on 2 % of the nodes (under every rule's threshold).
-    "ecc_sbe_volatile_total": "ecc_sbe_volatile_total + k * (CASE WHEN node_id % 50 = 0 "
-    "THEN 1 ELSE 0 END)",
-    "ecc_sbe_aggregate_total": "ecc_sbe_aggregate_total + k * (CASE WHEN node_id % 50 = 0 "
-    "THEN 1 ELSE 0 END)",
-}
+SEED_FORMAT = 2  # bump when the seed changes, so an old template is rebuilt (2: sample blocks)
+TICKS_PER_PUSH = 6  # an agent's push a minute: one block per GPU
+ENCODE_GPUS = 20_000  # GPUs encoded at a time (memory: their rows as Python tuples)
 
 
 def _sample(gpu_uuid: str, ts: datetime, n: int) -> dict[str, Any]:
@@ -164,21 +162,88 @@ def _node_batch(n: int, ts: datetime) -> Batch:
     return Batch.model_validate_json(json.dumps(body))
 
 
-def _copy_tick(conn: Any, source_ts: datetime, k: int) -> int:
-    """Store tick ``k`` (k x 10 s after ``source_ts``) as a copy of the tick at ``source_ts``."""
-    names = [c.name for c in gpu_samples.columns if c.name != "id"]
-    exprs = []
-    for name in names:
-        if name == "ts":
-            exprs.append(f"ts + k * interval '{INTERVAL_S} seconds'")
-        else:
-            exprs.append(_TICK_CHANGES.get(name, f'"{name}"'))
-    quoted = ", ".join(f'"{n}"' for n in names)
-    sql = (
-        f"INSERT INTO gpu_samples ({quoted}) SELECT {', '.join(exprs)} "
-        "FROM gpu_samples CROSS JOIN (SELECT CAST(:k AS integer) AS k) AS tick WHERE ts = :source"
+@dataclass(frozen=True)
+class _Fleet:
+    """The seeded GPUs, by ``gpus.id``: their node, their node's boot key (``node_boots.id``) and
+    the number ``n`` that :func:`_sample` gave them (node number x 8 + index)."""
+
+    ids: NDArray[np.int64]
+    node_ids: NDArray[np.int64]
+    boots: list[int | None]
+    n: NDArray[np.int64]
+
+
+def _fleet(db: Database) -> _Fleet:
+    query = (
+        select(gpus.c.id, gpus.c.node_id, gpus.c.index, nodes.c.name, node_boots.c.id)
+        .join(nodes, nodes.c.id == gpus.c.node_id)
+        .outerjoin(
+            node_boots,
+            (node_boots.c.node_id == nodes.c.id) & (node_boots.c.boot_id == nodes.c.boot_id),
+        )
+        .order_by(gpus.c.id)
     )
-    return int(conn.execute(text(sql), {"k": k, "source": source_ts}).rowcount)
+    with db.read() as conn:
+        rows = conn.execute(query).all()
+    return _Fleet(
+        ids=np.asarray([r[0] for r in rows], np.int64),
+        node_ids=np.asarray([r[1] for r in rows], np.int64),
+        boots=[r[4] for r in rows],
+        n=np.asarray([int(r[3].removeprefix("gpu-")) * GPUS_PER_NODE + r[2] for r in rows]),
+    )
+
+
+def _store_push(conn: Any, fleet: _Fleet, t0: datetime, ticks: Sequence[int]) -> int:
+    """Store ticks ``ticks`` (tick k at ``t0`` + k x 10 s) of every GPU as one push, one block per
+    GPU; return the samples stored. Tick k has tick 0's values (:func:`_sample`) with the
+    temperatures varying, the energy growing, power violations growing on two nodes in three and,
+    on 2 % of the nodes, a slow corrected-ECC trickle (under every rule's threshold)."""
+    first = _sample("", t0, 0)
+    k_of = np.asarray(ticks, np.int64)
+    stored = 0
+    for lo in range(0, fleet.ids.size, ENCODE_GPUS):
+        at = np.arange(lo, min(lo + ENCODE_GPUS, fleet.ids.size))
+        # One row per GPU and tick, GPU by GPU.
+        key = np.repeat(at, k_of.size)
+        k = np.tile(k_of, at.size)
+        n, node = fleet.n[key], fleet.node_ids[key]
+        trickle = k * (node % 50 == 0)
+        changed = {
+            "gpu_temp_c": 55 + n % 11 + k % 5,
+            "memory_temp_c": 62 + n % 7 + k % 3,
+            "energy_mj": 10_000_000_000 + n * 1000 + k * 6_000_000,
+            "power_violation_us": k * (node % 3),
+            "ecc_sbe_volatile_total": n % 4 + trickle,
+            "ecc_sbe_aggregate_total": 20 + n % 9 + trickle,
+            "remapped_rows_correctable": n % 3,
+        }
+        columns = [
+            changed[name].tolist() if name in changed else [first[name]] * key.size
+            for name in SAMPLE_FIELD_NAMES
+        ]
+        times = to_us(t0) + k * INTERVAL_S * 1_000_000
+        blocks = encode_blocks(key.tolist(), times.tolist(), list(zip(*columns, strict=True)))
+        copy_blocks(
+            conn,
+            (
+                (int(fleet.ids[b.gpu_key]), int(fleet.node_ids[b.gpu_key]),
+                 fleet.boots[b.gpu_key], from_us(b.ts0_us), from_us(b.ts1_us), b.n, b.data)
+                for b in blocks
+            ),
+        )  # fmt: skip
+        stored += key.size
+    return stored
+
+
+def _store_ticks(db: Database, fleet: _Fleet, t0: datetime, ticks: range) -> int:
+    """Ticks ``ticks`` of every GPU in pushes of :data:`TICKS_PER_PUSH`, a transaction each."""
+    stored = 0
+    for first in range(ticks.start, ticks.stop, TICKS_PER_PUSH):
+        with db.write() as conn:
+            stored += _store_push(
+                conn, fleet, t0, range(first, min(first + TICKS_PER_PUSH, ticks.stop))
+            )
+    return stored
 
 
 def _seed_hourly(conn: Any, before_hour: datetime, hours: int) -> int:
@@ -246,11 +311,11 @@ def seed(url: str, *, nodes_n: int, minutes: int, hourly_hours: int, base: datet
         store_batch(db, _node_batch(n, t0), content_sha256=f"seed-{n}", now=t0)
         if n % 2500 == 2499:
             _log(f"  first tick: {n + 1} nodes stored ({time.perf_counter() - started:.0f} s)")
-    for k in range(1, ticks):
-        with db.write() as conn:
-            _copy_tick(conn, t0, k)
-        if k % 10 == 0:
-            _log(f"  tick {k + 1} of {ticks} copied ({time.perf_counter() - started:.0f} s)")
+    fleet = _fleet(db)
+    for first in range(1, ticks, TICKS_PER_PUSH):
+        _store_ticks(db, fleet, t0, range(first, min(first + TICKS_PER_PUSH, ticks)))
+        done = min(first + TICKS_PER_PUSH, ticks)
+        _log(f"  ticks up to {done} of {ticks} stored ({time.perf_counter() - started:.0f} s)")
     with db.write() as conn:
         conn.execute(nodes.update().values(last_seen=base))
         conn.execute(gpus.update().values(last_seen=base, latest_ts=base))
@@ -269,14 +334,16 @@ def seed(url: str, *, nodes_n: int, minutes: int, hourly_hours: int, base: datet
     db.dispose()
 
 
-def add_ticks(db: Database, *, base: datetime, seconds: int, after_s: int = 0) -> int:
+def add_ticks(db: Database, *, base: datetime, seconds: int, minutes: int, after_s: int = 0) -> int:
     """``seconds`` more of samples (every GPU every 10 s) from ``after_s`` after the newest seeded
-    tick at ``base``, as agents push them, and a few new events: application Xids on 20 GPUs and
-    one fatal Xid."""
-    stored = 0
-    for k in range(after_s // INTERVAL_S + 1, (after_s + seconds) // INTERVAL_S + 1):
-        with db.write() as conn:
-            stored += _copy_tick(conn, base, k)
+    tick at ``base`` (of ``minutes`` seeded), as agents push them (a push of up to 6 ticks a
+    minute), and a few new events: application Xids on 20 GPUs and one fatal Xid."""
+    newest_tick = minutes * 60 // INTERVAL_S - 1
+    t0 = base - timedelta(seconds=INTERVAL_S * newest_tick)
+    first = newest_tick + after_s // INTERVAL_S + 1
+    stored = _store_ticks(
+        db, _fleet(db), t0, range(first, newest_tick + (after_s + seconds) // INTERVAL_S + 1)
+    )
     newest = base + timedelta(seconds=after_s + seconds)
     with db.write() as conn:
         conn.execute(nodes.update().values(last_seen=newest))
@@ -428,9 +495,10 @@ def _ensure_template(args: argparse.Namespace, admin_url: str, seed_url: str) ->
 def _drop_samples_before(url: str, cutoff: datetime) -> None:
     engine = create_engine(url)
     with engine.begin() as conn:
-        conn.execute(text("DELETE FROM gpu_samples WHERE ts < :cutoff"), {"cutoff": cutoff})
+        # Whole blocks: a block with a tick at or after the cutoff stays.
+        conn.execute(text("DELETE FROM gpu_sample_blocks WHERE ts1 < :cutoff"), {"cutoff": cutoff})
     with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-        conn.execute(text("VACUUM ANALYZE gpu_samples"))
+        conn.execute(text("VACUUM ANALYZE gpu_sample_blocks"))
     engine.dispose()
 
 
@@ -459,11 +527,12 @@ def _dump(db: Database, path: str) -> None:
 
 def _counts(db: Database) -> dict[str, int]:
     with db.read() as conn:
-        return {
+        counts = {
             t.name: int(conn.execute(select(func.count()).select_from(t)).scalar_one())
-            for t in (nodes, gpus, gpu_samples, gpu_hourly, events, gpu_lifetimes,
+            for t in (nodes, gpus, gpu_sample_blocks, gpu_hourly, events, gpu_lifetimes,
                       evictions, alerts, webhook_outbox)
         }  # fmt: skip
+        return {**counts, "samples": count_samples(conn)}
 
 
 def _log(message: str) -> None:
@@ -533,13 +602,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     rows = passes("first", base + timedelta(seconds=1))
     _log(f"storing {args.steady_s} s more of samples ...")
     started = time.perf_counter()
-    stored = add_ticks(db, base=base, seconds=args.steady_s)
+    stored = add_ticks(db, base=base, seconds=args.steady_s, minutes=args.minutes)
     _log(f"  {stored} rows in {time.perf_counter() - started:.1f} s")
     rows += passes("steady", base + timedelta(seconds=args.steady_s + 1))
     # The next assessment (and the plan and alerts after it), one interval later: no rollup
     # pass in between, as for nine assessments in ten.
     seconds = int(settings.assess_interval_s)
-    add_ticks(db, base=base, seconds=seconds, after_s=args.steady_s)
+    add_ticks(db, base=base, seconds=seconds, minutes=args.minutes, after_s=args.steady_s)
     rows += passes("next", base + timedelta(seconds=args.steady_s + seconds + 1), every=False)
     if args.tracemalloc:
         _held_memory(args.tracemalloc)

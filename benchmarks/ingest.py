@@ -9,9 +9,11 @@ For each backend (a fresh SQLite file, a throwaway PostgreSQL database) this scr
    :data:`fleetwatch.telemetry.SAMPLE_FIELDS` filled, counters increasing), each posting batches of
    K ticks with unique batch ids, closed loop (one request in flight per node), for a fixed duration
    after a warm-up, or a fixed count; request bodies are built before the timed window;
-3. checks that the stored row count equals what the server acknowledged;
-4. measures the database's own bulk-load rate for the same rows (the ceiling): COPY / executemany
-   in batches of the same size, one transaction each, and in one big transaction;
+3. checks that the stored samples (the ticks of every block in ``gpu_sample_blocks``) equal what
+   the server acknowledged;
+4. measures the database's own bulk-load rate for the same kind of rows (the ceiling): the
+   pushes' blocks, encoded beforehand, loaded by binary COPY (executemany on SQLite) one push's
+   blocks per transaction, and all in one big transaction;
 5. runs the server's ingest path in-process, without HTTP (token cache, ``decode_batch`` then
    ``store_batch``), step by step, to show where the time goes.
 
@@ -58,12 +60,14 @@ from sqlalchemy.engine import make_url
 from fleetwatch.config import ServerSettings
 from fleetwatch.server.auth import authenticate
 from fleetwatch.server.batch_decoder import decode_batch, ingest_limits
+from fleetwatch.server.db.sample_blocks import encode_blocks
 from fleetwatch.server.db.session import Database, make_engine
 from fleetwatch.server.repo.ingest import store_batch
+from fleetwatch.server.repo.sample_reader import from_us, to_us
 from fleetwatch.server.repo.sample_writer import (
-    SAMPLE_COLUMNS,
-    SAMPLE_COPY_STATEMENT,
-    SAMPLE_COPY_TYPES,
+    BLOCK_COLUMNS,
+    BLOCK_COPY_STATEMENT,
+    BLOCK_COPY_TYPES,
 )
 from fleetwatch.server.token_cache import TokenCache
 from fleetwatch.telemetry import SAMPLE_FIELD_NAMES, SAMPLE_FIELDS
@@ -245,7 +249,8 @@ class Backend:
     name: str
     url: str
 
-    def count(self, table: str) -> int:
+    def samples(self) -> int:
+        """Samples stored: the ticks of every block."""
         raise NotImplementedError
 
     def version(self) -> str:
@@ -256,14 +261,18 @@ class Backend:
         return 0
 
     def ceiling(
-        self, rows: Sequence[tuple[Any, ...]], batch_rows: int | None, budget_s: float = math.inf
+        self, blocks: Sequence[tuple[Any, ...]], batch: int | None, budget_s: float = math.inf
     ) -> int:
-        """Load ``rows`` in transactions of ``batch_rows`` rows (all in one when None), stopping
-        after ``budget_s``; return the rows loaded."""
+        """Load ``blocks`` (rows of :data:`BLOCK_COLUMNS`) in transactions of ``batch`` blocks
+        (all in one when None), stopping after ``budget_s``; return the samples loaded."""
         raise NotImplementedError
 
     def drop(self) -> None:
         pass
+
+
+_SAMPLES = "SELECT coalesce(sum(n), 0) FROM gpu_sample_blocks"
+_N = BLOCK_COLUMNS.index("n")
 
 
 class SqliteBackend(Backend):
@@ -281,37 +290,39 @@ class SqliteBackend(Backend):
         conn.execute("PRAGMA busy_timeout=10000")
         return conn
 
-    def count(self, table: str) -> int:
+    def samples(self) -> int:
         with self._connect() as conn:
-            return int(conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0])
+            return int(conn.execute(_SAMPLES).fetchone()[0])
 
     def version(self) -> str:
         return f"SQLite {sqlite3.sqlite_version}"
 
     @staticmethod
-    def prepare(rows: Sequence[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
-        # What SQLAlchemy's SQLite DateTime writes: naive UTC text; booleans as 0/1.
-        return [
-            (r[0], r[1], r[2].astimezone(UTC).replace(tzinfo=None).isoformat(sep=" "), *r[3:])
-            for r in rows
-        ]
+    def prepare(blocks: Sequence[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+        # What SQLAlchemy's SQLite DateTime writes for ts0 and ts1: naive UTC text.
+        def text(ts: datetime) -> str:
+            return ts.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
+
+        return [(*b[:3], text(b[3]), text(b[4]), *b[5:]) for b in blocks]
 
     def ceiling(
-        self, rows: Sequence[tuple[Any, ...]], batch_rows: int | None, budget_s: float = math.inf
+        self, blocks: Sequence[tuple[Any, ...]], batch: int | None, budget_s: float = math.inf
     ) -> int:
         sql = (
-            f"INSERT INTO gpu_samples ({', '.join(SAMPLE_COLUMNS)}) "
-            f"VALUES ({', '.join('?' * len(SAMPLE_COLUMNS))})"
+            f"INSERT INTO gpu_sample_blocks ({', '.join(BLOCK_COLUMNS)}) "
+            f"VALUES ({', '.join('?' * len(BLOCK_COLUMNS))})"
         )
-        step, loaded = batch_rows or len(rows), 0
+        step, done, loaded = batch or len(blocks), 0, 0
         conn = self._connect()
         try:
             deadline = time.perf_counter() + budget_s
-            while loaded < len(rows) and time.perf_counter() < deadline:
+            while done < len(blocks) and time.perf_counter() < deadline:
+                part = blocks[done : done + step]
                 conn.execute("BEGIN")
-                conn.executemany(sql, rows[loaded : loaded + step])
+                conn.executemany(sql, part)
                 conn.execute("COMMIT")
-                loaded += len(rows[loaded : loaded + step])
+                done += len(part)
+                loaded += sum(b[_N] for b in part)
         finally:
             conn.close()
         return loaded
@@ -327,9 +338,9 @@ class PostgresBackend(Backend):
         self.url = self.database.url
         self.dsn = self.database.dsn
 
-    def count(self, table: str) -> int:
+    def samples(self) -> int:
         with psycopg.connect(self.dsn) as conn:
-            row = conn.execute(f"SELECT count(*) FROM {table}").fetchone()
+            row = conn.execute(_SAMPLES).fetchone()
             return int(row[0]) if row else 0
 
     def version(self) -> str:
@@ -350,18 +361,20 @@ class PostgresBackend(Backend):
             return {n: str(conn.execute(f"SHOW {n}").fetchone()[0]) for n in names}  # type: ignore[index]
 
     def ceiling(
-        self, rows: Sequence[tuple[Any, ...]], batch_rows: int | None, budget_s: float = math.inf
+        self, blocks: Sequence[tuple[Any, ...]], batch: int | None, budget_s: float = math.inf
     ) -> int:
-        statement = SAMPLE_COPY_STATEMENT  # binary, as the server's
-        step, loaded = batch_rows or len(rows), 0
+        statement = BLOCK_COPY_STATEMENT  # binary, as the server's
+        step, done, loaded = batch or len(blocks), 0, 0
         with psycopg.connect(self.dsn) as conn:
             deadline = time.perf_counter() + budget_s
-            while loaded < len(rows) and time.perf_counter() < deadline:
+            while done < len(blocks) and time.perf_counter() < deadline:
+                part = blocks[done : done + step]
                 with conn.transaction(), conn.cursor() as cur, cur.copy(statement) as copy:
-                    copy.set_types(SAMPLE_COPY_TYPES)
-                    for row in rows[loaded : loaded + step]:
-                        copy.write_row(row)
-                loaded += len(rows[loaded : loaded + step])
+                    copy.set_types(BLOCK_COPY_TYPES)
+                    for block in part:
+                        copy.write_row(block)
+                done += len(part)
+                loaded += sum(b[_N] for b in part)
         return loaded
 
     def drop(self) -> None:
@@ -693,7 +706,7 @@ def run_http_config(
     cpu = before.until(_Snapshot.take(pids, backend))
     sessions = backend.sessions() - sessions_before
     acked = acked_before + warm.rows + phase.rows
-    stored = backend.count("gpu_samples")
+    stored = backend.samples()
     rows_s = phase.rows / elapsed
     result = {
         "backend": backend.name,
@@ -783,51 +796,75 @@ class _Snapshot:
 # --------------------------------------------------------------------------------------------
 
 
-def ceiling_rows(fleet: list[SimNode], total: int) -> list[tuple[Any, ...]]:
-    """Rows as the server hands them to the driver: (gpu id, node id, ts, boot key, *fields)."""
-    rows: list[tuple[Any, ...]] = []
+def ceiling_blocks(fleet: list[SimNode], total: int, ticks: int) -> list[tuple[Any, ...]]:
+    """About ``total`` samples as the server hands them to the driver: every node's pushes of
+    ``ticks`` ticks encoded (one block per GPU), as rows of :data:`BLOCK_COLUMNS` (gpu id, node
+    id, boot key, ts0, ts1, n, data), a push's blocks together."""
+    blocks: list[tuple[Any, ...]] = []
     gpu_ids: dict[str, int] = {}
-    while len(rows) < total:
+    samples = 0
+    while samples < total:
         for node_id, node in enumerate(fleet, start=1_000_000):
-            for s in node.samples(1):
-                ts = datetime.fromisoformat(s["ts"])
-                gpu_id = gpu_ids.setdefault(s["uuid"], 1_000_000 + len(gpu_ids))
-                rows.append((gpu_id, node_id, ts, node_id, *(s[n] for n in SAMPLE_FIELD_NAMES)))
-    return rows[:total]
+            push = node.samples(ticks)
+            keys = [gpu_ids.setdefault(s["uuid"], 1_000_000 + len(gpu_ids)) for s in push]
+            encoded = encode_blocks(
+                keys,
+                [to_us(datetime.fromisoformat(s["ts"])) for s in push],
+                [tuple(s[n] for n in SAMPLE_FIELD_NAMES) for s in push],
+            )
+            blocks += [
+                (b.gpu_key, node_id, node_id, from_us(b.ts0_us), from_us(b.ts1_us), b.n, b.data)
+                for b in encoded
+            ]
+            samples += len(push)
+            if samples >= total:
+                break
+    return blocks
 
 
 def run_ceiling(
-    backend: Backend, rows: list[tuple[Any, ...]], batch_sizes: list[int], budget_s: float
+    backend: Backend, pushes: dict[int, list[tuple[Any, ...]]], gpus: int, budget_s: float
 ) -> dict[str, Any]:
-    if isinstance(backend, SqliteBackend):
-        rows = SqliteBackend.prepare(rows)
+    """``pushes``: ticks per push -> its blocks (:func:`ceiling_blocks`); a transaction of one
+    push's blocks (``gpus`` of them) is one request's rows."""
     out: dict[str, Any] = {"method": "COPY" if backend.name == "postgres" else "executemany"}
-    for size in batch_sizes:
-        # Time-bounded: one transaction per batch, stopping after about budget_s.
-        before = backend.count("gpu_samples")
+    for ticks, blocks in sorted(pushes.items()):
+        if isinstance(backend, SqliteBackend):
+            blocks = SqliteBackend.prepare(blocks)
+        size = ticks * gpus
+        # Time-bounded: one transaction per push, stopping after about budget_s.
+        before = backend.samples()
         started = time.perf_counter()
-        loaded = backend.ceiling(rows, size, budget_s)
+        loaded = backend.ceiling(blocks, gpus, budget_s)
         elapsed = time.perf_counter() - started
-        assert backend.count("gpu_samples") - before == loaded
+        assert backend.samples() - before == loaded
         out[f"batch_{size}"] = {
             "rows": loaded,
+            "blocks_per_transaction": gpus,
             "seconds": round(elapsed, 3),
             "rows_per_s": round(loaded / elapsed, 1),
         }
-        log(f"{backend.name} ceiling, {size} rows per transaction: {loaded / elapsed:,.0f} rows/s")
-    before = backend.count("gpu_samples")
-    started = time.perf_counter()
-    backend.ceiling(rows, None)
-    elapsed = time.perf_counter() - started
-    assert backend.count("gpu_samples") - before == len(rows)
-    out["one_transaction"] = {
-        "rows": len(rows),
-        "seconds": round(elapsed, 3),
-        "rows_per_s": round(len(rows) / elapsed, 1),
-    }
-    log(
-        f"{backend.name} ceiling, {len(rows):,} rows in one transaction: {len(rows) / elapsed:,.0f}"
-    )
+        log(
+            f"{backend.name} ceiling, {size} rows ({gpus} blocks) per transaction: "
+            f"{loaded / elapsed:,.0f} rows/s"
+        )
+        # Every block of the same pushes in one transaction.
+        before = backend.samples()
+        started = time.perf_counter()
+        loaded = backend.ceiling(blocks, None)
+        elapsed = time.perf_counter() - started
+        assert backend.samples() - before == loaded
+        out[f"one_transaction_{size}"] = out["one_transaction"] = {
+            "rows": loaded,
+            "blocks": len(blocks),
+            "ticks_per_block": ticks,
+            "seconds": round(elapsed, 3),
+            "rows_per_s": round(loaded / elapsed, 1),
+        }
+        log(
+            f"{backend.name} ceiling, {loaded:,} rows ({len(blocks):,} blocks of {ticks} tick(s)) "
+            f"in one transaction: {loaded / elapsed:,.0f} rows/s"
+        )
     return out
 
 
@@ -975,11 +1012,15 @@ def bench_backend(backend: Backend, workdir: Path, args: argparse.Namespace) -> 
                 http.append(result)
     out["http"] = http
     if not args.skip_ceiling:
-        rows = ceiling_rows(
-            make_fleet("ceiling-node", args.nodes, args.gpus, args.seed + 1), args.ceiling_rows
-        )
-        sizes = sorted({t * args.gpus for t in args.ticks})
-        out["ceiling"] = run_ceiling(backend, rows, sizes, args.ceiling_duration)
+        pushes = {
+            ticks: ceiling_blocks(
+                make_fleet("ceiling-node", args.nodes, args.gpus, args.seed + 1),
+                args.ceiling_rows,
+                ticks,
+            )
+            for ticks in sorted(set(args.ticks))
+        }
+        out["ceiling"] = run_ceiling(backend, pushes, args.gpus, args.ceiling_duration)
     if not args.skip_inprocess:
         fleet2 = make_fleet("inproc-node", args.nodes, args.gpus, seed=args.seed + 2)
         out["inprocess"] = [run_inprocess(backend, token, fleet2, t, args) for t in args.ticks]
@@ -1063,7 +1104,9 @@ def markdown(results: dict[str, Any]) -> str:
         ceiling = b.get("ceiling", {})
         for r in b["http"]:
             same = ceiling.get(f"batch_{r['rows_per_request']}", {}).get("rows_per_s")
-            big = ceiling.get("one_transaction", {}).get("rows_per_s")
+            big = ceiling.get(
+                f"one_transaction_{r['rows_per_request']}", ceiling.get("one_transaction", {})
+            ).get("rows_per_s")
             lines.append(
                 f"| {b['version']} | {r['client']} | {r['rows_per_request']} "
                 f"| {r['rows_per_s']:,.0f} "
@@ -1196,7 +1239,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         type=int,
         help="server's FLEETWATCH_SERVER_DB_POOL_SIZE (default: the product's default)",
     )
-    p.add_argument("--ceiling-rows", type=int, default=100_000, help="rows for the ceiling")
+    p.add_argument("--ceiling-rows", type=int, default=100_000, help="samples for the ceiling")
     p.add_argument(
         "--ceiling-duration", type=float, default=5.0, help="seconds per batched ceiling"
     )

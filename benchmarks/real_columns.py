@@ -2,9 +2,10 @@
 """What reading ``real`` columns packed costs: PostgreSQL printing and re-reading each value, or
 sending its four bytes and numpy turning them into the same float64.
 
-The packed sample read (``server/judge/packed_samples.py``) hands the rules a real as the float64
-of the decimal PostgreSQL prints for it. It used to ask PostgreSQL for ``real::text::float8``;
-it now asks for ``float4send`` and turns the bytes with ``as_printed``. This fills a temporary
+The sample read hands the rules a real as the float64 of the decimal PostgreSQL prints for it.
+The packed read of the row table asked PostgreSQL for ``real::text::float8`` at first, then for
+``float4send``, turning the bytes with ``as_printed`` (``server/db/real_values.py``; the block
+decoder, ``server/db/sample_blocks.py``, uses it on the stored float32s). This fills a temporary
 table with ``--rows`` rows of nine real columns as a fleet reports them (eight whole numbers:
 temperatures, clocks, percentages, the power limit; one in milliwatts: the power draw), then
 times, ``--repeat`` times each, one ``string_agg`` over all nine columns both ways (wall time of
@@ -23,7 +24,7 @@ import time
 import numpy as np
 import psycopg
 
-from fleetwatch.server.judge.packed_samples import as_printed
+from fleetwatch.server.db.real_values import as_printed
 
 DEFAULT_POSTGRES = "postgresql://postgres@127.0.0.1:5432/postgres"
 _COLUMNS = 9

@@ -24,6 +24,7 @@ import tempfile
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -38,9 +39,12 @@ from fleetwatch.reports.render import render_html, render_pdf  # noqa: E402
 from fleetwatch.reports.survival import km_by_sku  # noqa: E402
 from fleetwatch.reports.weeks import parse_week  # noqa: E402
 from fleetwatch.server.db.migrate import upgrade  # noqa: E402
+from fleetwatch.server.db.sample_blocks import encode_blocks  # noqa: E402
 from fleetwatch.server.db.session import Database, make_engine  # noqa: E402
 from fleetwatch.server.repo.availability_rows import load_period, sla_targets  # noqa: E402
 from fleetwatch.server.repo.report_rows import compute_weekly, load_week  # noqa: E402
+from fleetwatch.server.repo.sample_reader import from_us, to_us  # noqa: E402
+from fleetwatch.telemetry import SAMPLE_FIELD_NAMES  # noqa: E402
 
 WEEK = parse_week("2026-W48")
 START, END = WEEK.start, WEEK.end
@@ -155,11 +159,7 @@ def seed(
     for day in range(8):
         hour = min(day * 24, 167.9)
         energy = energy + rng.uniform(4e10, 6e10, n_gpus)  # ~600 W x 24 h in mJ
-        con.executemany(
-            "INSERT INTO gpu_samples (gpu_id, node_id, ts, energy_mj, power_w) "
-            "VALUES (?, ?, ?, ?, 600.0)",
-            ((g + 1, g // 8 + 1, at(hour), int(energy[g])) for g in range(n_gpus)),
-        )
+        seed_energy(con, START + timedelta(hours=hour), energy)
     params = {"format": PARAMS_FORMAT, "aft": None,
               "fleet": {"lambda": 900.0, "rho": 1.3, "rho_ci": [1.2, 1.4]},
               "groups": {"H100": {"lambda": 800.0, "rho": 1.3, "rho_ci": [1.2, 1.4]},
@@ -171,6 +171,26 @@ def seed(
     )
     con.commit()
     con.close()
+
+
+_ENERGY, _POWER = SAMPLE_FIELD_NAMES.index("energy_mj"), SAMPLE_FIELD_NAMES.index("power_w")
+
+
+def seed_energy(con: sqlite3.Connection, when: datetime, energy: np.ndarray) -> None:
+    """One sample a GPU at ``when`` reporting energy (``energy[g]``) and 600 W alone: a block of
+    one tick per GPU, encoded as the server encodes them."""
+    fields: list[Any] = [None] * len(SAMPLE_FIELD_NAMES)
+    rows = []
+    for value in energy.astype(np.int64).tolist():
+        fields[_ENERGY], fields[_POWER] = value, 600.0
+        rows.append(tuple(fields))
+    blocks = encode_blocks(range(1, energy.size + 1), [to_us(when)] * energy.size, rows)
+    con.executemany(
+        "INSERT INTO gpu_sample_blocks (gpu_id, node_id, ts0, ts1, n, data) "
+        "VALUES (?, ?, ?, ?, ?, ?)",
+        ((b.gpu_key, (b.gpu_key - 1) // 8 + 1, ts(from_us(b.ts0_us)), ts(from_us(b.ts1_us)), b.n,
+          b.data) for b in blocks),
+    )  # fmt: skip
 
 
 def seed_jobs(con: sqlite3.Connection, n_nodes: int, rng: np.random.Generator) -> None:

@@ -1,114 +1,135 @@
-"""A prototype of the next storage step, for measuring only: one row per GPU per window of ticks,
-its fields as compressed columns.
+"""The sample block codec (``server/db/sample_blocks.py``) on simulated pushes: size, time and an
+exact round trip.
 
-Not used by the product. ``benchmarks/storage_size.py --blocks 6,360`` stores the same samples
-this way in a throwaway PostgreSQL table and reports bytes per GPU row, after checking that every
-block decodes back to what was stored (reals at float4 precision, like ``gpu_samples``).
+The samples are ``SimNode``'s of ``benchmarks/ingest.py`` (every one of the 34 fields, realistic
+values, counters that only grow), as ``benchmarks/storage_size.py`` makes them: ``--nodes`` x 8
+GPUs, ``--pushes`` pushes of ``--ticks`` ticks 10 s apart. Each push is encoded as the server
+encodes a batch (``encode_blocks`` over its rows: one block per GPU; 48 rows and 8 blocks at 6
+ticks), timed alone; then every block is decoded, ``CHUNK_BLOCKS`` at a time as
+``read_samples`` does, and compared with what was sent: times to the microsecond, integers and
+flags exactly, doubles exactly, reals as the decimal PostgreSQL prints for their float32.
 
-A block holds ``n`` ticks of one GPU. Its ``data`` is zlib over, in order: the tick times as
-varint millisecond deltas from the block's start; then per field, a presence bitmap and the
-present values: integer fields (counters, bitmask, smallints, flags) as zigzag varint deltas from
-the previous value, real fields as float4 and double fields as float8, byte-plane transposed (the
-sign and exponent bytes of slowly moving values repeat, which zlib finds). A counter that does not
-move costs a byte per tick before zlib and almost nothing after.
+Bytes are the ``data`` column's alone (before zlib: the layout); a stored block adds its row's
+header, keys and index entries, which ``benchmarks/storage_size.py`` measures on PostgreSQL.
+
+Run: ``.venv/bin/python benchmarks/sample_blocks.py [--nodes 35] [--pushes 120] [--ticks 6]``.
 """
 
 from __future__ import annotations
 
-import struct
+import argparse
+import random
+import statistics
+import sys
+import time
 import zlib
-from collections.abc import Sequence
-from datetime import datetime, timedelta
+from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
-from fleetwatch.server.db.sample_columns import copy_type
-from fleetwatch.telemetry import SAMPLE_FIELDS
+import numpy as np
 
-__all__ = ["decode_block", "encode_block"]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from ingest import SimNode  # noqa: E402  (the samples of the ingest benchmark)
 
-_KIND = {spec.name: copy_type(spec) for spec in SAMPLE_FIELDS}
+from fleetwatch.server.db.real_values import as_printed  # noqa: E402
+from fleetwatch.server.db.sample_blocks import (  # noqa: E402
+    EncodedBlock,
+    decode_blocks,
+    encode_blocks,
+)
+from fleetwatch.server.db.sample_columns import copy_type  # noqa: E402
+from fleetwatch.server.repo.sample_reader import CHUNK_BLOCKS, to_us  # noqa: E402
+from fleetwatch.telemetry import SAMPLE_FIELD_NAMES, SAMPLE_FIELDS  # noqa: E402
 
+GPUS_PER_NODE = 8
+START = datetime(2026, 11, 30, 2, tzinfo=UTC)  # storage_size.py's: no push crosses a midnight
+_KIND = [copy_type(spec) for spec in SAMPLE_FIELDS]
 
-def _varint(value: int, out: bytearray) -> None:
-    zigzag = (value << 1) ^ (value >> 63)
-    while zigzag >= 0x80:
-        out.append((zigzag & 0x7F) | 0x80)
-        zigzag >>= 7
-    out.append(zigzag)
-
-
-def _read_varint(data: bytes, at: int) -> tuple[int, int]:
-    shift = result = 0
-    while True:
-        byte = data[at]
-        at += 1
-        result |= (byte & 0x7F) << shift
-        shift += 7
-        if byte < 0x80:
-            return (result >> 1) ^ -(result & 1), at
+Push = tuple[list[int], list[int], list[tuple[Any, ...]]]  # encode_blocks' arguments
 
 
-def _planes(raw: bytes, width: int) -> bytes:
-    return b"".join(raw[i::width] for i in range(width))
+def make_pushes(nodes: int, pushes: int, ticks: int, seed: int) -> list[Push]:
+    """Every push of every node, in time order, as ``encode_blocks`` takes it."""
+    rng = random.Random(seed)
+    fleet = [SimNode(f"node-{n:04d}", GPUS_PER_NODE, START, rng) for n in range(nodes)]
+    keys = {
+        g.uuid: 1 + n * GPUS_PER_NODE + g.index for n, node in enumerate(fleet) for g in node.state
+    }
+    out: list[Push] = []
+    for _ in range(pushes):
+        for node in fleet:
+            samples = node.samples(ticks)
+            out.append(
+                (
+                    [keys[s["uuid"]] for s in samples],
+                    [to_us(datetime.fromisoformat(s["ts"])) for s in samples],
+                    [tuple(s[name] for name in SAMPLE_FIELD_NAMES) for s in samples],
+                )
+            )
+    return out
 
 
-def _unplanes(data: bytes, width: int, count: int) -> bytes:
-    out = bytearray(width * count)
-    for i in range(width):
-        out[i::width] = data[i * count : (i + 1) * count]
-    return bytes(out)
+def check(blocks: list[EncodedBlock], pushes: list[Push]) -> tuple[int, float]:
+    """Decode every block and compare with the samples sent; return (rows, decode seconds)."""
+    sent: dict[tuple[int, int], tuple[Any, ...]] = {}
+    for keys, times, rows in pushes:
+        sent.update(zip(zip(keys, times, strict=True), rows, strict=True))
+    decoded, seconds = 0, 0.0
+    for first in range(0, len(blocks), CHUNK_BLOCKS):
+        chunk = blocks[first : first + CHUNK_BLOCKS]
+        started = time.perf_counter()
+        got = decode_blocks(
+            [b.ts0_us for b in chunk], [b.n for b in chunk], [b.data for b in chunk]
+        )
+        seconds += time.perf_counter() - started
+        keys = np.asarray([b.gpu_key for b in chunk], np.int64)[got.block]
+        expected = [
+            sent.pop((k, t)) for k, t in zip(keys.tolist(), got.ts_us.tolist(), strict=True)
+        ]
+        for j, kind in enumerate(_KIND):
+            values = [row[j] for row in expected]
+            if kind == "float4":
+                want = as_printed(np.asarray(values, np.float32))
+            elif kind == "float8":
+                want = np.asarray(values, np.float64)
+            else:
+                want = np.asarray(values, np.int64)
+            assert not got.absent[j].any(), SAMPLE_FIELD_NAMES[j]
+            assert np.array_equal(got.raw[j].astype(want.dtype), want), SAMPLE_FIELD_NAMES[j]
+        decoded += got.size
+    assert not sent, f"{len(sent)} samples not decoded"
+    return decoded, seconds
 
 
-def encode_block(start: datetime, samples: Sequence[dict[str, Any]]) -> bytes:
-    """``samples`` of one GPU in time order (wire field names; ``ts`` a datetime)."""
-    out = bytearray()
-    for s in samples:
-        _varint(round((s["ts"] - start) / timedelta(milliseconds=1)), out)
-    for spec in SAMPLE_FIELDS:
-        values = [s.get(spec.name) for s in samples]
-        bits = 0
-        for i, v in enumerate(values):
-            if v is not None:
-                bits |= 1 << i
-        out += bits.to_bytes((len(samples) + 7) // 8, "little")
-        present = [v for v in values if v is not None]
-        kind = _KIND[spec.name]
-        if kind in ("float4", "float8"):
-            code, width = ("f", 4) if kind == "float4" else ("d", 8)
-            out += _planes(struct.pack(f"<{len(present)}{code}", *present), width)
-        else:
-            previous = 0
-            for v in present:
-                _varint(int(v) - previous, out)
-                previous = int(v)
-    return zlib.compress(bytes(out), 9)
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("--nodes", type=int, default=35)
+    parser.add_argument("--pushes", type=int, default=120, help="pushes per node")
+    parser.add_argument("--ticks", type=int, default=6, help="ticks per push (per block)")
+    parser.add_argument("--seed", type=int, default=12)
+    args = parser.parse_args()
+
+    pushes = make_pushes(args.nodes, args.pushes, args.ticks, args.seed)
+    blocks: list[EncodedBlock] = []
+    took: list[float] = []
+    for push in pushes:
+        started = time.perf_counter()
+        encoded = encode_blocks(*push)
+        took.append(time.perf_counter() - started)
+        blocks.extend(encoded)
+    rows, decode_s = check(blocks, pushes)
+    data = sum(len(b.data) for b in blocks)
+    layout = sum(len(zlib.decompress(b.data)) for b in blocks)
+    per_push = rows // len(pushes)
+    print(f"{rows:,} rows ({args.nodes} nodes x {GPUS_PER_NODE} GPUs x {args.pushes} pushes of "
+          f"{args.ticks} ticks) in {len(blocks):,} blocks; round trip exact")  # fmt: skip
+    print(f"- data: {data / rows:.1f} B/row ({layout / rows:.1f} B/row before zlib)")
+    print(f"- encode: {1e6 * statistics.median(took):,.0f} us per push of {per_push} rows "
+          f"(median; mean {1e6 * statistics.fmean(took):,.0f}), "
+          f"{1e6 * sum(took) / rows:.2f} us/row")  # fmt: skip
+    print(f"- decode: {1e6 * decode_s / rows:.2f} us/row ({CHUNK_BLOCKS:,} blocks at a time)")
 
 
-def decode_block(start: datetime, n: int, blob: bytes) -> list[dict[str, Any]]:
-    data, at = zlib.decompress(blob), 0
-    samples: list[dict[str, Any]] = []
-    for _ in range(n):
-        offset, at = _read_varint(data, at)
-        samples.append({"ts": start + timedelta(milliseconds=offset)})
-    for spec in SAMPLE_FIELDS:
-        size = (n + 7) // 8
-        bits = int.from_bytes(data[at : at + size], "little")
-        at += size
-        rows = [i for i in range(n) if bits >> i & 1]
-        kind = _KIND[spec.name]
-        if kind in ("float4", "float8"):
-            code, width = ("f", 4) if kind == "float4" else ("d", 8)
-            raw = _unplanes(data[at : at + width * len(rows)], width, len(rows))
-            at += width * len(rows)
-            values: list[Any] = list(struct.unpack(f"<{len(rows)}{code}", raw))
-        else:
-            values, previous = [], 0
-            for _ in rows:
-                delta, at = _read_varint(data, at)
-                previous += delta
-                values.append(bool(previous) if kind == "bool" else previous)
-        for sample in samples:
-            sample[spec.name] = None
-        for i, v in zip(rows, values, strict=True):
-            samples[i][spec.name] = v
-    return samples
+if __name__ == "__main__":
+    main()

@@ -1,5 +1,6 @@
-"""Disk bytes per GPU row of ``gpu_samples``: the 0006 schema against today's, on PostgreSQL, and
-Prometheus' TSDB on the same values.
+"""Disk bytes per GPU row (a sample: one GPU's fields at one tick): the 0006 schema's
+``gpu_samples`` against today's ``gpu_sample_blocks``, on PostgreSQL, and Prometheus' TSDB on the
+same values.
 
 ```
 .venv/bin/python benchmarks/storage_size.py [--nodes 35] [--ticks 715] [--postgres URL]
@@ -15,23 +16,27 @@ realistic values, counters that only grow), ``nodes`` x 8 GPUs x ``ticks`` ticks
   gpu_samples (gpu_uuid, node_id, ts, boot_id, ...)``), 48 rows per transaction as a push of 6
   ticks makes.
 - **head**: a throwaway database at head, every batch (8 GPUs x 6 ticks) through ``store_batch``,
-  the server's own path (binary COPY into the day's partition).
+  the server's own path: one compressed block per GPU per push (8 blocks of 6 ticks), binary COPY
+  into ``gpu_sample_blocks``' day partition.
 - **Prometheus**: the same values as OpenMetrics (one series per GPU and field, dcgm-exporter's
   metric names and labels), turned into a TSDB block by ``promtool tsdb create-blocks-from
   openmetrics``; bytes are the block directory (chunks, index, metadata).
 
 PostgreSQL bytes are taken after ``VACUUM (ANALYZE)`` and ``CHECKPOINT``: the sum of
-``pg_total_relation_size`` over every leaf partition (heap, free-space and visibility maps, every
-index), with the heap and each index also on their own.
+``pg_total_relation_size`` over every leaf partition (heap, TOAST, free-space and visibility
+maps, every index), with the heap and each index also on their own, divided by the samples
+stored (0006: its rows; head: the ticks of every block, ``sum(n)``).
 
-With ``--blocks 6,360``, the same samples also go into a prototype of the next step
-(``benchmarks/sample_blocks.py``: one row per GPU per window of that many ticks, its fields as
-compressed columns), every block checked to decode back to the samples.
+With ``--blocks 60,360``, the same samples also go into a head database as blocks of that many
+ticks per GPU (what a push of 10 minutes, or a compaction of an hour, would store), encoded with
+the product's codec (``server/db/sample_blocks.py``; ``benchmarks/sample_blocks.py`` times it
+and checks its round trip) and loaded by the server's binary COPY.
 
 With ``--sqlite N``, the first N rows also go into SQLite files the same two ways (0006: the
-0006 writer's ``executemany``; head: ``store_batch``), measured as ``dbstat`` pages of
-``gpu_samples`` and its indexes; then a retention pass deletes them all, 5,000 rows per
-transaction, timing how long each transaction holds the writer lock (what an ingest may wait).
+0006 writer's ``executemany``; head: ``store_batch``), measured as ``dbstat`` pages of the
+samples' table and its indexes; then a retention pass deletes them all, 5,000 rows (head: blocks)
+per transaction, timing how long each transaction holds the writer lock (what an ingest may
+wait).
 """
 
 from __future__ import annotations
@@ -63,9 +68,12 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 from fleetwatch.config import ServerSettings  # noqa: E402
 from fleetwatch.server.db.migrate import upgrade  # noqa: E402
+from fleetwatch.server.db.sample_blocks import encode_blocks  # noqa: E402
 from fleetwatch.server.db.session import Database, make_engine  # noqa: E402
 from fleetwatch.server.jobs.retention import RetentionJob  # noqa: E402
 from fleetwatch.server.repo.ingest import store_batch  # noqa: E402
+from fleetwatch.server.repo.sample_reader import from_us, to_us  # noqa: E402
+from fleetwatch.server.repo.sample_writer import copy_blocks  # noqa: E402
 from fleetwatch.telemetry import SAMPLE_FIELD_NAMES, SAMPLE_FIELDS, Batch  # noqa: E402
 
 _spec = importlib.util.spec_from_file_location("bench_ingest", REPO / "benchmarks" / "ingest.py")
@@ -79,6 +87,8 @@ GPUS_PER_NODE = 8
 TICKS_PER_PUSH = 6
 START = datetime(2026, 11, 30, 2, tzinfo=UTC)  # a 2-hour boundary: one Prometheus block
 OLD_COLUMNS = ("gpu_uuid", "node_id", "ts", "boot_id", *SAMPLE_FIELD_NAMES)
+# The samples' table of each schema, and how many samples a row of it holds.
+TABLES = {"0006": ("gpu_samples", "count(*)"), "head": ("gpu_sample_blocks", "sum(n)")}
 
 
 def log(message: str) -> None:
@@ -169,18 +179,21 @@ def load_head(db: Database, batches: list[dict[str, Any]]) -> None:
         store_batch(db, parsed, content_sha256=hashlib.sha256(body).hexdigest(), now=now)
 
 
-def measure_postgres(dsn: str, rows_expected: int) -> dict[str, Any]:
+def measure_postgres(dsn: str, rows_expected: int, schema: str) -> dict[str, Any]:
+    """Bytes per sample of ``schema``'s samples table (a key of :data:`TABLES`)."""
+    name, samples = TABLES[schema]
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("VACUUM (ANALYZE)")
         conn.execute("CHECKPOINT")
-        rows = conn.execute("SELECT count(*) FROM gpu_samples").fetchone()
+        rows = conn.execute(f"SELECT {samples}, count(*) FROM {name}").fetchone()
         assert rows is not None and rows[0] == rows_expected, (rows, rows_expected)
+        stored_rows = int(rows[1])
         leaves = [
             r[0]
             for r in conn.execute(
-                "SELECT relid::regclass::text FROM pg_partition_tree('gpu_samples') WHERE isleaf"
+                "SELECT relid::regclass::text FROM pg_partition_tree(%s) WHERE isleaf", (name,)
             ).fetchall()
-        ] or ["gpu_samples"]  # 0006: not partitioned
+        ] or [name]  # 0006: not partitioned
         total = heap = 0
         indexes: dict[str, int] = {}
         for leaf in leaves:
@@ -204,21 +217,23 @@ def measure_postgres(dsn: str, rows_expected: int) -> dict[str, Any]:
                 ).fetchone()
                 key = parent[0] if parent else index
                 indexes[key] = indexes.get(key, 0) + int(size)
-        if "gpu_samples_default" in leaves:
-            left = conn.execute("SELECT count(*) FROM gpu_samples_default").fetchone()
+        if f"{name}_default" in leaves:
+            left = conn.execute(f"SELECT count(*) FROM {name}_default").fetchone()
             assert left is not None and left[0] == 0, "rows outside their day partition"
-        width = conn.execute("SELECT avg(pg_column_size(s.*)) FROM gpu_samples s").fetchone()
+        width = conn.execute(f"SELECT sum(pg_column_size(s.*)) FROM {name} s").fetchone()
         assert width is not None
         version = conn.execute("SHOW server_version").fetchone()
         assert version is not None
     n = rows_expected
     return {
         "rows": n,
+        "table": name,
+        "table_rows": stored_rows,  # head: blocks
         "partitions": len(leaves),
         "bytes": total,
         "bytes_per_row": round(total / n, 1),
         "heap_bytes_per_row": round(heap / n, 1),
-        "row_data_bytes": round(float(width[0]), 1),
+        "row_data_bytes": round(float(width[0]) / n, 1),  # per sample
         "index_bytes_per_row": {k: round(v / n, 1) for k, v in sorted(indexes.items())},
         "server": f"PostgreSQL {version[0]}",
     }
@@ -307,24 +322,33 @@ def measure_sqlite(
             load_0006_sqlite(db, batches)
         else:
             load_head(db, batches)
+        name, samples = TABLES[label]
         with db.read() as conn:
             conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
-            counted = conn.execute(text("SELECT count(*) FROM gpu_samples")).scalar_one()
+            counted, stored_rows = conn.execute(
+                text(f"SELECT {samples}, count(*) FROM {name}")
+            ).one()
             assert counted == rows, (counted, rows)
             stored = conn.execute(
                 text(
-                    "SELECT sum(pgsize) FROM dbstat WHERE name = 'gpu_samples' OR name IN "
-                    "(SELECT name FROM sqlite_master WHERE tbl_name = 'gpu_samples')"
-                )
+                    "SELECT sum(pgsize) FROM dbstat WHERE name = :t OR name IN "
+                    "(SELECT name FROM sqlite_master WHERE tbl_name = :t)"
+                ),
+                {"t": name},
             ).scalar_one()
-        out: dict[str, Any] = {"rows": rows, "bytes_per_row": round(int(stored) / rows, 1)}
+        out: dict[str, Any] = {
+            "rows": rows,
+            "table_rows": stored_rows,
+            "bytes_per_row": round(int(stored) / rows, 1),
+        }
         if label == "head":
             db.holds.clear()
             job = RetentionJob(
                 db, raw_retention=timedelta(days=14), rollup_retention=timedelta(days=730)
             )
             done = job(START + timedelta(days=30))
-            assert done is not None and done.samples_deleted == rows
+            # samples_deleted counts blocks
+            assert done is not None and done.samples_deleted == stored_rows, (done, stored_rows)
             chunks = sorted(db.holds)
             out["retention_transactions"] = len(chunks)
             out["retention_hold_ms_median"] = round(1000 * chunks[len(chunks) // 2], 1)
@@ -335,63 +359,47 @@ def measure_sqlite(
 
 
 def measure_blocks(server_url: str, batches: list[dict[str, Any]], ticks: int) -> dict[str, Any]:
-    """The prototype block layout: bytes per GPU row, every block decoded and compared."""
-    import math
-    from collections import defaultdict
-
-    from sample_blocks import decode_block, encode_block
-
-    series: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    node_of: dict[str, int] = {}
+    """The samples as blocks of ``ticks`` ticks per GPU (the product's codec), loaded into a head
+    database by the server's binary COPY; bytes per GPU row as for ``head``."""
+    names = sorted({b["node"]["name"] for b in batches})
+    keys: dict[str, int] = {}
+    windows: dict[int, tuple[list[int], list[int], list[tuple[Any, ...]], list[int]]] = {}
+    span_us = round(bench_ingest.INTERVAL_S * 1e6) * ticks
     for batch in batches:
-        node = int(batch["node"]["name"].split("-")[1])
-        for sample in batch["samples"]:
-            series[sample["uuid"]].append({**sample, "ts": datetime.fromisoformat(sample["ts"])})
-            node_of[sample["uuid"]] = node
-    blocks: list[tuple[int, int, datetime, int, bytes]] = []
-    for gpu_id, (uuid, samples) in enumerate(sorted(series.items()), start=1):
-        for first in range(0, len(samples), ticks):
-            window = samples[first : first + ticks]
-            blob = encode_block(window[0]["ts"], window)
-            for got, sent in zip(
-                decode_block(window[0]["ts"], len(window), blob), window, strict=True
-            ):
-                for name in ("ts", *SAMPLE_FIELD_NAMES):
-                    a, b = got[name], sent[name]
-                    same = a == b or (isinstance(b, float) and math.isclose(a, b, rel_tol=1e-7))
-                    assert same, (uuid, name, a, b)
-            blocks.append((gpu_id, node_of[uuid], window[0]["ts"], len(window), blob))
+        node_id = names.index(batch["node"]["name"]) + 1
+        for s in batch["samples"]:
+            ts = to_us(datetime.fromisoformat(s["ts"]))
+            window = windows.setdefault((ts - to_us(START)) // span_us, ([], [], [], []))
+            window[0].append(keys.setdefault(s["uuid"], len(keys) + 1))
+            window[1].append(ts)
+            window[2].append(tuple(s[n] for n in SAMPLE_FIELD_NAMES))
+            window[3].append(node_id)
+    blocks: list[tuple[Any, ...]] = []
+    for gpu_keys, times, rows, node_ids in windows.values():
+        node_of = dict(zip(gpu_keys, node_ids, strict=True))
+        blocks += [
+            (b.gpu_key, node_of[b.gpu_key], None, from_us(b.ts0_us), from_us(b.ts1_us), b.n, b.data)
+            for b in encode_blocks(gpu_keys, times, rows)
+        ]
+    samples = sum(len(b["samples"]) for b in batches)
     target = Throwaway(server_url, f"blocks{ticks}")
+    db = Database(make_engine(ServerSettings(database_url=target.url)))
     try:
-        with psycopg.connect(target.dsn, autocommit=True) as conn:
-            conn.execute(
-                "CREATE TABLE sample_blocks (gpu_id int4 NOT NULL, node_id int4 NOT NULL, "
-                "ts0 timestamptz NOT NULL, n int2 NOT NULL, data bytea NOT NULL, "
-                "PRIMARY KEY (gpu_id, ts0))"
-            )
-            # Already compressed: no second compression attempt by TOAST.
-            conn.execute("ALTER TABLE sample_blocks ALTER COLUMN data SET STORAGE EXTERNAL")
-            with (
-                conn.cursor() as cur,
-                cur.copy("COPY sample_blocks FROM STDIN (FORMAT BINARY)") as copy,
-            ):
-                copy.set_types(["int4", "int4", "timestamptz", "int2", "bytea"])
-                for block in blocks:
-                    copy.write_row(block)
-            conn.execute("VACUUM (ANALYZE)")
-            conn.execute("CHECKPOINT")
-            size = conn.execute("SELECT pg_total_relation_size('sample_blocks')").fetchone()
-            assert size is not None
+        upgrade(db.engine)
+        RetentionJob(db, raw_retention=timedelta(days=14), rollup_retention=timedelta(days=730))(
+            START
+        )
+        with db.write() as conn:
+            copy_blocks(conn, blocks)
+        out = measure_postgres(target.dsn, samples, "head")
     finally:
+        db.dispose()
         target.drop()
-    rows = sum(b[3] for b in blocks)
-    blob_bytes = sum(len(b[4]) for b in blocks)
     return {
         "ticks_per_block": ticks,
         "blocks": len(blocks),
-        "rows": rows,
-        "bytes_per_row": round(int(size[0]) / rows, 1),
-        "compressed_data_bytes_per_row": round(blob_bytes / rows, 1),
+        **out,
+        "compressed_data_bytes_per_row": round(sum(len(b[6]) for b in blocks) / samples, 1),
     }
 
 
@@ -432,7 +440,7 @@ def main() -> None:
     parser.add_argument("--postgres", default="postgresql://postgres@127.0.0.1:5432/postgres")
     parser.add_argument("--no-prometheus", action="store_true")
     parser.add_argument("--no-postgres", action="store_true")
-    parser.add_argument("--blocks", default="", help="ticks per block, e.g. 6,360 (prototype)")
+    parser.add_argument("--blocks", default="", help="ticks per block, e.g. 60,360")
     parser.add_argument("--sqlite", type=int, default=0, help="rows for the SQLite part (0: none)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
@@ -448,7 +456,7 @@ def main() -> None:
             started = time.perf_counter()
             load(db, batches)
             log(f"{label}: loaded in {time.perf_counter() - started:.0f} s")
-            results[label] = measure_postgres(target.dsn, rows)
+            results[label] = measure_postgres(target.dsn, rows, label)
             log(f"{label}: {results[label]}")
         finally:
             db.dispose()
@@ -489,8 +497,10 @@ def main() -> None:
               f"{per_sample} B/sample, chunks {chunks} B/row")  # fmt: skip
     for key in [k for k in results if k.startswith("blocks_")]:
         r = results[key]
-        print(f"{key:<12} {r['bytes_per_row']:>14}  (prototype; compressed data "
-              f"{r['compressed_data_bytes_per_row']} B/row)")  # fmt: skip
+        index = sum(r["index_bytes_per_row"].values())
+        print(f"{key:<12} {r['bytes_per_row']:>14} {r['heap_bytes_per_row']:>8} {index:>8.1f}  "
+              f"{r['blocks']:,} blocks; compressed data {r['compressed_data_bytes_per_row']} "
+              "B/row")  # fmt: skip
     for label in ("0006", "head"):
         if f"sqlite_{label}" in results:
             r = results[f"sqlite_{label}"]

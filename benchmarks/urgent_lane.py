@@ -45,7 +45,7 @@ from typing import Any
 
 import httpx
 from prometheus_client import CollectorRegistry
-from sqlalchemy import delete, func, insert, select
+from sqlalchemy import delete, insert, select
 from sqlalchemy.engine import make_url
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -59,13 +59,13 @@ from fleetwatch.server.db.tables import (  # noqa: E402
     events,
     evictions,
     gpu_hourly,
-    gpu_samples,
     gpus,
     nodes,
 )
 from fleetwatch.server.jobs.registry import BackgroundJobs  # noqa: E402
 from fleetwatch.server.jobs.state import save_state  # noqa: E402
 from fleetwatch.server.metrics.families import ServerMetrics  # noqa: E402
+from fleetwatch.server.repo.sample_reader import newest_block_id  # noqa: E402
 from fleetwatch.server.secret_box import SecretBox  # noqa: E402
 
 
@@ -101,12 +101,12 @@ def _clone(admin_url: str, seed_name: str, name: str, run_url: str) -> None:
     db = Database(make_engine(settings))
     with db.write() as conn:
         conn.execute(delete(gpu_hourly))
-        newest = conn.execute(select(func.max(gpu_samples.c.id))).scalar()
+        newest = newest_block_id(conn)
         save_state(conn, "rollups", {"after_id": newest, "passes": 1}, datetime.now(UTC))
     db.dispose()
 
 
-def in_process(run_url: str, base: datetime, targeted: int) -> dict[str, Any]:
+def in_process(run_url: str, base: datetime, minutes: int, targeted: int) -> dict[str, Any]:
     settings = ServerSettings(database_url=run_url, background_jobs=False, _env_file=None)  # type: ignore[call-arg]
     db = Database(make_engine(settings))
     jobs = BackgroundJobs(
@@ -130,7 +130,7 @@ def in_process(run_url: str, base: datetime, targeted: int) -> dict[str, Any]:
 
     _log("whole-fleet passes ...")
     whole("first", base + timedelta(seconds=1))
-    bg.add_ticks(db, base=base, seconds=30)
+    bg.add_ticks(db, base=base, seconds=30, minutes=minutes)
     whole("steady", base + timedelta(seconds=31))
     _log(f"urgent lane, {targeted} nodes one at a time ...")
     evicted = 0
@@ -279,7 +279,7 @@ def main() -> None:
     result: dict[str, Any] = {"machine": bg._machine(), "seed": info}
     if not args.skip_in_process:
         _clone(admin_url, args.seed_name, args.db_name, run_url)
-        result["in_process"] = in_process(run_url, base, args.targeted)
+        result["in_process"] = in_process(run_url, base, info["minutes"], args.targeted)
     runs = [("lane", args.probes, None)]
     if args.baseline_src:
         runs.append(("baseline", args.baseline_probes, args.baseline_src))
