@@ -131,6 +131,13 @@ class ServerSettings(BaseSettings):
         description="PostgreSQL: routine pushes (known node and GPUs, samples only) waiting at "
         "one moment are stored in one transaction, up to this many; 0 stores each push alone",
     )
+    ingest_group_linger_ms: float = Field(
+        default=25.0,
+        ge=0,
+        le=1000,
+        description="PostgreSQL: how long a group of routine pushes waits for more before it is "
+        "stored (pushes with events never wait); 0 stores what is queued at once",
+    )
     refit_interval_s: float = Field(
         default=21600.0,
         ge=0,

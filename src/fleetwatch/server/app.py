@@ -103,7 +103,10 @@ def _group_writer(
     if db.is_sqlite or settings.ingest_group_max_batches == 0:
         return None
     writer = GroupWriter(
-        db, max_batches=settings.ingest_group_max_batches, on_group=metrics.count_group
+        db,
+        max_batches=settings.ingest_group_max_batches,
+        linger_s=settings.ingest_group_linger_ms / 1000,
+        on_group=metrics.count_group,
     )
     writer.start()
     return writer

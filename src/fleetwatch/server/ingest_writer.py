@@ -1,10 +1,14 @@
 """The thread that stores routine pushes in groups (PostgreSQL): one transaction for the pushes
 that wait at one moment (:mod:`fleetwatch.server.repo.ingest_group`).
 
-Nothing waits on purpose: the writer takes every push queued while it stored the last group,
-so at low load a group is one push and adds no delay, and under load groups grow by themselves
-up to ``max_batches`` (or ``max_rows`` samples). Each push is still answered only after its own
-group committed. A push the group leaves out, and every push of a group whose transaction
+The writer takes every push queued while it stored the last group, then waits up to
+``linger_s`` for more before it stores: under load groups grow up to ``max_batches`` (or
+``max_rows`` samples). The wait is what makes groups worth having at a steady fleet's load:
+a group's statements cost about the same for one push as for ten, and at 100,000 GPUs (about
+200 pushes a second) a group stored as soon as it is taken held one or two. A routine push
+carries no event (those are stored at once, never grouped), so a few milliseconds more before
+its answer delay nothing anyone waits for. Each push is still answered only after its own group
+committed. A push the group leaves out, and every push of a group whose transaction
 failed, gets None and is stored on its own by the route, with every answer that path gives
 (409, 422, 507, a duplicate).
 """
@@ -15,6 +19,7 @@ import asyncio
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -60,11 +65,13 @@ class GroupWriter:
         *,
         max_batches: int = 64,
         max_rows: int = 8192,
+        linger_s: float = 0.0,
         on_group: Callable[[int, int], None] | None = None,
     ) -> None:
         self._db = db
         self._max_batches = max_batches
         self._max_rows = max_rows
+        self._linger_s = linger_s
         self._on_group = on_group
         self._queue: queue.SimpleQueue[_Pending | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
@@ -103,9 +110,10 @@ class GroupWriter:
 
     def _take_more(self, first: _Pending) -> tuple[list[_Pending], bool]:
         group, rows = [first], len(first.item.batch.samples)
+        deadline = time.monotonic() + self._linger_s
         while len(group) < self._max_batches and rows < self._max_rows:
             try:
-                pending = self._queue.get_nowait()
+                pending = self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
             except queue.Empty:
                 break
             if pending is None:

@@ -297,3 +297,44 @@ def test_a_transaction_that_only_references_a_node_never_holds_its_pushes(
         holder.close()
     worker.join(timeout=60)
     assert stored_while_held, "the push waited for a transaction that only held the node's key"
+
+
+def test_a_lingering_writer_gathers_pushes_that_arrive_one_after_the_other(pg: Database) -> None:
+    for node in ("a", "b"):
+        _alone(pg, _item(_push(node, 0)))  # registered: their next pushes are routine
+    groups: list[tuple[int, int]] = []
+    # A long linger that max_batches cuts short: the group closes when the second push arrives,
+    # whatever the scheduling, so nothing here races a clock.
+    writer = GroupWriter(
+        pg, max_batches=2, linger_s=60.0, on_group=lambda n, g: groups.append((n, g))
+    )
+    writer.start()
+    try:
+
+        async def one_then_another() -> list[Any]:
+            first = asyncio.ensure_future(writer.store(_item(_push("a", 1))))
+            await asyncio.sleep(0.01)  # the writer has (most likely) taken the first and waits
+            second = asyncio.ensure_future(writer.store(_item(_push("b", 1))))
+            return list(await asyncio.gather(first, second))
+
+        results = asyncio.run(one_then_another())
+    finally:
+        writer.stop()
+    assert all(r is not None and r.samples == 24 for r in results)
+    assert groups == [(2, 2)]
+    with pg.read() as conn:
+        assert count_samples(conn) == 4 * 6 * 2 + 4 * 6 * 2
+
+
+def test_a_lingering_writer_stores_a_lone_push_when_the_linger_ends(pg: Database) -> None:
+    _alone(pg, _item(_push("a", 0)))
+    groups: list[tuple[int, int]] = []
+    writer = GroupWriter(
+        pg, max_batches=8, linger_s=0.05, on_group=lambda n, g: groups.append((n, g))
+    )
+    writer.start()
+    try:
+        result = asyncio.run(writer.store(_item(_push("a", 1))))
+    finally:
+        writer.stop()
+    assert result is not None and result.samples == 24 and groups == [(1, 1)]
