@@ -41,7 +41,7 @@ import psycopg
 from procstats import machine, process_tree, rss_peak_bytes
 from scale_exporters import disagreements
 from scale_fleet import Fleet
-from scale_metrics import MetricsScraper, recommended_shards
+from scale_metrics import MetricsScraper, group_commit, recommended_shards
 from scale_parties import Child, Parties, PostgresCpu, Snapshot, child, log, server_group
 from scale_prometheus import PrometheusSide, prometheus_figures, start_prometheus_side
 from scale_report import markdown
@@ -109,7 +109,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         log(f"database {db.name}: migrating, tokens")
         fleetwatch_cli("db", "upgrade", "--database-url", db.url)
         tokens = {s: create_token(db.url, s, f"scale-{s}") for s in ("agent", "read")}
-        group = stack.enter_context(server_group(db.url, workdir, args.api_processes))
+        group = stack.enter_context(
+            server_group(db.url, workdir, args.api_processes, dict(args.server_setting))
+        )
         log(f"server(s) up: {', '.join(s.url for s in group.servers)}")
         side = start_prometheus_side(args, binary, workdir, stack) if binary else None
         config_path = workdir / "load.json"
@@ -198,6 +200,8 @@ def measure(
         "server": sum(rss_peak_bytes(pid) for pid in parties.group.pids()),
         "prometheus": side.prometheus.rss_peak_bytes() if side else None,
     }
+    # After the window's CPU was read: the scrapes cost the api processes nothing inside it.
+    window["group_commit"] = group_commit([s.url for s in parties.group.targets], read_token)
     # Prometheus' rows stop here: what it stored is what the window offered it.
     if side is not None:
         side.exporters.stop()
@@ -306,6 +310,13 @@ def fleetwatch_figures(dsn: str, group: ServerGroup, load: dict[str, Any]) -> di
 # --------------------------------------------------------------------------------------------
 
 
+def setting_pair(text: str) -> tuple[str, str]:
+    name, sep, value = text.partition("=")
+    if not sep or not name:
+        raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got {text!r}")
+    return name, value
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     p.add_argument("--duration", type=float, default=600.0, help="measured seconds (600)")
@@ -347,6 +358,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--no-register-first",
         action="store_true",
         help="start the window on an empty fleet (every node's first push inside it)",
+    )
+    p.add_argument(
+        "--server-setting",
+        action="append",
+        default=[],
+        type=setting_pair,
+        metavar="NAME=VALUE",
+        help="a server setting for this run, e.g. ingest_group_linger_ms=50 (repeatable; "
+        "the caller's FLEETWATCH_SERVER_* variables are not passed on)",
     )
     p.add_argument("--seed", type=int, default=12)
     p.add_argument("--json-out", type=Path, help="write every figure to this JSON file")

@@ -22,7 +22,7 @@ from typing import Any
 
 import httpx
 
-__all__ = ["MetricsScraper", "background_jobs", "recommended_shards", "scrape"]
+__all__ = ["MetricsScraper", "background_jobs", "group_commit", "recommended_shards", "scrape"]
 
 # What dashboards/prometheus/prometheus.yml tells operators: a shard near 3,000 GPUs, 16 shards up
 # to about 50,000 GPUs, 32 at 100,000.
@@ -43,6 +43,10 @@ _LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 _RENDER = re.compile(
     r'^fleetwatch_metrics_render_(seconds_sum|cpu_seconds_total)\{page="default"\}\s+(\S+)',
     re.MULTILINE,
+)
+
+_GROUP = re.compile(
+    r"^fleetwatch_ingest_group_(batches_sum|batches_count|left_out_total)\s+(\S+)", re.MULTILINE
 )
 
 Series = dict[tuple[str, str], float]  # (metric name, job) -> value
@@ -81,6 +85,24 @@ def background_series(head: bytes) -> Series:
             except ValueError:
                 continue
     return out
+
+
+def group_commit(urls: list[str], token: str) -> dict[str, Any]:
+    """Pushes per group transaction, over the api processes' lives: each one's
+    ``fleetwatch_ingest_group_batches`` sum and count (process-local, so every api is asked)."""
+    totals = {"batches_sum": 0.0, "batches_count": 0.0, "left_out_total": 0.0}
+    for url in urls:
+        page = scrape(url, token)
+        text = page.get("head", b"").decode("utf-8", errors="replace")
+        for name, value in _GROUP.findall(text):
+            totals[name] += float(value)
+    groups = totals["batches_count"]
+    return {
+        "groups": int(groups),
+        "pushes": int(totals["batches_sum"]),
+        "left_out": int(totals["left_out_total"]),
+        "pushes_per_group": round(totals["batches_sum"] / groups, 1) if groups else None,
+    }
 
 
 def render_totals(head: bytes) -> dict[str, float]:

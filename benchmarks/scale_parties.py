@@ -32,19 +32,22 @@ def log(message: str) -> None:
 
 
 @contextlib.contextmanager
-def server_group(database_url: str, workdir: Path, api_processes: int) -> Iterator[ServerGroup]:
+def server_group(
+    database_url: str, workdir: Path, api_processes: int, settings: dict[str, str] | None = None
+) -> Iterator[ServerGroup]:
     # A server with 100,000 GPUs in memory may take a while to stop: wait, then kill.
+    env = {f"FLEETWATCH_SERVER_{k.upper()}": v for k, v in (settings or {}).items()}
     with contextlib.ExitStack() as stack:
         if api_processes == 0:
-            server = running_server(database_url, workdir, 1, {}, stop_timeout_s=60)
+            server = running_server(database_url, workdir, 1, env, stop_timeout_s=60)
             yield ServerGroup.one(stack.enter_context(server))
             return
         worker = stack.enter_context(
-            running_server(database_url, workdir, 1, {}, "worker", stop_timeout_s=60)
+            running_server(database_url, workdir, 1, env, "worker", stop_timeout_s=60)
         )
         apis = [
             stack.enter_context(
-                running_server(database_url, workdir, 1, {}, "api", stop_timeout_s=60)
+                running_server(database_url, workdir, 1, env, "api", stop_timeout_s=60)
             )
             for _ in range(api_processes)
         ]

@@ -347,6 +347,7 @@ def markdown(r: dict[str, Any]) -> str:
         "",
         _each_server(r),
         _postgres_by(r),
+        _group_commit(r),
         f"Other CPU in the window (seconds): load generator {cpu['generator']:,.1f}, "
         f"dcgm-exporter pages {cpu['exporters']:,.1f}, benchmark harness "
         f"({'/'}metrics scrapes) {cpu['harness']:,.1f}, rest of the machine {cpu['others']:,.1f}; "
@@ -413,6 +414,18 @@ def _postgres_by(r: dict[str, Any]) -> str:
         return ""
     split = ", ".join(f"{name} {cpu:,.1f}" for name, cpu in by.items())
     return f"PostgreSQL CPU seconds in the window by process name: {split}.\n"
+
+
+def _group_commit(r: dict[str, Any]) -> str:
+    """Pushes per group transaction, read off the api processes after the window."""
+    group = r["window"].get("group_commit") or {}
+    if not group.get("groups"):
+        return ""
+    return (
+        f"Group commit over the api processes' lives (read after the window): "
+        f"{group['pushes']:,} routine pushes in {group['groups']:,} groups, "
+        f"{group['pushes_per_group']} a group; {group['left_out']:,} left to be stored alone.\n"
+    )
 
 
 def _each_server(r: dict[str, Any]) -> str:
