@@ -129,6 +129,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         )
         results.update(measure(args, parties, generator, tokens["read"], side))
         results["fleetwatch"] = fleetwatch_figures(db.dsn, group, results["load"])
+        # After the window's CPU and the peak RSS were read: building an api process's default
+        # page (it decodes the leader's snapshot of the fleet) would count in both.
+        results["window"]["group_commit"] = group_commit(
+            [s.url for s in group.targets], tokens["read"]
+        )
         if side is not None:
             results.update(prometheus_figures(side, binary or "", results["window"]))
         results["scale"] = {
@@ -200,8 +205,6 @@ def measure(
         "server": sum(rss_peak_bytes(pid) for pid in parties.group.pids()),
         "prometheus": side.prometheus.rss_peak_bytes() if side else None,
     }
-    # After the window's CPU was read: the scrapes cost the api processes nothing inside it.
-    window["group_commit"] = group_commit([s.url for s in parties.group.targets], read_token)
     # Prometheus' rows stop here: what it stored is what the window offered it.
     if side is not None:
         side.exporters.stop()
