@@ -4,12 +4,11 @@ that wait at one moment (:mod:`fleetwatch.server.repo.ingest_group`).
 The writer takes every push queued while it stored the last group, then waits up to
 ``linger_s`` for more before it stores: under load groups grow up to ``max_batches`` (or
 ``max_rows`` samples). The wait is what makes groups worth having at a steady fleet's load:
-a group's statements and commit cost about the same for one push as for ten, and at 100,000
-GPUs (about 200 pushes a second) storing each group as soon as it was taken cost the server
-and PostgreSQL 111.1 CPU µs a GPU row, 80.6 with a 25 ms wait (two full runs); four-minute
-runs of one session gave 70.7, 61.9 and 58.7 µs with 25, 100 and 250 ms (BENCHMARKS.md). A routine push
-carries no event (those are stored at once, never grouped), so a few milliseconds more before
-its answer delay nothing anyone waits for. Each push is still answered only after its own group
+a group's statements and commit cost about the same for one push as for ten, so at 100,000
+GPUs (about 200 pushes a second) a longer wait is fewer CPU µs a GPU row (the figures per wait:
+``ingest_group_linger_ms`` in config, BENCHMARKS.md). A routine push carries no event (those are
+stored at once, never grouped), so a quarter second more before its answer delays nothing
+anyone waits for. Each push is still answered only after its own group
 committed. A push the group leaves out, and every push of a group whose transaction
 failed, gets None and is stored on its own by the route, with every answer that path gives
 (409, 422, 507, a duplicate).
