@@ -124,6 +124,16 @@ class ServerSettings(BaseSettings):
         "GiB at 100,000 GPUs, same CPU); 0 leaves glibc's default, and an operator's own "
         "MALLOC_ARENA_MAX wins",
     )
+    malloc_mmap_threshold_kb: int = Field(
+        default=256,
+        ge=0,
+        le=32 * 1024,
+        description="Allocations of at least this many KiB in a server process get a memory "
+        "mapping of their own, returned to the system when freed (glibc's threshold starts at "
+        "128 KiB and grows with each large block freed, up to 32 MiB, after which NumPy's "
+        "arrays fragment the heaps); 0 leaves glibc's default, and an operator's own "
+        "MALLOC_MMAP_THRESHOLD_ wins",
+    )
     ingest_group_max_batches: int = Field(
         default=64,
         ge=0,

@@ -68,6 +68,7 @@ def server(
     from fleetwatch.errors import ConfigError
     from fleetwatch.server.jobs.leader import single_process_problem
     from fleetwatch.server.malloc_arenas import limit_malloc_arenas
+    from fleetwatch.server.malloc_mmap import fix_mmap_threshold
 
     settings = load_server_settings(
         host=host,
@@ -95,6 +96,7 @@ def server(
     # Before uvicorn starts a thread; its worker processes inherit the limit through the
     # environment.
     limit_malloc_arenas(settings.malloc_arenas)
+    fix_mmap_threshold(settings.malloc_mmap_threshold_kb * 1024)
     _check_database(settings)
     uvicorn.run(
         "fleetwatch.server.app:create_app",

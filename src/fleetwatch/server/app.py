@@ -37,7 +37,7 @@ from fleetwatch.server.judge.liveness import Liveness
 from fleetwatch.server.metrics.availability_exposition import AvailabilityExposition
 from fleetwatch.server.metrics.exposition import FleetExposition
 from fleetwatch.server.metrics.families import ServerMetrics
-from fleetwatch.server.metrics.risk_prefetch import RiskPrefetch
+from fleetwatch.server.metrics.page_prefetch import PagePrefetch
 from fleetwatch.server.operations import add_operational_routes
 from fleetwatch.server.page import router as page_router
 from fleetwatch.server.routers import api_router
@@ -194,9 +194,14 @@ def create_app(
         app.state.is_leader = lambda: jobs.is_leader
         app.state.outbox_waker = jobs.outbox_waker
         metrics.track_leader(settings.role, lambda: jobs.is_leader)
-        risk_prefetch = RiskPrefetch(lambda: jobs.assessor.latest, settings.risk_horizons_h)
-        risk_prefetch.start()
-        app.state.risk_prefetch = risk_prefetch
+        page_prefetch = PagePrefetch(
+            lambda: jobs.assessor.latest,
+            settings.risk_horizons_h,
+            refreshers=[app.state.availability.refresh],
+            warm_while=lambda: jobs.is_leader,
+        )
+        page_prefetch.start()
+        app.state.page_prefetch = page_prefetch
         jobs.start(engine)
         app.state.elector = jobs.elector
         logger.info(
@@ -209,7 +214,7 @@ def create_app(
                 group_writer.stop()
             notice_watch.stop()  # the reverse of starting: each restores the signal handler
             eviction_watch.stop()
-            risk_prefetch.stop()
+            page_prefetch.stop()
             await jobs.stop()
             db.dispose()
 

@@ -110,7 +110,7 @@ def add_operational_routes(app: FastAPI, settings: ServerSettings) -> None:
         selected = shard_from_query(shard, shards)
         state = request.app.state
         if selected is None:
-            prefetch = getattr(state, "risk_prefetch", None)  # None: an app without jobs
+            prefetch = getattr(state, "page_prefetch", None)  # None: an app without jobs
             if prefetch is not None:
                 prefetch.scraped()
             render = partial(default_page, registry=state.registry, availability=state.availability)

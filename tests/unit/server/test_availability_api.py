@@ -3,6 +3,7 @@ checked by hand; validation of since, until and by."""
 
 from __future__ import annotations
 
+import threading
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -11,9 +12,12 @@ from fastapi.testclient import TestClient
 from sqlalchemy import insert
 from tests.conftest import bearer
 
+from fleetwatch.reports.availability import compute_availability
 from fleetwatch.server.db.session import Database
 from fleetwatch.server.db.tables import evictions, gpu_lifetimes, gpus, nodes
+from fleetwatch.server.metrics import availability_exposition
 from fleetwatch.server.metrics.availability_exposition import PERIOD, AvailabilityExposition
+from fleetwatch.server.repo.availability_rows import load_period, sla_targets
 
 T0 = datetime(2026, 11, 2, tzinfo=UTC)  # the period: 100 hours from here
 H = timedelta(hours=1)
@@ -181,3 +185,90 @@ def test_availability_families_are_on_the_default_metrics_page(
     assert "# TYPE fleetwatch_fleet_availability_ratio gauge" in page
     assert 'fleetwatch_fleet_downtime_hours{kind="unplanned"} 0' in page
     assert "fleetwatch_jobs_success_ratio " not in page  # no job ended: no sample
+
+
+def test_fleet_figures_without_labels_equal_those_with_them(db: Database, settings: Any) -> None:
+    _fleet(db)
+    end = T0 + 100 * H
+    with db.read() as conn:
+        labelled = load_period(conn, end - PERIOD, end, settings=settings)
+        bare = load_period(conn, end - PERIOD, end, settings=settings, with_labels=False)
+    assert labelled.nodes == {
+        "n1": {"rack": "r1", "sku": "H100"},
+        "n2": {"rack": "r1", "sku": "H100"},
+        "n3": {"rack": "r2", "sku": "H200"},
+    }
+    assert bare.nodes == {"n1": {}, "n2": {}, "n3": {}}
+    assert bare.joined == labelled.joined
+    targets = sla_targets(settings)
+    assert compute_availability(bare, targets, by=()) == compute_availability(
+        labelled, targets, by=()
+    )
+
+
+def test_a_nodes_sku_is_its_gpus_most_common_model(db: Database, settings: Any) -> None:
+    _fleet(db)
+    seen = {"first_seen": T0, "last_seen": T0}
+    with db.write() as conn:  # n1: one H100 already, two H200 more; n2: an unnamed GPU more
+        for i, name in enumerate(["H200", "H200"], start=1):
+            conn.execute(insert(gpus).values(uuid=f"GPU-1-{i}", node_id=1, index=i, name=name,
+                                             **seen))  # fmt: skip
+        conn.execute(insert(gpus).values(uuid="GPU-2-1", node_id=2, index=1, name=None, **seen))
+    end = T0 + 100 * H
+    with db.read() as conn:
+        period = load_period(conn, end - PERIOD, end, settings=settings)
+    assert period.nodes["n1"]["sku"] == "H200"
+    assert period.nodes["n2"]["sku"] == "H100"
+
+
+class _Figures:
+    """Stands in for the figures' computation: counts it, and can hold it until released."""
+
+    def __init__(self) -> None:
+        self.computed = 0
+        self.release = threading.Event()
+        self.release.set()
+
+    def text(self, figures: dict[str, Any]) -> str:
+        assert self.release.wait(timeout=60)
+        self.computed += 1
+        return f"# figures {self.computed}\n"
+
+
+def test_stale_figures_are_served_while_a_thread_recomputes_them(
+    db: Database, settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _fleet(db)
+    figures = _Figures()
+    monkeypatch.setattr(availability_exposition, "availability_text", figures.text)
+    clock = [1000.0]
+    exposition = AvailabilityExposition(db, settings, refresh_s=300.0, clock=lambda: clock[0])
+    assert exposition.render() == "# figures 1\n"  # the first render computes
+    clock[0] += 299.0
+    assert exposition.render() == "# figures 1\n"
+    assert figures.computed == 1  # fresh: not computed again
+    clock[0] += 1.0
+    figures.release.clear()  # the recomputation waits until the test lets it go
+    served: list[str] = []
+    scrape = threading.Thread(target=lambda: served.append(exposition.render()))
+    scrape.start()
+    scrape.join(timeout=60)
+    assert not scrape.is_alive() and served == ["# figures 1\n"]  # served without waiting
+    assert exposition.render() == "# figures 1\n"  # one recomputation at a time
+    figures.release.set()
+    running = exposition._background
+    assert running is not None
+    running.join(timeout=60)
+    assert figures.computed == 2
+    assert exposition.render() == "# figures 2\n"
+
+
+def test_refresh_computes_ahead_of_the_first_render(db: Database, settings: Any) -> None:
+    _fleet(db)
+    clock = [0.0]
+    exposition = AvailabilityExposition(db, settings, refresh_s=300.0, clock=lambda: clock[0])
+    assert exposition.is_stale()
+    text = exposition.refresh(now=T0 + 100 * H)
+    assert not exposition.is_stale()
+    assert exposition.render() is text  # no second computation
+    assert "fleetwatch_fleet_availability_ratio" in text

@@ -267,8 +267,14 @@ class SampleWindows:
     def _select(self, keep: NDArray[np.bool_]) -> None:
         if keep.all():
             return
-        self.slot, self.ts, self.boot = self.slot[keep], self.ts[keep], self.boot[keep]
-        self._values = [column[keep] for column in self._values]
+        # One array at a time, each old one let go as its copy is made: the windows are most of
+        # the judge's memory (about 0.3 GiB at 100,000 GPUs), and copying every column before
+        # letting any go held them twice, at the assessment pass's peak.
+        self.slot = self.slot[keep]
+        self.ts = self.ts[keep]
+        self.boot = self.boot[keep]
+        for j, column in enumerate(self._values):
+            self._values[j] = column[keep]
         self._segments()
         if self._exact:
             present = set(zip(self.slot.tolist(), self.ts.tolist(), strict=True))

@@ -222,7 +222,7 @@ def _chunk_of(
     before: datetime | None,
 ) -> SampleChunk:
     ids, gpu_ids, node_ids, boots, ts0, ns, datas = zip(*blocks, strict=True)
-    rows: DecodedRows = decode_blocks([to_us(t) for t in ts0], ns, datas)
+    rows: DecodedRows = decode_blocks([to_us(t) for t in ts0], ns, datas, picked)
     per_block = rows.block
 
     def spread(column: tuple[Any, ...]) -> NDArray[np.int64]:
@@ -234,8 +234,8 @@ def _chunk_of(
         node_ids=spread(node_ids),
         ts_us=rows.ts_us,
         boots=spread(tuple(-1 if b is None else b for b in boots)),
-        values=[rows.values[j] for j in picked],
-        raw=[rows.raw[j] for j in picked],
+        values=rows.values,
+        raw=rows.raw,
     )
     keep = np.ones(chunk.size, np.bool_)
     if since is not None:
