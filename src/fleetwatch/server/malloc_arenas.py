@@ -14,14 +14,9 @@ the database driver's buffers).
 
 from __future__ import annotations
 
-import ctypes
-import logging
-import os
-import sys
+from fleetwatch.server.mallopt import set_mallopt
 
 __all__ = ["ENVIRONMENT_KEY", "limit_malloc_arenas"]
-
-logger = logging.getLogger(__name__)
 
 ENVIRONMENT_KEY = "MALLOC_ARENA_MAX"
 _M_ARENA_MAX = -8  # glibc's mallopt parameter number
@@ -31,16 +26,4 @@ def limit_malloc_arenas(arenas: int) -> bool:
     """At most ``arenas`` malloc arenas in this process (call before it starts threads) and in
     the processes it starts; whether the limit is set. 0, a platform other than glibc's, or an
     operator's own ``MALLOC_ARENA_MAX`` (glibc applied it at start) leave malloc as it is."""
-    if arenas <= 0 or not sys.platform.startswith("linux"):
-        return False
-    if os.environ.get(ENVIRONMENT_KEY, str(arenas)) != str(arenas):
-        return False
-    try:
-        mallopt = ctypes.CDLL(None).mallopt
-    except (OSError, AttributeError):  # a C library without mallopt (musl)
-        return False
-    if mallopt(_M_ARENA_MAX, arenas) != 1:
-        logger.warning("could not limit malloc arenas to %d", arenas)
-        return False
-    os.environ[ENVIRONMENT_KEY] = str(arenas)  # worker processes, spawned fresh, read it at start
-    return True
+    return set_mallopt(_M_ARENA_MAX, arenas, ENVIRONMENT_KEY)

@@ -15,14 +15,9 @@ system call and fresh pages per array (about 5 ms per 45 MB allocated and touche
 
 from __future__ import annotations
 
-import ctypes
-import logging
-import os
-import sys
+from fleetwatch.server.mallopt import set_mallopt
 
 __all__ = ["ENVIRONMENT_KEY", "fix_mmap_threshold"]
-
-logger = logging.getLogger(__name__)
 
 ENVIRONMENT_KEY = "MALLOC_MMAP_THRESHOLD_"  # glibc's own variable (with the trailing _)
 _M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter number
@@ -33,16 +28,4 @@ def fix_mmap_threshold(threshold_bytes: int) -> bool:
     before it starts threads) and in the processes it starts; whether it is set. 0, a platform
     other than glibc's, or an operator's own ``MALLOC_MMAP_THRESHOLD_`` (glibc applied it at
     start) leave malloc as it is."""
-    if threshold_bytes <= 0 or not sys.platform.startswith("linux"):
-        return False
-    if os.environ.get(ENVIRONMENT_KEY, str(threshold_bytes)) != str(threshold_bytes):
-        return False
-    try:
-        mallopt = ctypes.CDLL(None).mallopt
-    except (OSError, AttributeError):  # a C library without mallopt (musl)
-        return False
-    if mallopt(_M_MMAP_THRESHOLD, threshold_bytes) != 1:
-        logger.warning("could not fix the malloc mmap threshold at %d bytes", threshold_bytes)
-        return False
-    os.environ[ENVIRONMENT_KEY] = str(threshold_bytes)  # spawned workers read it at start
-    return True
+    return set_mallopt(_M_MMAP_THRESHOLD, threshold_bytes, ENVIRONMENT_KEY)

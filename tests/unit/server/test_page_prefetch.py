@@ -109,19 +109,24 @@ def test_the_other_parts_are_refreshed_only_while_the_page_is_built_ahead() -> N
     assert refreshed == [1000.0, 1030.0]
 
 
-def test_the_leader_builds_the_page_before_its_first_scrape(
-    make_client: Any, tokens: dict[str, str]
-) -> None:
-    """The real app leading (SQLite: one process, its jobs on, every timer an hour away): its
-    prefetch computes the availability figures with no scrape yet."""
+def _app_with_jobs(make_client: Any) -> Any:
+    """The real app with its background jobs on, every timer an hour away."""
     hour = 3600.0
-    client = make_client(
+    return make_client(
         background_jobs=True,
         assess_interval_s=hour,
         planner_interval_s=hour,
         alert_interval_s=hour,
         refit_interval_s=0,
     )
+
+
+def test_the_leader_builds_the_page_before_its_first_scrape(
+    make_client: Any, tokens: dict[str, str]
+) -> None:
+    """The real app leading (SQLite: one process, its jobs on, every timer an hour away): its
+    prefetch computes the availability figures with no scrape yet."""
+    client = _app_with_jobs(make_client)
     availability = client.app.state.availability
     deadline = time.monotonic() + 60
     while availability.is_stale() and time.monotonic() < deadline:
@@ -135,14 +140,7 @@ def test_a_scrape_of_the_default_page_turns_the_prefetch_on(
 ) -> None:
     """The real app with its background jobs on (every timer an hour away): a shard scrape
     leaves the prefetch off, a scrape of the default page turns it on."""
-    hour = 3600.0
-    client = make_client(
-        background_jobs=True,
-        assess_interval_s=hour,
-        planner_interval_s=hour,
-        alert_interval_s=hour,
-        refit_interval_s=0,
-    )
+    client = _app_with_jobs(make_client)
     prefetch = client.app.state.page_prefetch
     assert not prefetch.is_active()
     shard = client.get("/metrics", params={"shard": 0, "shards": 2}, headers=bearer(tokens["read"]))

@@ -66,35 +66,37 @@ def _node_labels(
     """Labels of nodes seen before ``until`` (with ``sku`` from their GPUs when not a label);
     without ``with_labels`` each node's labels are left empty (figures for the whole fleet
     read none, and reading them was most of the /metrics figures' cost at 12,500 nodes)."""
+    columns = [nodes.c.id, nodes.c.name, nodes.c.first_seen]
+    if with_labels:
+        columns.append(nodes.c.labels)
+    rows = conn.execute(select(*columns).where(nodes.c.first_seen < until)).all()
+    joined = {r.name: r.first_seen for r in rows}
     if not with_labels:
-        seen = conn.execute(
-            select(nodes.c.name, nodes.c.first_seen).where(nodes.c.first_seen < until)
-        ).all()
-        return {r.name: {} for r in seen}, {r.name: r.first_seen for r in seen}
-    rows = conn.execute(
-        select(nodes.c.id, nodes.c.name, nodes.c.labels, nodes.c.first_seen).where(
-            nodes.c.first_seen < until
-        )
-    ).all()
-    # A node's SKU is its GPUs' most common model; counted by the database, one row per node
-    # and model instead of one per GPU (ties go to the first name in order).
+        return {r.name: {} for r in rows}, joined
+    skus = _node_skus(conn)
+    labels: dict[str, dict[str, Any]] = {}
+    for r in rows:
+        mine = dict(r.labels or {})
+        if "sku" not in mine and r.id in skus:
+            mine["sku"] = skus[r.id]
+        labels[r.name] = mine
+    return labels, joined
+
+
+def _node_skus(conn: Connection) -> dict[int, str]:
+    """Each node's SKU: its GPUs' most common model (ties: the first name in order), counted
+    by the database, one row per node and model instead of one per GPU."""
     counted = conn.execute(
         select(gpus.c.node_id, gpus.c.name, func.count())
         .where(gpus.c.name.is_not(None), gpus.c.name != "")
         .group_by(gpus.c.node_id, gpus.c.name)
     )
-    skus: dict[int, tuple[int, str]] = {}
+    best: dict[int, tuple[int, str]] = {}
     for node_id, name, count in counted:
-        best = skus.get(node_id)
-        if best is None or (-count, name) < (-best[0], best[1]):
-            skus[node_id] = (count, name)
-    labels: dict[str, dict[str, Any]] = {}
-    for r in rows:
-        mine = dict(r.labels or {})
-        if "sku" not in mine and r.id in skus:
-            mine["sku"] = skus[r.id][1]
-        labels[r.name] = mine
-    return labels, {r.name: r.first_seen for r in rows}
+        held = best.get(node_id)
+        if held is None or (-count, name) < (-held[0], held[1]):
+            best[node_id] = (count, name)
+    return {node_id: name for node_id, (_, name) in best.items()}
 
 
 def _outages(conn: Connection, since: datetime, until: datetime) -> list[Outage]:
