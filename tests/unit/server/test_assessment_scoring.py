@@ -13,7 +13,13 @@ import pandas as pd
 import pytest
 
 from fleetwatch.models.registry import RiskBundle
-from fleetwatch.server.judge.assessment import FleetAssessment, GpuAssessment, GpuRisk
+from fleetwatch.models.telemetry_features import FEATURE_NAMES
+from fleetwatch.server.judge.assessment import (
+    FleetAssessment,
+    GpuAssessment,
+    GpuRisk,
+    _units,
+)
 from fleetwatch.server.judge.judging import Verdict
 
 AT = datetime(2026, 1, 1, tzinfo=UTC)
@@ -70,3 +76,24 @@ def test_each_horizon_scores_as_a_fresh_snapshot_of_it_alone(
         assert (month >= day).all() and (month > day).any()
         assert any(r.factors for r in together[1.0])  # the AFT's drivers are carried
     assert {r.basis for r in together[1.0]} >= {"rule"}
+
+
+def test_the_model_input_holds_each_reported_covariate_and_nan_where_absent() -> None:
+    gpus = _gpus(60)
+    full = dict.fromkeys(FEATURE_NAMES, 2.5) | {"temp_p95_c": 81}
+    gpus.append(GpuAssessment("GPU-full", "node-full", 0, None, None, AT, 3.0, full, ()))
+    units = _units(gpus)
+    assert list(units.columns) == ["age_days", "group", *FEATURE_NAMES]
+    assert len(units) == len(gpus)
+    for i, gpu in enumerate(gpus):
+        assert units["age_days"].iloc[i] == gpu.age_days
+        assert units["group"].iloc[i] == gpu.sku
+        for name in FEATURE_NAMES:
+            value = units[name].iloc[i]
+            if name in gpu.features:
+                assert value == gpu.features[name]
+            else:
+                assert np.isnan(value)
+    assert units[list(FEATURE_NAMES)].dtypes.eq(np.float64).all()
+    empty = _units([])
+    assert list(empty.columns) == list(units.columns) and len(empty) == 0

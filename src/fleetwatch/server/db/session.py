@@ -75,6 +75,10 @@ def make_engine(settings: ServerSettings) -> Engine:
         # psycopg takes bytes; msgspec encodes the newest-state JSON of every pushed GPU
         # several times faster than json.dumps (5 % of an API process's CPU at fleet scale).
         json_serializer=msgspec.json.encode,
+        # And reads it back several times faster than json.loads: a /metrics shard decodes the
+        # newest state of each of its ~3,000 GPUs at every scrape (PostgreSQL's json type
+        # holds only standard JSON, so nothing json.loads alone accepts, NaN say, is stored).
+        json_deserializer=msgspec.json.decode,
     )
     event.listen(engine, "connect", _postgres_on_connect)
     ping_when_idle(engine)  # instead of pool_pre_ping's round trip before every transaction

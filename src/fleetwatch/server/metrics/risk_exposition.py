@@ -207,15 +207,22 @@ def render_gpu_risk(
     if snapshot is None:
         return ""
     lines: list[str] = []
+    ordered = sorted(nodes)
     for hours in horizons_h:
         label = _horizon_label(hours)
-        for risk in snapshot.risks(hours / 24.0):
-            g = risk.gpu
-            if risk.probability is None or g.node not in nodes:
+        # The shard's nodes looked up, not every GPU of the fleet filtered: a shard is a 32nd
+        # of the fleet, and this walked all 100,000 GPUs' risks per horizon at each scrape.
+        by_node = snapshot.node_risks(hours / 24.0)
+        for node in ordered:
+            found = by_node.get(node)
+            if found is None:
                 continue
-            lines.append(
-                f'fleetwatch_gpu_failure_probability{{node="{escape_label(g.node)}",gpu="{g.index}",'
-                f'uuid="{g.uuid}",horizon="{label}"}} {risk.probability:.6g}\n'
+            name = escape_label(node)
+            lines.extend(
+                f'fleetwatch_gpu_failure_probability{{node="{name}",gpu="{r.gpu.index}",'
+                f'uuid="{r.gpu.uuid}",horizon="{label}"}} {r.probability:.6g}\n'
+                for r in found[1]
+                if r.probability is not None
             )
     if not lines:
         return ""

@@ -15,6 +15,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from fleetwatch.models.stragglers import EWMA_WEIGHT, StepRow, Transition
+from fleetwatch.server.db.raw_rows import psycopg_rows
 from fleetwatch.server.db.tables import (
     job_steps,
     jobs,
@@ -252,6 +253,11 @@ def recent_ratios(conn: Connection, *, since: datetime) -> list[tuple[str, str, 
 
 
 def load_slowness(conn: Connection) -> dict[str, float]:
+    """Every node's slowness score (read at each /metrics shard scrape: plain tuples on
+    PostgreSQL, db/raw_rows.py)."""
+    raw = psycopg_rows(conn, "SELECT node, score FROM node_slowness")
+    if raw is not None:
+        return dict(raw)
     return {
         r.node: r.score for r in conn.execute(select(node_slowness.c.node, node_slowness.c.score))
     }
