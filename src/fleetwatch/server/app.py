@@ -191,6 +191,7 @@ def create_app(
         app.state.refitter = jobs.refitter
         app.state.waker = jobs.waker
         app.state.urgent = jobs.urgent
+        app.state.precedence = jobs.precedence  # /metrics renders ahead of the fleet's passes
         app.state.is_leader = lambda: jobs.is_leader
         app.state.outbox_waker = jobs.outbox_waker
         metrics.track_leader(settings.role, lambda: jobs.is_leader)

@@ -19,6 +19,7 @@ from fleetwatch.server.db.migrate import current_revision, head_revision
 from fleetwatch.server.db.session import Database
 from fleetwatch.server.deps import require
 from fleetwatch.server.jobs.leader import LeaderElector
+from fleetwatch.server.jobs.precedence import NO_PRECEDENCE, Precedence
 from fleetwatch.server.judge.assessor import Assessor
 from fleetwatch.server.metrics.families import ServerMetrics
 from fleetwatch.server.metrics.pages import default_page, shard_page
@@ -28,10 +29,14 @@ from fleetwatch.server.schemas.common import error_responses
 __all__ = ["add_operational_routes"]
 
 
-def _render(render: Callable[..., str], assessor: Assessor, **kwargs: Any) -> str:
+def _render(
+    render: Callable[..., str], assessor: Assessor, precedence: Precedence, **kwargs: Any
+) -> str:
     """``render`` given the newest snapshot, taken in the render's thread: a process that
-    adopts the leader's snapshots only while read decodes the newest one first."""
-    return render(snapshot=assessor.newest(), **kwargs)
+    adopts the leader's snapshots only while read decodes the newest one first. Ahead of the
+    process's whole-fleet passes (jobs/precedence.py): Prometheus waits on it."""
+    with precedence.ahead():
+        return render(snapshot=assessor.newest(), **kwargs)
 
 
 def _timed(render: Callable[[], str], metrics: ServerMetrics, page: str) -> str:
@@ -122,6 +127,7 @@ def add_operational_routes(app: FastAPI, settings: ServerSettings) -> None:
                 _render,
                 render,
                 state.assessor,
+                getattr(state, "precedence", NO_PRECEDENCE),
                 fleet=state.fleet,
                 db=state.db,
                 settings=settings,

@@ -62,6 +62,7 @@ from fleetwatch.server.db.session import Database
 from fleetwatch.server.jobs.isolation import ItemGuard
 from fleetwatch.server.jobs.leader import LeaderElector
 from fleetwatch.server.jobs.lifecycle import run_lifecycle
+from fleetwatch.server.jobs.precedence import Precedence
 from fleetwatch.server.jobs.refit import Refitter
 from fleetwatch.server.jobs.retention import RetentionJob
 from fleetwatch.server.jobs.rollups import RollupJob
@@ -111,9 +112,19 @@ class BackgroundJobs:
         self.urgent_waker = Waker()  # the urgent lane's: a fatal Xid or a lost GPU
         self.urgent = UrgentNodes(self.urgent_waker, self.waker)
         self._urgent_thread = ThreadPoolExecutor(1, thread_name_prefix="urgent-lane")
+        # The urgent lane first, the whole-fleet passes of this process giving way to it; off
+        # on SQLite, where one writer lock orders the writes whatever the interpreter does.
+        self.precedence = Precedence(
+            enabled=not db.is_sqlite, waited=metrics.background_gave_way_seconds
+        )
         self.outbox_waker = Waker()  # the webhook delivery's: an alert queued
         self.assessor = Assessor(
-            db, settings, self.catalog, thresholds, guard=self._guard("assessment")
+            db,
+            settings,
+            self.catalog,
+            thresholds,
+            guard=self._guard("assessment"),
+            precedence=self.precedence,
         )
         self.planner = EvictionPlanner(
             db, settings, self.assessor, guard=self._guard("planner"), heard_since=heard_since
@@ -169,8 +180,11 @@ class BackgroundJobs:
         """What the leader runs; built anew each time this process becomes the leader, as what
         a leader keeps in memory starts afresh on a new leader."""
         s, db, catalog = self.settings, self.db, self.catalog
-        rollups = RollupJob(db, catalog, guard=self._guard("rollups"))
-        lifecycle = functools.partial(run_lifecycle, db, s, catalog, guard=self._guard("lifecycle"))
+        give_way = self.precedence.give_way
+        rollups = RollupJob(db, catalog, guard=self._guard("rollups"), give_way=give_way)
+        lifecycle = functools.partial(
+            run_lifecycle, db, s, catalog, guard=self._guard("lifecycle"), give_way=give_way
+        )
         weekly_report = WeeklyReportJob(db, s, catalog, guard=self._guard("weekly_report"))
         fresh = self.assessor.run_once
         jobs = [
@@ -271,6 +285,7 @@ class BackgroundJobs:
         """Store the leader's snapshot for the other processes (after acting on it: a drain
         does not wait for the encoding). A failure leaves them their previous one."""
         assert self.sharing is not None
+        self.precedence.give_way()
         try:
             self.sharing.publish(snapshot)
         except Exception:
@@ -283,6 +298,11 @@ class BackgroundJobs:
         names = self.urgent.take()
         if not names:
             return 0
+        with self.precedence.ahead():
+            self._urgent_nodes(names)
+        return len(names)
+
+    def _urgent_nodes(self, names: frozenset[str]) -> None:
         judge = self.assessor.judge
         fresh_before = judge.fresh_reads
         snapshot = self.assessor.run_nodes(names)
@@ -295,7 +315,6 @@ class BackgroundJobs:
                 notify,
                 functools.partial(self.alerter.run_for, names),
             )
-        return len(names)
 
     def _act(
         self,

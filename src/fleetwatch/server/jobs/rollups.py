@@ -334,8 +334,12 @@ class RollupJob:
         *,
         lookback_hours: int = 2,
         backfill_hours: int = 7 * 24,
+        give_way: Callable[[], None] | None = None,
     ) -> None:
         self.db = db
+        # Called between chunks of samples, to let this process's urgent lane run first
+        # (jobs/precedence.py).
+        self.give_way = give_way or (lambda: None)
         self.catalog = catalog
         self.guard = guard or ItemGuard("rollups")
         self.lookback_hours = lookback_hours
@@ -426,6 +430,7 @@ class RollupJob:
         ``recent``; the GPU-hours to recompute from the database."""
         redo: set[tuple[datetime, str]] = set()
         for chunk in read_samples(conn, _COLUMNS, since=since, after_id=after_id, chunk=_CHUNK):
+            self.give_way()
             values = dict(zip(_COLUMNS, chunk.values, strict=True))
             reasons = chunk.raw[_COLUMNS.index("clocks_event_reasons")].astype(np.int64)
             redo |= recent.fold_arrays(

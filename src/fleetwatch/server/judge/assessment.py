@@ -44,6 +44,7 @@ __all__ = [
 
 _DAY_S = 86400.0
 FEATURES_SINCE = timedelta(days=30)  # GPUs with a rollup this recent get covariates
+_GIVE_WAY_EVERY = 4096  # GPUs assessed between two chances for the urgent lane to go first
 T = TypeVar("T")
 U = TypeVar("U")
 V = TypeVar("V")
@@ -294,6 +295,10 @@ def _merged_nodes(
     return merged
 
 
+def _no_wait() -> None:
+    """What a pass with no urgent lane to give way to calls."""
+
+
 def risk_order(risk: GpuRisk) -> tuple[float, str, int]:
     """The ranking everyone shows (the API, the page): riskiest first, so rule verdicts
     (probability 1) lead; unknown probabilities last; ties by node and index, for a stable page."""
@@ -367,16 +372,21 @@ def assess_fleet(
     feature_window: timedelta,
     stale_after: timedelta = timedelta(days=1),
     features: Mapping[str, dict[str, float]] | None = None,
+    give_way: Callable[[], None] = _no_wait,
 ) -> FleetAssessment:
     """Judge every GPU seen within ``stale_after`` and gather what its risk needs.
 
     ``features``: the covariates :func:`fleet_window_features` gives for ``feature_window``
-    and :data:`FEATURES_SINCE` at ``now``, when the caller has them already."""
+    and :data:`FEATURES_SINCE` at ``now``, when the caller has them already. ``give_way``:
+    called between steps, to let this process's urgent lane run first (jobs/precedence.py)."""
     verdicts = judge.judge(conn, now)
+    give_way()
     if features is None:
         features = fleet_window_features(conn, window=feature_window, since=now - FEATURES_SINCE)
+    installs = _install_times(conn)
+    give_way()
     rows = _gpu_rows(conn, now - stale_after)
-    assessed = _assessed_gpus(rows, now, verdicts, features, _install_times(conn))
+    assessed = _assessed_gpus(rows, now, verdicts, features, installs, give_way)
     return FleetAssessment(now, assessed, bundle, model_version)
 
 
@@ -407,13 +417,16 @@ def _assessed_gpus(
     verdicts: Mapping[str, list[Verdict]],
     features: Mapping[str, dict[str, float]],
     installs: Mapping[str, datetime],
+    give_way: Callable[[], None] = _no_wait,
 ) -> list[GpuAssessment]:
     assessed = []
     # One string object per node name and per SKU, not one per GPU row.
     nodes_seen: dict[str, str] = {}
     skus: dict[str | None, str | None] = {}
     no_features: dict[str, float] = {}
-    for uuid, slot, serial, sku, first_seen, node in rows:
+    for n, (uuid, slot, serial, sku, first_seen, node) in enumerate(rows, 1):
+        if not n % _GIVE_WAY_EVERY:
+            give_way()
         installed = installs.get(serial or uuid, first_seen)
         found = verdicts.get(uuid)
         assessed.append(

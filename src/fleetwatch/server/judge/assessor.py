@@ -22,6 +22,7 @@ from fleetwatch.rules.thresholds import HealthThresholds
 from fleetwatch.rules.xid_catalog import XidCatalog
 from fleetwatch.server.db.session import Database
 from fleetwatch.server.jobs.isolation import ItemGuard
+from fleetwatch.server.jobs.precedence import NO_PRECEDENCE, Precedence
 from fleetwatch.server.jobs.rollups import fleet_window_features, floor_hour
 from fleetwatch.server.jobs.state import load_state
 from fleetwatch.server.judge.assessment import (
@@ -47,15 +48,18 @@ class Assessor:
         catalog: XidCatalog,
         thresholds: HealthThresholds,
         guard: ItemGuard | None = None,
+        precedence: Precedence = NO_PRECEDENCE,
     ) -> None:
         self.db = db
         self.settings = settings
+        self.precedence = precedence
         self.judge = FleetJudge(
             catalog=catalog,
             thresholds=thresholds,
             unreachable_after_intervals=settings.unreachable_after_intervals,
             guard=guard,
         )
+        self.judge.give_way = precedence.give_way
         self.latest: FleetAssessment | None = None
         self._bundle: tuple[int, RiskBundle] | None = None
         self._features: tuple[tuple[Any, ...], dict[str, dict[str, float]]] | None = None
@@ -135,6 +139,7 @@ class Assessor:
                 model_version=version,
                 feature_window=window,
                 features=features,
+                give_way=self.precedence.give_way,
             )
         with self._publish:
             # Targeted passes that ran meanwhile judged their nodes after this pass began.

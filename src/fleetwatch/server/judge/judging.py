@@ -56,6 +56,7 @@ _ID_OVERLAP = 2_000  # sample blocks re-read each pass (about a second of 100,00
 # for ids committed out of order
 _CHUNK = 20_000  # sample blocks fetched at a time (the first pass reads minutes of the fleet's)
 _COMPACT_AFTER = 1_000_000  # samples added within a pass before the windows are compacted
+_GIVE_WAY_EVERY = 256  # nodes judged between two chances for the urgent lane to go first
 _CLEARED_BY_BOOT = frozenset({"restart_app", "reset_gpu", "drain_reset", "reboot_node"})
 _LIVE_KINDS = ("xid", "gpu_lost", "node_boot", *sorted(HOST_KINDS), *sorted(PORT_KINDS))
 _CURRENT = timedelta(days=1)  # a GPU last seen this long before its node's newest is gone
@@ -223,6 +224,9 @@ class FleetJudge:
         # its few GPUs' windows whole from the database instead (counted in fresh_reads).
         self.state_wait_s = STATE_WAIT_S
         self.fresh_reads = 0
+        # Called by a whole-fleet pass where it holds none of the above, to let this process's
+        # urgent lane run first (jobs/precedence.py); set by the assessor.
+        self.give_way: Callable[[], None] = lambda: None
 
     def _load_gpus(self, conn: Connection) -> dict[int, tuple[str, datetime, float]]:
         if not self._by_id:
@@ -431,6 +435,7 @@ class FleetJudge:
             node_info = self._load_gpus(conn)
             self._load_samples(conn, now)
             known = list(self._gpus.values())
+        self.give_way()
         by_node: dict[int, list[_Gpu]] = defaultdict(list)
         for gpu in known:
             by_node[gpu.node_id].append(gpu)
@@ -540,7 +545,9 @@ class FleetJudge:
         judged: NDArray[np.bool_],
     ) -> dict[str, list[Verdict]]:
         out: dict[str, list[Verdict]] = defaultdict(list)
-        for node_id, members in by_node.items():
+        for n, (node_id, members) in enumerate(by_node.items(), 1):
+            if not n % _GIVE_WAY_EVERY:
+                self.give_way()
             # Node by node: one node whose data trips a rule up is logged and counted, and the
             # rest of the fleet is still judged (server.jobs.isolation).
             found: dict[str, list[Verdict]] = defaultdict(list)

@@ -9,6 +9,7 @@ Counted as things happen, on the registry each app builds (:class:`ServerMetrics
     fleetwatch_background_pass_seconds{job}          fleetwatch_leader{role}
     fleetwatch_ingest_group_batches                  fleetwatch_ingest_group_left_out_total
     fleetwatch_fleet_snapshots_total{outcome}        fleetwatch_urgent_fresh_reads_total
+    fleetwatch_background_gave_way_seconds_total
     fleetwatch_metrics_render_seconds{page}
     fleetwatch_metrics_render_cpu_seconds_total{page}
 
@@ -134,6 +135,13 @@ class ServerMetrics:
             "Whole-fleet assessments shared between processes: published (by the leader), "
             "adopted (instead of judging here) or refused (unreadable here).",
             ["outcome"],
+            registry=registry,
+        )
+        self.background_gave_way_seconds = Counter(
+            "fleetwatch_background_gave_way_seconds",
+            "Seconds the whole-fleet passes (assessment, rollups, lifecycle, snapshot) waited "
+            "for this process's urgent lane or a /metrics page to finish "
+            "(server/jobs/precedence.py).",
             registry=registry,
         )
         self.urgent_fresh_reads = Counter(

@@ -1,0 +1,214 @@
+"""The urgent lane runs ahead of the whole-fleet passes of its process: a pass giving way waits
+while an urgent pass runs in another thread (never in the urgent pass's own thread, never past
+``max_wait_s``, never where precedence is off), and the passes give way between their chunks
+without changing what they store or judge."""
+
+from __future__ import annotations
+
+import threading
+from datetime import datetime
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry
+from sqlalchemy import func, select
+from tests.faults.waiting import wait_for
+from tests.unit.server.test_lifecycle import T0, _gpu, _report
+
+from fleetwatch.config import ServerSettings
+from fleetwatch.rules.xid import XidCatalog
+from fleetwatch.server.db.session import Database, make_engine
+from fleetwatch.server.db.tables import gpu_lifetimes
+from fleetwatch.server.jobs import lifecycle as lifecycle_module
+from fleetwatch.server.jobs.lifecycle import LifecycleCounts, sync_lifetimes
+from fleetwatch.server.jobs.precedence import MIN_RUN_S, Precedence
+from fleetwatch.server.jobs.registry import BackgroundJobs
+from fleetwatch.server.metrics.families import ServerMetrics
+from fleetwatch.server.operations import _render
+from fleetwatch.server.secret_box import SecretBox
+
+
+@pytest.fixture(scope="module")
+def catalog() -> XidCatalog:
+    return XidCatalog.load()
+
+
+class _Seconds:
+    def __init__(self) -> None:
+        self.total = 0.0
+        self.calls = 0
+
+    def inc(self, amount: float = 1) -> None:
+        self.total += amount
+        self.calls += 1
+
+
+def test_giving_way_waits_for_an_urgent_pass_in_another_thread() -> None:
+    waited = _Seconds()
+    precedence = Precedence(max_wait_s=600.0, waited=waited)
+    passed: list[str] = []
+
+    def whole_fleet_pass() -> None:
+        precedence.give_way()
+        passed.append("fleet")
+
+    with precedence.ahead():
+        fleet = threading.Thread(target=whole_fleet_pass)
+        fleet.start()
+        wait_for("the pass to give way", lambda: precedence.waiting == 1, timeout=60.0)
+        assert passed == []  # held at its checkpoint while the urgent pass runs
+        assert precedence.running_ahead
+    fleet.join(30.0)
+    assert passed == ["fleet"] and not precedence.running_ahead
+    assert waited.calls == 1 and waited.total > 0
+    assert precedence.waiting == 0
+
+
+def test_no_urgent_pass_no_wait_and_the_urgent_thread_never_waits_on_itself() -> None:
+    waited = _Seconds()
+    precedence = Precedence(max_wait_s=600.0, waited=waited)
+    precedence.give_way()
+    with precedence.ahead(), precedence.ahead():  # nested: still this thread's own
+        precedence.give_way()  # shared code called by the urgent pass itself
+    assert waited.calls == 0 and not precedence.running_ahead
+
+
+def test_a_stuck_urgent_pass_holds_the_fleet_only_max_wait() -> None:
+    waited = _Seconds()
+    precedence = Precedence(max_wait_s=0.05, waited=waited)
+    release = threading.Event()
+    started = threading.Event()
+
+    def stuck_urgent_pass() -> None:
+        with precedence.ahead():
+            started.set()
+            release.wait(60.0)
+
+    urgent = threading.Thread(target=stuck_urgent_pass)
+    urgent.start()
+    try:
+        assert started.wait(30.0)
+        precedence.give_way()  # returns although the urgent pass has not ended
+        assert precedence.running_ahead and waited.calls == 1
+    finally:
+        release.set()
+        urgent.join(30.0)
+
+
+def test_precedence_off_never_waits() -> None:
+    waited = _Seconds()
+    precedence = Precedence(enabled=False, max_wait_s=600.0, waited=waited)
+    done = threading.Event()
+
+    def whole_fleet_pass() -> None:
+        precedence.give_way()
+        done.set()
+
+    with precedence.ahead():
+        fleet = threading.Thread(target=whole_fleet_pass)
+        fleet.start()
+        assert done.wait(30.0)  # would wait 600 s if precedence were on
+    fleet.join(30.0)
+    assert waited.calls == 0
+
+
+def test_the_lifecycle_gives_way_between_chunks_and_opens_every_lifetime_once(
+    db: Database, catalog: XidCatalog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(lifecycle_module, "_INSERT_CHUNK", 100)
+    for n in range(40):
+        node = f"node-{n:03d}"
+        _report(db, [_gpu(f"S{n}-{i}", node=node, index=i) for i in range(8)], at=T0, node=node)
+    calls: list[datetime] = []
+    with db.write() as conn:
+        counts = sync_lifetimes(
+            conn,
+            now=T0,
+            catalog=catalog,
+            give_way=lambda: calls.append(T0),
+        )
+    assert counts == LifecycleCounts(opened=320)
+    assert len(calls) == 1 + 4  # one chunk of first readings, four of 100 lifetimes
+    with db.read() as conn:
+        serials = conn.execute(select(gpu_lifetimes.c.serial)).scalars().all()
+        assert len(serials) == len(set(serials)) == 320
+        assert conn.execute(select(func.count()).select_from(gpu_lifetimes)).scalar_one() == 320
+
+
+@pytest.mark.parametrize("database", ["sqlite", "postgres"])
+def test_the_urgent_pass_runs_first_on_postgresql_only(
+    database: str, request: pytest.FixtureRequest, tmp_path: Any
+) -> None:
+    """Precedence is on where passes share PostgreSQL, off on SQLite (one writer lock already
+    orders the writes); the urgent pass runs inside it either way."""
+    if database == "postgres":
+        url = request.getfixturevalue("migrated_postgres_url")
+    else:
+        url = f"sqlite:///{tmp_path / 'fw.db'}"
+    settings = ServerSettings(database_url=url, _env_file=None)
+    db = Database(make_engine(settings))
+    try:
+        jobs = BackgroundJobs(
+            db,
+            settings,
+            metrics=ServerMetrics(CollectorRegistry()),
+            secrets=SecretBox([]),
+            heard_since=T0,
+        )
+        assert jobs.precedence.enabled is (database == "postgres")
+        assert jobs.assessor.precedence is jobs.precedence
+        assert jobs.assessor.judge.give_way == jobs.precedence.give_way
+        seen: list[bool] = []
+        jobs._urgent_nodes = lambda names: seen.append(jobs.precedence.running_ahead)
+        jobs.urgent.add(["node-a"])
+        assert jobs._urgent_pass() == 1
+        assert seen == [True] and not jobs.precedence.running_ahead
+    finally:
+        db.engine.dispose()
+
+
+def test_a_pass_that_just_gave_way_runs_a_while_before_it_waits_again() -> None:
+    """Scrapes back to back never stop a whole-fleet pass for good: after one wait it runs at
+    least MIN_RUN_S (an injected clock: no sleeping)."""
+    now = [100.0]
+    waited = _Seconds()
+    precedence = Precedence(max_wait_s=0.01, waited=waited, clock=lambda: now[0])
+    release, started = threading.Event(), threading.Event()
+
+    def long_scrape() -> None:
+        with precedence.ahead():
+            started.set()
+            release.wait(60.0)
+
+    scrape = threading.Thread(target=long_scrape)
+    scrape.start()
+    try:
+        assert started.wait(30.0)
+        precedence.give_way()  # waits (max_wait_s) for the scrape
+        assert waited.calls == 1
+        now[0] += MIN_RUN_S / 2
+        precedence.give_way()  # too soon: runs on
+        assert waited.calls == 1
+        now[0] += MIN_RUN_S
+        precedence.give_way()  # its run is over: waits again
+        assert waited.calls == 2
+    finally:
+        release.set()
+        scrape.join(30.0)
+
+
+def test_a_metrics_page_renders_ahead_of_the_whole_fleet_passes() -> None:
+    precedence = Precedence(max_wait_s=600.0)
+    seen: list[tuple[bool, object]] = []
+
+    class _Assessor:
+        def newest(self) -> str:
+            return "snapshot"
+
+    def render(*, snapshot: object, fleet: object) -> str:
+        seen.append((precedence.running_ahead, snapshot))
+        return "page"
+
+    page = _render(render, _Assessor(), precedence, fleet=None)
+    assert page == "page" and seen == [(True, "snapshot")]
+    assert not precedence.running_ahead
