@@ -187,11 +187,13 @@ class ServerSettings(BaseSettings):
         "60); lower only where a client cannot wait, e.g. an API fuzzer",
     )
     assess_interval_s: float = Field(
-        default=30.0,
+        default=60.0,
         gt=0,
         description="How often the leader re-judges every GPU (rules and risk) in the background; "
         "a process that is not the leader adopts the leader's stored judgement instead "
-        "(PostgreSQL), or judges for itself when there is none fresh",
+        "(PostgreSQL), or judges for itself when there is none fresh. The agents' default push "
+        "interval: more often re-judges readings already judged. Events that may drain are "
+        "judged at once by the urgent lane, whatever this is",
     )
     snapshot_poll_s: float = Field(
         default=2.0,

@@ -385,8 +385,14 @@ def test_an_urgent_wake_evicts_without_a_whole_fleet_pass(
     assert _noticed_nodes(db) == {"node-x"}  # the job hears of node-x at once
     assert _firing_xid_nodes(db) == {"node-x"}  # and on-call is paged for it
     assert jobs._urgent_pass() == 0  # nothing waiting
+    woken: list[str] = []
+    monkeypatch.setattr(jobs.planner_waker, "poke", lambda: woken.append("planner"))
+    monkeypatch.setattr(jobs.alerts_waker, "poke", lambda: woken.append("alerts"))
     jobs._assess_then_act()
     assert whole_passes == [1]
+    assert woken == ["planner", "alerts"]  # the leader's assessment wakes their loops
+    jobs._plan_then_notify()
+    jobs.alerter.run_once()
     assert _evicted(db) == {"node-x": "pending", "node-y": "paged"}  # a budget of one node
     assert _noticed_nodes(db) == {"node-x", "node-y"}
     assert _firing_xid_nodes(db) == {"node-x", "node-y"}

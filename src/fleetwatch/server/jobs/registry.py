@@ -17,13 +17,15 @@ urgent         when woken (else hourly, idle)   every     when a fatal Xid, a lo
 rollups        ``rollup_interval_s``            leader
 lifecycle      ``lifecycle_interval_s``         leader
 retention      ``retention_interval_s``         leader
-planner        ``planner_interval_s``           leader    after each assessment on the leader;
-                                                          for its nodes after an urgent pass
+planner        ``planner_interval_s``           leader    woken by each assessment on the leader
+                                                          (its timer restarts); for its nodes
+                                                          after an urgent pass
 notices        ``planner_interval_s``           leader    after each plan on the leader; for
                                                           its nodes after an urgent plan
 stragglers     ``straggler_interval_s``         leader
-alerts         ``alert_interval_s``             leader    after each assessment on the leader;
-                                                          for its nodes after an urgent pass
+alerts         ``alert_interval_s``             leader    woken by each assessment on the leader
+                                                          (its timer restarts); for its nodes
+                                                          after an urgent pass
 weekly_report  every 10 minutes                 leader
 webhooks       ``webhook_delivery_interval_s``  leader    when an alert is queued
 refit          ``refit_interval_s`` (0: never)  leader    on ``POST /v1/models/refit``, there
@@ -118,6 +120,9 @@ class BackgroundJobs:
             enabled=not db.is_sqlite, waited=metrics.background_gave_way_seconds
         )
         self.outbox_waker = Waker()  # the webhook delivery's: an alert queued
+        # The planner's and the alerts': a new whole-fleet assessment on the leader.
+        self.planner_waker = Waker()
+        self.alerts_waker = Waker()
         self.assessor = Assessor(
             db,
             settings,
@@ -202,9 +207,21 @@ class BackgroundJobs:
             Job(
                 "retention", s.retention_interval_s, RetentionJob.from_settings(db, s, self.metrics)
             ),
-            Job("planner", s.planner_interval_s, self._plan_then_notify, first=fresh),
+            Job(
+                "planner",
+                s.planner_interval_s,
+                self._plan_then_notify,
+                first=fresh,
+                waker=self.planner_waker,
+            ),
             Job("stragglers", s.straggler_interval_s, self.stragglers.run_once),
-            Job("alerts", s.alert_interval_s, self.alerter.run_once, first=fresh),
+            Job(
+                "alerts",
+                s.alert_interval_s,
+                self.alerter.run_once,
+                first=fresh,
+                waker=self.alerts_waker,
+            ),
             Job("weekly_report", WEEKLY_REPORT_INTERVAL_S, weekly_report),
             Job(
                 "webhooks",
@@ -227,6 +244,8 @@ class BackgroundJobs:
         self.waker.bind()
         self.urgent_waker.bind()
         self.outbox_waker.bind()
+        self.planner_waker.bind()
+        self.alerts_waker.bind()
         if not self.settings.background_jobs:
             return
         if self.settings.role != "api":
@@ -277,13 +296,17 @@ class BackgroundJobs:
             return  # the leader judged the fleet: its snapshot answers this process's requests
         snapshot = self.assessor.run_once()
         if self.is_leader:  # a replica's snapshot answers its requests; the leader plans, alerts
-            self._act(self.planner.run_once, self.notices.run_once, self.alerter.run_once)
+            # Their own loops, woken: they run at once and their timers start again, where a
+            # pass of each here as well made four planner and alert passes in 30 s instead of
+            # three (fleet-scale run 40: 18 % of the worker's interpreter after assessments).
+            self.planner_waker.poke()
+            self.alerts_waker.poke()
             if self.sharing is not None:
                 self._publish(snapshot)
 
     def _publish(self, snapshot: FleetAssessment) -> None:
-        """Store the leader's snapshot for the other processes (after acting on it: a drain
-        does not wait for the encoding). A failure leaves them their previous one."""
+        """Store the leader's snapshot for the other processes (after waking the planner and
+        the alerts on it). A failure leaves them their previous one."""
         assert self.sharing is not None
         self.precedence.give_way()
         try:

@@ -9,8 +9,8 @@ the body is read only when its sequence number moved) and adopts it (:meth:`Asse
 
 It adopts at once only while its snapshot is being read: asked for (``/v1/risk``, the fleet page,
 ``/metrics``) within ``read_for_s``. Decoding a 100,000-GPU snapshot costs about a second of CPU,
-every assessment (30 s), and an ``--role api`` process that takes pushes behind a load balancer
-and serves no risk query spent 5.7 % of its samples on it (py-spy, run 29 of
+every assessment (each ``assess_interval_s``), and an ``--role api`` process that takes pushes
+behind a load balancer and serves no risk query spent 5.7 % of its samples on it (py-spy, run 29 of
 ``benchmarks/fleet_scale.py``), in the process that falls behind first. One nobody read for that
 long checks the stored head only, and its next reader adopts the newest snapshot first
 (:meth:`SnapshotSharing.catch_up`): that one request waits for the decoding.
