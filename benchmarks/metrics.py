@@ -370,7 +370,7 @@ def risk_render_cost(url: str) -> tuple[float, float]:
     return time.perf_counter() - wall, time.thread_time() - cpu
 
 
-def _wait_ready(client: httpx.Client) -> None:
+def wait_ready(client: httpx.Client) -> None:
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         try:
@@ -483,7 +483,7 @@ def main() -> None:
                 timeout=600,
                 headers={"Authorization": f"Bearer {token}"},
             )
-            _wait_ready(client)
+            wait_ready(client)
             print("assessing the fleet (GET /v1/risk) ...", file=sys.stderr)
             started = time.perf_counter()
             client.get("/v1/risk", params={"limit": "1"}).raise_for_status()

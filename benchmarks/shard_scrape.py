@@ -22,7 +22,14 @@ import time
 from datetime import UTC, datetime
 
 import httpx
-from metrics import DEFAULT_POSTGRES, GPUS_PER_NODE, database, seed, store_risk_model
+from metrics import (
+    DEFAULT_POSTGRES,
+    GPUS_PER_NODE,
+    database,
+    seed,
+    store_risk_model,
+    wait_ready,
+)
 
 from fleetwatch.config import ServerSettings
 from fleetwatch.server.auth import create_token
@@ -76,14 +83,7 @@ def main() -> None:
 def _time_scrapes(args: argparse.Namespace, pid: int, token: str) -> None:
     headers = {"Authorization": f"Bearer {token}", "Accept-Encoding": "identity"}
     client = httpx.Client(base_url=f"http://127.0.0.1:{args.port}", timeout=600, headers=headers)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        try:
-            if client.get("/readyz").status_code == 200:
-                break
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.5)
+    wait_ready(client)
     client.get("/v1/risk", params={"limit": "1"}).raise_for_status()
     params = {"shard": str(args.shard), "shards": str(args.shards)}
     client.get("/metrics", params=params).raise_for_status()  # the first: caches warmed

@@ -6,6 +6,8 @@ without changing what they store or judge."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
@@ -43,6 +45,27 @@ class _Seconds:
         self.calls += 1
 
 
+@contextmanager
+def _ahead_in_another_thread(precedence: Precedence) -> Iterator[None]:
+    """Work running ahead in another thread (a stuck urgent pass, a long scrape) until the
+    block ends."""
+    release, started = threading.Event(), threading.Event()
+
+    def ahead() -> None:
+        with precedence.ahead():
+            started.set()
+            release.wait(60.0)
+
+    other = threading.Thread(target=ahead)
+    other.start()
+    try:
+        assert started.wait(30.0)
+        yield
+    finally:
+        release.set()
+        other.join(30.0)
+
+
 def test_giving_way_waits_for_an_urgent_pass_in_another_thread() -> None:
     waited = _Seconds()
     precedence = Precedence(max_wait_s=600.0, waited=waited)
@@ -76,23 +99,9 @@ def test_no_urgent_pass_no_wait_and_the_urgent_thread_never_waits_on_itself() ->
 def test_a_stuck_urgent_pass_holds_the_fleet_only_max_wait() -> None:
     waited = _Seconds()
     precedence = Precedence(max_wait_s=0.05, waited=waited)
-    release = threading.Event()
-    started = threading.Event()
-
-    def stuck_urgent_pass() -> None:
-        with precedence.ahead():
-            started.set()
-            release.wait(60.0)
-
-    urgent = threading.Thread(target=stuck_urgent_pass)
-    urgent.start()
-    try:
-        assert started.wait(30.0)
+    with _ahead_in_another_thread(precedence):  # a stuck urgent pass
         precedence.give_way()  # returns although the urgent pass has not ended
         assert precedence.running_ahead and waited.calls == 1
-    finally:
-        release.set()
-        urgent.join(30.0)
 
 
 def test_precedence_off_never_waits() -> None:
@@ -173,17 +182,7 @@ def test_a_pass_that_just_gave_way_runs_a_while_before_it_waits_again() -> None:
     now = [100.0]
     waited = _Seconds()
     precedence = Precedence(max_wait_s=0.01, waited=waited, clock=lambda: now[0])
-    release, started = threading.Event(), threading.Event()
-
-    def long_scrape() -> None:
-        with precedence.ahead():
-            started.set()
-            release.wait(60.0)
-
-    scrape = threading.Thread(target=long_scrape)
-    scrape.start()
-    try:
-        assert started.wait(30.0)
+    with _ahead_in_another_thread(precedence):  # a long scrape
         precedence.give_way()  # waits (max_wait_s) for the scrape
         assert waited.calls == 1
         now[0] += MIN_RUN_S / 2
@@ -192,9 +191,6 @@ def test_a_pass_that_just_gave_way_runs_a_while_before_it_waits_again() -> None:
         now[0] += MIN_RUN_S
         precedence.give_way()  # its run is over: waits again
         assert waited.calls == 2
-    finally:
-        release.set()
-        scrape.join(30.0)
 
 
 def test_a_metrics_page_renders_ahead_of_the_whole_fleet_passes() -> None:

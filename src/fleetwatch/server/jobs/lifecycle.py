@@ -51,6 +51,7 @@ from fleetwatch.server.db.session import Database
 from fleetwatch.server.db.tables import events, gpu_lifetimes, gpu_sample_blocks, gpus, nodes
 from fleetwatch.server.jobs.isolation import ItemGuard
 from fleetwatch.server.jobs.locks import LockKey, transaction_lock, try_transaction_lock
+from fleetwatch.server.jobs.precedence import NO_PRECEDENCE
 from fleetwatch.server.repo.maintenance import maintenance_intervals
 from fleetwatch.server.repo.sample_reader import from_us, read_samples
 
@@ -159,7 +160,7 @@ def sync_lifetimes(
     fleet = _load_gpus(conn)
     newest = _newest_lifetimes(conn)
     guard = guard or ItemGuard("lifecycle")
-    give_way = give_way or _no_wait
+    give_way = give_way or NO_PRECEDENCE.give_way
     opened = _install(conn, [g for g in fleet.values() if g.key not in newest], guard, give_way)
     if opened:
         newest = _newest_lifetimes(conn)
@@ -461,10 +462,6 @@ def _first_sample_after(conn: Connection, gpu_id: int, after: datetime) -> datet
     query = select(func.min(b.ts0)).where(b.gpu_id == gpu_id, b.ts0 > after)
     found: datetime | None = conn.execute(query).scalar()
     return found
-
-
-def _no_wait() -> None:
-    """What a pass with no urgent lane to give way to calls."""
 
 
 def _chunks(items: list[str]) -> Iterator[list[str]]:

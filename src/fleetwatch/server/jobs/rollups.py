@@ -28,6 +28,7 @@ from fleetwatch.server.db.session import Database
 from fleetwatch.server.db.tables import events, gpu_hourly, gpu_sample_blocks, gpus
 from fleetwatch.server.jobs.isolation import ItemGuard
 from fleetwatch.server.jobs.locks import LockKey, try_transaction_lock
+from fleetwatch.server.jobs.precedence import NO_PRECEDENCE
 from fleetwatch.server.jobs.recent_rollups import (
     EVENT_ID_OVERLAP,
     SAMPLE_ID_OVERLAP,
@@ -339,7 +340,7 @@ class RollupJob:
         self.db = db
         # Called between chunks of samples, to let this process's urgent lane run first
         # (jobs/precedence.py).
-        self.give_way = give_way or (lambda: None)
+        self.give_way = give_way or NO_PRECEDENCE.give_way
         self.catalog = catalog
         self.guard = guard or ItemGuard("rollups")
         self.lookback_hours = lookback_hours

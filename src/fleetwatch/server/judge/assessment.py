@@ -29,6 +29,7 @@ from fleetwatch.models.registry import Factor, RiskBundle
 from fleetwatch.models.telemetry_features import FEATURE_NAMES
 from fleetwatch.server.db.raw_rows import psycopg_rows
 from fleetwatch.server.db.tables import gpu_lifetimes, gpus, nodes
+from fleetwatch.server.jobs.precedence import NO_PRECEDENCE
 from fleetwatch.server.jobs.rollups import fleet_window_features
 from fleetwatch.server.judge.judging import FleetJudge, Verdict
 
@@ -295,10 +296,6 @@ def _merged_nodes(
     return merged
 
 
-def _no_wait() -> None:
-    """What a pass with no urgent lane to give way to calls."""
-
-
 def risk_order(risk: GpuRisk) -> tuple[float, str, int]:
     """The ranking everyone shows (the API, the page): riskiest first, so rule verdicts
     (probability 1) lead; unknown probabilities last; ties by node and index, for a stable page."""
@@ -348,7 +345,7 @@ def _gpu_rows(
 ) -> Iterable[tuple[Any, ...]]:
     """(uuid, index, serial, SKU, first seen, node) of the GPUs seen since ``since``, of the
     nodes ``names`` only if given, by node name and index."""
-    if names is None and (raw := psycopg_rows(conn, _FLEET_GPUS_SQL, {"since": since})):
+    if names is None and (raw := psycopg_rows(conn, _FLEET_GPUS_SQL, {"since": since})) is not None:
         return raw
     query = (
         select(gpus.c.uuid, gpus.c.index, gpus.c.serial, gpus.c.name, gpus.c.first_seen)
@@ -372,7 +369,7 @@ def assess_fleet(
     feature_window: timedelta,
     stale_after: timedelta = timedelta(days=1),
     features: Mapping[str, dict[str, float]] | None = None,
-    give_way: Callable[[], None] = _no_wait,
+    give_way: Callable[[], None] = NO_PRECEDENCE.give_way,
 ) -> FleetAssessment:
     """Judge every GPU seen within ``stale_after`` and gather what its risk needs.
 
@@ -417,7 +414,7 @@ def _assessed_gpus(
     verdicts: Mapping[str, list[Verdict]],
     features: Mapping[str, dict[str, float]],
     installs: Mapping[str, datetime],
-    give_way: Callable[[], None] = _no_wait,
+    give_way: Callable[[], None] = NO_PRECEDENCE.give_way,
 ) -> list[GpuAssessment]:
     assessed = []
     # One string object per node name and per SKU, not one per GPU row.

@@ -45,6 +45,7 @@ from fleetwatch.rules.xid_catalog import XidCatalog
 from fleetwatch.server.db.sample_columns import python_type
 from fleetwatch.server.db.tables import events, gpus, node_boots, nodes
 from fleetwatch.server.jobs.isolation import ItemGuard
+from fleetwatch.server.jobs.precedence import NO_PRECEDENCE
 from fleetwatch.server.judge.windows import EPOCH, SampleWindows
 from fleetwatch.server.repo.sample_reader import SampleChunk, read_samples
 from fleetwatch.telemetry import Event
@@ -226,7 +227,7 @@ class FleetJudge:
         self.fresh_reads = 0
         # Called by a whole-fleet pass where it holds none of the above, to let this process's
         # urgent lane run first (jobs/precedence.py); set by the assessor.
-        self.give_way: Callable[[], None] = lambda: None
+        self.give_way: Callable[[], None] = NO_PRECEDENCE.give_way
 
     def _load_gpus(self, conn: Connection) -> dict[int, tuple[str, datetime, float]]:
         if not self._by_id:

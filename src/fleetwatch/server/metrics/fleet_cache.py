@@ -16,7 +16,6 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from operator import attrgetter
 from typing import Any
 
 from sqlalchemy import func, select
@@ -85,12 +84,8 @@ class FleetCache:
         """Every node (of ``shard``), sorted by name."""
         self.refresh()
         with self._lock:
-            if shard is None:
-                found = list(self._nodes.values())
-            else:  # Shard.holds_hash inlined: 12,500 calls a shard scrape
-                count, index = shard.count, shard.index
-                found = [n for n in self._nodes.values() if n.hashed % count == index]
-        return sorted(found, key=attrgetter("name"))
+            found = [n for n in self._nodes.values() if shard is None or shard.holds_hash(n.hashed)]
+        return sorted(found, key=lambda n: n.name)
 
     def labels(self, node_ids: Sequence[int]) -> dict[int, dict[str, str]]:
         """The labels of ``node_ids``, read now (not cached)."""
