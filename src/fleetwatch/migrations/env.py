@@ -30,9 +30,11 @@ def run_migrations_online() -> None:
         _run(connection)
         return
     engine = create_engine(config.get_main_option("sqlalchemy.url") or "")
-    with engine.connect() as conn:
-        _run(conn)
-    engine.dispose()
+    try:
+        with engine.connect() as conn:
+            _run(conn)
+    finally:
+        engine.dispose()  # a failed migration too: the pooled connection is closed, not left
 
 
 if context.is_offline_mode():

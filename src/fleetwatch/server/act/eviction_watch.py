@@ -28,6 +28,8 @@ from typing import Any
 
 from sqlalchemy import Engine
 
+from fleetwatch.server.db.session import own_conninfo
+
 __all__ = ["CHANNEL", "EvictionWatch"]
 
 logger = logging.getLogger(__name__)
@@ -108,7 +110,7 @@ class EvictionWatch:
         """LISTEN on a connection of its own, reconnecting after failures, until stopped."""
         import psycopg  # PostgreSQL only; imported here so SQLite servers never need it
 
-        dsn = self._engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
+        dsn = own_conninfo(self._engine)
         while not self._stop.is_set():
             try:
                 with psycopg.connect(dsn, autocommit=True, connect_timeout=10) as conn:

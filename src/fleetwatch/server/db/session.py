@@ -22,7 +22,10 @@ from fleetwatch.errors import StorageFull
 from fleetwatch.server.db.idle_ping import ping_when_idle
 from fleetwatch.server.db.storage import DRIVER_ERRORS, StorageHealth, disk_full_reason
 
-__all__ = ["Database", "make_engine", "sqlite_directory"]
+__all__ = ["Database", "make_engine", "own_conninfo", "sqlite_directory"]
+
+# An execution option of our own: the application_name the engine gives its connections.
+_APPLICATION_NAME = "fleetwatch_application_name"
 
 
 def _sqlite_on_connect(dbapi_connection: Any, _record: Any) -> None:
@@ -67,9 +70,12 @@ def make_engine(settings: ServerSettings) -> Engine:
     # Each session says which role it works for in pg_stat_activity (and so which process a
     # backend's CPU and locks belong to), unless the database URL names one itself.
     named = "application_name" in make_url(url).query
+    name = f"fleetwatch {settings.role}"
     engine = create_engine(
         url,
-        connect_args={} if named else {"application_name": f"fleetwatch {settings.role}"},
+        connect_args={} if named else {"application_name": name},
+        # Remembered for the connections a process opens outside the pool (own_conninfo).
+        execution_options={} if named else {_APPLICATION_NAME: name},
         pool_size=settings.db_pool_size,
         max_overflow=settings.db_pool_size,
         # psycopg takes bytes; msgspec encodes the newest-state JSON of every pushed GPU
@@ -83,6 +89,16 @@ def make_engine(settings: ServerSettings) -> Engine:
     event.listen(engine, "connect", _postgres_on_connect)
     ping_when_idle(engine)  # instead of pool_pre_ping's round trip before every transaction
     return engine
+
+
+def own_conninfo(engine: Engine) -> str:
+    """libpq connection string for a PostgreSQL connection of its own, outside the engine's pool
+    (LISTEN, the leader's advisory lock), named in ``pg_stat_activity`` like the pool's."""
+    import psycopg.conninfo  # PostgreSQL only
+
+    url = engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
+    name = engine.get_execution_options().get(_APPLICATION_NAME)
+    return psycopg.conninfo.make_conninfo(url, application_name=name) if name else url
 
 
 def sqlite_directory(engine: Engine) -> Path | None:

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 from sqlalchemy import Engine, text
 
 from fleetwatch.config import ServerSettings
+from fleetwatch.server.db.session import own_conninfo
 from fleetwatch.server.jobs.locks import LockKey
 
 if TYPE_CHECKING:
@@ -141,10 +142,7 @@ class LeaderElector:
         on_change: Callable[[bool], None],
         on_wake: Callable[[frozenset[str] | None], None],
     ) -> LeaderElector:
-        conninfo = None
-        if engine.dialect.name == "postgresql":
-            url = engine.url.set(drivername="postgresql")
-            conninfo = url.render_as_string(hide_password=False)
+        conninfo = own_conninfo(engine) if engine.dialect.name == "postgresql" else None
         return cls(conninfo, on_change, on_wake)
 
     def start(self) -> None:
