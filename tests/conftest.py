@@ -27,6 +27,7 @@ from fleetwatch.server.auth import create_token
 from fleetwatch.server.db.migrate import upgrade
 from fleetwatch.server.db.session import Database, make_engine
 from fleetwatch.server.db.tables import metadata
+from tests.leak_check import pytest_runtest_teardown  # noqa: F401 - a hook of this conftest
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
