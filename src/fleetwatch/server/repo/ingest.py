@@ -10,7 +10,11 @@ last report of it decides: within ``live_intervals`` of that node's intervals (t
 which a silent node counts as unreachable), two nodes report one UUID at once (a cloned UUID, a
 misconfigured agent): the batch is refused with 409 and a ``gpu_uuid_conflict`` event is stored
 on the owning node, at most one an hour per GPU and reporting node. Silent for longer, the GPU
-moved: it changes node and a ``gpu_moved`` event on the new node says from where.
+moved: it changes node and a ``gpu_moved`` event on the new node says from where. Pushes that
+claim one GPU at the same moment are decided one after the other, as if they had come in turn:
+the GPU rows are locked as they are read, and a GPU that a concurrent push registered first
+(the INSERT's RETURNING says which) belongs to that push's node. One claimant owns the GPU; the
+others get the 409 of a sequential claim and store nothing.
 
 On PostgreSQL routine pushes are usually stored several at once by
 :mod:`~fleetwatch.server.repo.ingest_group`, which leaves everything unusual to this function.
@@ -19,7 +23,7 @@ On PostgreSQL routine pushes are usually stored several at once by
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -52,9 +56,17 @@ IDENTITY_FIELDS = ("index", "serial", "pci_bus_id", "name", "driver_version", "v
 
 # Statements built once: building and hashing a SQLAlchemy statement per batch costs more CPU than
 # running it.
-_SELECT_KNOWN_GPUS = select(
-    gpus.c.uuid, gpus.c.node_id, gpus.c.last_seen, *(gpus.c[k] for k in IDENTITY_FIELDS)
-).where(gpus.c.uuid.in_(bindparam("uuids", expanding=True)))
+# Locked (PostgreSQL; SQLite has one writer): who owns a GPU decides whether the batch may store
+# under it, so no other push may change the owner until this one commits; a second claimant
+# waits here, then reads the first one's owner. FOR NO KEY UPDATE, as for nodes: it does not wait
+# for transactions that merely reference the GPUs. In uuid order, so that two pushes naming the
+# same GPUs wait for each other instead of deadlocking.
+_SELECT_KNOWN_GPUS = (
+    select(gpus.c.uuid, gpus.c.node_id, gpus.c.last_seen, *(gpus.c[k] for k in IDENTITY_FIELDS))
+    .where(gpus.c.uuid.in_(bindparam("uuids", expanding=True)))
+    .order_by(gpus.c.uuid)
+    .with_for_update(key_share=True)
+)
 _SELECT_NODE = (
     select(nodes.c.id, nodes.c.boot_id)
     .where(nodes.c.name == bindparam("b_name"))
@@ -64,9 +76,11 @@ _INSERT_NODE = {
     "postgresql": pg_insert(nodes).on_conflict_do_nothing(index_elements=["name"]),
     "sqlite": sqlite_insert(nodes).on_conflict_do_nothing(index_elements=["name"]),
 }
+# RETURNING: which GPUs this push registered. The others were registered at the same moment by
+# a push that committed first (ON CONFLICT waited for it), and belong to its node.
 _INSERT_GPUS = {
-    "postgresql": pg_insert(gpus).on_conflict_do_nothing(index_elements=["uuid"]),
-    "sqlite": sqlite_insert(gpus).on_conflict_do_nothing(index_elements=["uuid"]),
+    name: insert_(gpus).on_conflict_do_nothing(index_elements=["uuid"]).returning(gpus.c.uuid)
+    for name, insert_ in (("postgresql", pg_insert), ("sqlite", sqlite_insert))
 }
 _NODE_FIELDS = ("labels", "interval_s", "agent_version", "last_seen", "lag_s")
 _UPDATE_NODE = (
@@ -310,26 +324,21 @@ def _upsert_gpus(
     event of the batch names a PCI slot and no GPU (empty otherwise: nothing else reads it)."""
     declared = {gpu.uuid: gpu for gpu in batch.gpus}
     referenced = {s.uuid for s in batch.samples} | {e.uuid for e in batch.events if e.uuid}
-    known = {
-        row.uuid: row
-        for row in conn.execute(_SELECT_KNOWN_GPUS, {"uuids": list(declared.keys() | referenced)})
-    }
+    known = _known_gpus(conn, declared.keys() | referenced)
+    # Registered before the owners are checked: a GPU another push registered at the same moment
+    # is known only once that push committed, and is then checked as any other node's GPU.
+    known.update(_register_gpus(conn, declared, known, node_id, now))
     _check_references(batch, declared, known, node_id)
     _check_owners(conn, batch, known, node_id, now, live_intervals)
 
-    new_rows, changed = [], []
+    changed = []
     for uuid, gpu in declared.items():
         identity = identity_of(gpu)
         row = known.get(uuid)
-        if row is None:
-            new_rows.append(
-                {"uuid": uuid, "node_id": node_id, "first_seen": now, "last_seen": now, **identity}
-            )
-        elif row.node_id != node_id or any(getattr(row, k) != v for k, v in identity.items()):
+        if row is not None and (
+            row.node_id != node_id or any(getattr(row, k) != v for k, v in identity.items())
+        ):
             changed.append({"b_uuid": uuid, "node_id": node_id, **identity})
-    if new_rows:
-        # Conflict-safe for the same reason as nodes: two batches may register a GPU at once.
-        conn.execute(_INSERT_GPUS[conn.dialect.name], new_rows)
     if changed:
         conn.execute(
             update(gpus)
@@ -347,6 +356,41 @@ def _upsert_gpus(
         if row.pci_bus_id
     }
     return by_pci
+
+
+def _known_gpus(conn: Connection, uuids: Iterable[str]) -> dict[str, Any]:
+    """The stored GPUs among ``uuids``, locked until the transaction ends (PostgreSQL)."""
+    return {row.uuid: row for row in conn.execute(_SELECT_KNOWN_GPUS, {"uuids": sorted(uuids)})}
+
+
+def _register_gpus(
+    conn: Connection,
+    declared: dict[str, GpuView],
+    known: dict[str, Any],
+    node_id: int,
+    now: datetime,
+) -> dict[str, Any]:
+    """Insert the declared GPUs nobody stored yet under ``node_id``; return those that another
+    push registered first (ON CONFLICT waited for its commit), as stored by it.
+
+    Only the INSERT's own answer says who registered a GPU: every claimant of a new GPU read it
+    as unknown, and without this each stored its samples under the one row the first created."""
+    new_rows = [
+        {"uuid": uuid, "node_id": node_id, "first_seen": now, "last_seen": now, **identity_of(gpu)}
+        for uuid, gpu in declared.items()
+        if uuid not in known
+    ]
+    if not new_rows:
+        return {}
+    inserted = set(conn.execute(_INSERT_GPUS[conn.dialect.name], new_rows).scalars())
+    taken = {row["uuid"] for row in new_rows} - inserted
+    if not taken:
+        return {}
+    # Committed by now, and locked by this read like the rest (GPUs are never deleted).
+    found = _known_gpus(conn, taken)
+    if found.keys() != taken:
+        raise RuntimeError(f"GPUs neither inserted nor found: {sorted(taken - found.keys())}")
+    return found
 
 
 def _check_owners(
@@ -378,7 +422,8 @@ def _check_owners(
     moves: list[dict[str, Any]] = []
     for i, uuid, row in elsewhere:
         owner = owners[row.node_id]
-        silent = (now - row.last_seen).total_seconds()
+        # Never below 0: a concurrent claimant's clock reading may predate the owner's last report.
+        silent = max(0.0, (now - row.last_seen).total_seconds())
         window = owner.interval_s * live_intervals
         if silent < window:
             problems.append(
