@@ -31,9 +31,11 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from fleetwatch.event_details import MAX_EVENT_COUNT, details_problem
 from fleetwatch.storable import INT64_MAX, STORABLE_TEXT, Text, json_value_problem, shown
 
 __all__ = [
+    "MAX_EVENT_COUNT",
     "SAMPLE_FIELDS",
     "WIRE_VERSION",
     "Batch",
@@ -602,7 +604,9 @@ class Event(_WireModel):
         "(sxid: fatal|non_fatal|correctable; pcie_aer: fatal|non_fatal|corrected; mce: "
         "fatal|uncorrected|deferred|corrected; edac: uncorrected|corrected), and e.g. ``sxid`` "
         "and ``link``, the AER ``errors`` and ``reported_by`` port, the EDAC ``count`` and "
-        "``label``",
+        "``label``. The keys the rules read must hold what they read (see "
+        "fleetwatch.event_details: e.g. an mce ``bank`` is an integer, a pcie_aer ``errors`` a "
+        f"list of texts, an edac ``count`` at most {MAX_EVENT_COUNT}), else the batch is refused",
     )
 
     _ts = field_validator("ts")(_check_ts)
@@ -614,13 +618,24 @@ class Event(_WireModel):
 
     @field_validator("details")
     @classmethod
-    def _details_are_storable(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+    def _details_are_storable(
+        cls, value: dict[str, Any] | None, info: ValidationInfo
+    ) -> dict[str, Any] | None:
         problem = json_value_problem(value)
         if problem is not None:
             path, reason = problem
             # ctx["path"] lets the server name the exact place: body.events.0.details.<path>.
             raise PydanticCustomError(
                 "unstorable_value", "{reason}", {"reason": reason, "path": path}
+            )
+        # What the rules read of this kind must be readable, or one event blinds them to its
+        # node (event_details.py). No kind here: its own error is reported already.
+        kind = info.data.get("kind")
+        readable = details_problem(kind, value) if isinstance(kind, str) else None
+        if readable is not None:
+            path, reason = readable
+            raise PydanticCustomError(
+                "unreadable_detail", "{reason}", {"reason": reason, "path": path}
             )
         return value
 

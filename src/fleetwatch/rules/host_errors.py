@@ -28,6 +28,9 @@ rule                     when                                                   
                                                                                   drain_inspect
 ``edac_ce_repeat``       >= ``edac_corrected_limit`` corrected errors (the counts  node, warning,
                          summed, not the lines) on one DIMM in the window         investigate
+``unreadable_host_       an event whose details the rules cannot read (stored    node, warning,
+events``                 before ingest checked them): skipped, and named         investigate
+                         (:mod:`fleetwatch.rules.unreadable`)
 =======================  ======================================================  ==============
 
 Correctable SXids and corrected machine checks make no verdict: the hardware fixed them, and the
@@ -40,12 +43,13 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
 from fleetwatch.rules.host_evidence import (
+    Component,
     HostRecord,
+    HostVerdict,
     aer_evidence,
     densest,
     edac_evidence,
@@ -56,6 +60,7 @@ from fleetwatch.rules.host_evidence import (
     sxid_evidence,
 )
 from fleetwatch.rules.thresholds import HealthThresholds, source_of
+from fleetwatch.rules.unreadable import UNREADABLE_HOST, Unreadable, unreadable, unreadable_verdict
 from fleetwatch.rules.xid_catalog import Action, Severity
 
 __all__ = [
@@ -76,7 +81,6 @@ _URGENT = {
     "mce": frozenset({"fatal", "uncorrected"}),
     "edac": frozenset({"uncorrected"}),
 }
-Component = Literal["gpu", "memory", "nvlink", "network", "host"]
 _MAX_TIMESTAMPS = 20
 _FM_GUIDE = "NVIDIA Fabric Manager User Guide, appendix D (D.5/D.6 fatal NVSwitch SXid errors)"
 _AER_SPEC = "PCIe Base Specification 6.2 error classification; Linux PCI/pcieaer-howto.rst"
@@ -95,27 +99,6 @@ class HostEventLike(Protocol):
     def pci_bus_id(self) -> str | None: ...
     @property
     def details(self) -> Mapping[str, Any] | None: ...
-
-
-@dataclass(frozen=True)
-class HostVerdict:
-    """One decision about one GPU (``scope`` gpu) or about the node (``scope`` node)."""
-
-    rule: str
-    scope: Literal["gpu", "node"]
-    component: Component
-    action: Action
-    severity: Severity
-    counts_against_gpu: bool
-    source: str
-    count: int  # records (for EDAC: errors, the counts summed)
-    first_seen: datetime
-    last_seen: datetime
-    timestamps: tuple[datetime, ...]
-    gpu: str | None = None  # PCI bus id of the GPU, for scope gpu
-    uuid: str | None = None
-    evidence: Mapping[str, Any] = field(default_factory=dict)
-    note: str = ""
 
 
 def is_urgent_host_event(kind: str, details: Mapping[str, Any] | None) -> bool:
@@ -142,11 +125,16 @@ def judge_host_errors(
     since = now - lookback
     by_uuid = {uuid: pci for pci, uuid in gpus.items()}
     evs: dict[str, list[HostRecord]] = defaultdict(list)
+    skipped: list[Unreadable] = []
     for e in events:
         if e.kind not in HOST_KINDS:
             continue
         ts = e.ts if e.ts is not None else now
         if ts < since:
+            continue
+        problem = unreadable(e.kind, ts, e.details)
+        if problem is not None:
+            skipped.append(problem)  # stored before ingest checked it: named, not judged
             continue
         uuid = getattr(e, "uuid", None)
         evs[e.kind].append(HostRecord(e.kind, ts, e.pci_bus_id, uuid, e.details or {}))
@@ -158,6 +146,8 @@ def judge_host_errors(
         *_mce(evs["mce"]),
         *_edac(evs["edac"], t),
     ]
+    if skipped:
+        verdicts.append(unreadable_verdict(UNREADABLE_HOST, skipped))
     verdicts.sort(key=lambda v: (v.first_seen, v.rule, v.gpu or ""))
     return verdicts
 

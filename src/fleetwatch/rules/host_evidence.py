@@ -1,20 +1,27 @@
-"""The records the host-error rules read, and what their verdicts quote as evidence.
+"""The records the host-error rules read, the verdicts they make, and what those quote as evidence.
 
 :class:`HostRecord` is one SXid, AER, MCE or EDAC event as :mod:`fleetwatch.rules.host_errors`
-reads it. The helpers here group records, find the densest window of a burst (linear: a flood of
-corrected errors prints thousands of records) and gather each kind's evidence, JSON-ready.
+reads it, :class:`HostVerdict` one decision of those rules (and of the port rules). The helpers
+here group records, find the densest window of a burst (linear: a flood of corrected errors prints
+thousands of records) and gather each kind's evidence, JSON-ready.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Literal
+
+from fleetwatch.rules.xid_catalog import Action, Severity
+from fleetwatch.storable import INT64_MAX
 
 __all__ = [
+    "Component",
     "HostRecord",
+    "HostVerdict",
+    "MOST_ERRORS",
     "aer_evidence",
     "densest",
     "edac_evidence",
@@ -24,6 +31,31 @@ __all__ = [
     "mce_evidence",
     "sxid_evidence",
 ]
+
+
+Component = Literal["gpu", "memory", "nvlink", "network", "host"]
+MOST_ERRORS = INT64_MAX  # where a sum of error counts saturates
+
+
+@dataclass(frozen=True)
+class HostVerdict:
+    """One decision about one GPU (``scope`` gpu) or about the node (``scope`` node)."""
+
+    rule: str
+    scope: Literal["gpu", "node"]
+    component: Component
+    action: Action
+    severity: Severity
+    counts_against_gpu: bool
+    source: str
+    count: int  # records (for EDAC: errors, the counts summed)
+    first_seen: datetime
+    last_seen: datetime
+    timestamps: tuple[datetime, ...]
+    gpu: str | None = None  # PCI bus id of the GPU, for scope gpu
+    uuid: str | None = None
+    evidence: Mapping[str, Any] = field(default_factory=dict)
+    note: str = ""
 
 
 @dataclass(frozen=True)
@@ -76,7 +108,15 @@ def error_count(e: HostRecord) -> int:
 
 
 def errors(evs: Iterable[HostRecord]) -> int:
-    return sum(error_count(e) for e in evs)
+    """The errors the records count, saturated at :data:`MOST_ERRORS`: a verdict's count is
+    stored and shared as a signed 64-bit integer, and three counts near the top once summed
+    past 2**64 and stopped the fleet's snapshot (issue 35)."""
+    total = 0
+    for e in evs:
+        total += error_count(e)
+        if total >= MOST_ERRORS:
+            return MOST_ERRORS
+    return total
 
 
 def _distinct(evs: Iterable[HostRecord], key: str) -> list[Any]:

@@ -17,6 +17,9 @@ rule               when                                                     verd
                    and GPUd compare the rate with the expected one)
 ``port_errors``    a counter rose by its limit within an error window,      warning,
                    in the last two windows                                  investigate
+``unreadable_``    a port event whose details the rules cannot read         warning,
+``port_events``    (stored before ingest checked them): skipped, named      investigate
+                   (:mod:`fleetwatch.rules.unreadable`)
 =================  =======================================================  ===================
 
 A port that comes back up clears ``port_down`` and ``port_degraded`` (a ``port_up`` or
@@ -33,9 +36,10 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from fleetwatch.rules.host_errors import HostEventLike, HostVerdict
-from fleetwatch.rules.host_evidence import HostRecord, densest
+from fleetwatch.rules.host_evidence import MOST_ERRORS, HostRecord, densest
 from fleetwatch.rules.port_events import PORT_KINDS
 from fleetwatch.rules.thresholds import HealthThresholds, source_of
+from fleetwatch.rules.unreadable import UNREADABLE_PORT, Unreadable, unreadable, unreadable_verdict
 
 __all__ = ["PORT_KINDS", "is_urgent_port_event", "judge_port_events"]
 
@@ -66,12 +70,19 @@ def judge_port_events(
     t = thresholds or HealthThresholds()
     since = now - lookback
     by_port: dict[str, list[HostRecord]] = defaultdict(list)
+    skipped: list[Unreadable] = []
     for e in events:
         if e.kind not in PORT_KINDS:
             continue
         ts = e.ts if e.ts is not None else now
+        if ts < since:
+            continue
+        problem = unreadable(e.kind, ts, e.details)
+        if problem is not None:
+            skipped.append(problem)  # stored before ingest checked it: named, not judged
+            continue
         details = e.details or {}
-        if ts < since or "device" not in details:
+        if "device" not in details:
             continue
         key = f"{details['device']}/{details.get('port')}"
         by_port[key].append(HostRecord(e.kind, ts, None, None, details))
@@ -81,6 +92,8 @@ def judge_port_events(
         verdicts.extend(_state(key, items))
         verdicts.extend(_flaps(key, items, t))
         verdicts.extend(_errors(key, items, t, now))
+    if skipped:
+        verdicts.append(unreadable_verdict(UNREADABLE_PORT, skipped))
     verdicts.sort(key=lambda v: (v.first_seen, v.rule, str(v.evidence.get("port_key"))))
     return verdicts
 
@@ -138,7 +151,8 @@ def _flaps(key: str, items: Sequence[HostRecord], t: HealthThresholds) -> list[H
     burst = densest(
         flaps, timedelta(seconds=t.port_flap_window_s), weight=lambda r: _int(r, "increase")
     )
-    count = sum(_int(r, "increase") for r in burst)
+    # Saturated: a verdict's count is stored and shared as a signed 64-bit integer.
+    count = min(sum(_int(r, "increase") for r in burst), MOST_ERRORS)
     if count < t.port_flap_limit:
         return []
     return [

@@ -2,7 +2,8 @@
 
 :func:`decode_batch` first decodes the body with msgspec into
 :mod:`fleetwatch.server.batch_structs` and checks what the structs cannot say (stored text,
-timestamps, PCI slots, event details, the batch's limits), in C or once per distinct value, never
+timestamps, PCI slots, event details: storable, and readable where the rules read them,
+:mod:`fleetwatch.event_details`; the batch's limits), in C or once per distinct value, never
 once per sample field in Python. That path only ever says yes: for a body it cannot vouch for,
 whatever the reason, the wire format's pydantic models (:func:`validate_with_models`) decide,
 and any 422 is theirs, word for word. So the fast path must accept nothing pydantic refuses and
@@ -24,6 +25,7 @@ from pydantic import ValidationError
 
 from fleetwatch.config import ServerSettings
 from fleetwatch.errors import InvalidInput
+from fleetwatch.event_details import details_problem
 from fleetwatch.server.batch_structs import (
     SAMPLE_UUID_PATTERN,
     BatchStruct,
@@ -117,7 +119,7 @@ def _check_events(events: list[EventStruct]) -> None:
             raise _Unvouched
         if event.pci_bus_id is not None:
             event.pci_bus_id = _pci(event.pci_bus_id)
-        if event.details is not None and not _storable_details(event.details):
+        if event.details is not None and not _storable_details(event.kind, event.details):
             raise _Unvouched
 
 
@@ -128,8 +130,14 @@ def _pci(text: str) -> str:
         raise _Unvouched from None
 
 
-def _storable_details(details: dict[str, Any]) -> bool:
-    return json_value_problem(details) is None and _depth(details) <= _MOST_DETAILS_DEPTH
+def _storable_details(kind: str, details: dict[str, Any]) -> bool:
+    """Storable, not too deep, and readable where the rules read it (the same check as the
+    models': a body either path refuses gets the models' 422)."""
+    return (
+        json_value_problem(details) is None
+        and _depth(details) <= _MOST_DETAILS_DEPTH
+        and details_problem(kind, details) is None
+    )
 
 
 def _depth(value: Any) -> int:
@@ -199,9 +207,13 @@ def validate_with_models(body: bytes, limits: IngestLimits) -> Batch:
         ) from None
 
 
+# The errors of telemetry.Event's details check: where inside details, in their ctx.
+_PATH_IN_CTX = frozenset({"unstorable_value", "unreadable_detail"})
+
+
 def _detail(err: Any) -> dict[str, Any]:
     # A problem deep inside free-form JSON (an event's details) carries its path in ctx.
-    inner = err.get("ctx", {}).get("path", ()) if err["type"] == "unstorable_value" else ()
+    inner = err.get("ctx", {}).get("path", ()) if err["type"] in _PATH_IN_CTX else ()
     return {
         "loc": ["body", *err["loc"], *inner],
         "msg": err["msg"].removeprefix("Value error, "),

@@ -196,7 +196,12 @@ def test_one_failing_node_in_the_planner_and_the_judge_leaves_the_others_drained
         assert push(_xid79(node)).status_code == 200
     _passes(client, datetime.now(UTC))
     assert _evicted(db) == {"node-b"}
-    assert {row.node for row in _firing(db).values()} == {"node-b", "node-c"}
+    firing = _firing(db)
+    # node-d went unjudged: no verdict of its Xid, but an alert that says so (issue 35).
+    unjudged = firing.pop("node:node-d:unjudged_evidence")
+    assert unjudged.kind == "unreadable_evidence" and unjudged.severity == "warning"
+    assert "ZeroDivisionError: node-d's readings trip a rule up" in unjudged.summary
+    assert {row.node for row in firing.values()} == {"node-b", "node-c"}
     assert _metric(client, tokens, "fleetwatch_background_item_errors_total", "planner") == 1.0
     assert _metric(client, tokens, "fleetwatch_background_item_errors_total", "assessment") == 1.0
 

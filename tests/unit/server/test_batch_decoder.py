@@ -227,3 +227,27 @@ def test_a_batch_declaring_a_mig_layout_is_left_to_pydantic_and_keeps_its_layout
     assert decode_fast(body, limits) is None
     decoded = decode_batch(body, limits)
     assert decoded.gpus[0].mig == {"current": "enabled", "instances": [{"gpu_instance_id": 1}]}
+
+
+@pytest.mark.parametrize(
+    ("event", "where"),
+    [
+        ({"kind": "mce", "details": {"severity": "deferred", "bank": [1]}}, "details.bank"),
+        ({"kind": "sxid", "details": {"severity": "fatal", "sxid": [12028]}}, "details.sxid"),
+        ({"kind": "pcie_aer", "details": {"errors": ["RxErr", 3]}}, "details.errors.1"),
+        ({"kind": "edac", "details": {"count": 2**63 - 1}}, "details.count"),
+    ],
+)
+def test_decoder_details_the_rules_cannot_read_are_refused_naming_the_field(
+    event: dict[str, Any], where: str
+) -> None:
+    """Issue 35: both paths refuse details the rules cannot read; the 422 names the key."""
+    batch = {"batch_id": "b", "node": {"name": "n"}, "events": [{**event, "ts": NOW.isoformat()}]}
+    body = encode(batch)
+    assert decode_fast(body, LIMITS) is None
+    with pytest.raises(InvalidInput) as refused:
+        decode_batch(body, LIMITS)
+    assert str(refused.value).startswith(f"invalid batch: body.events.0.{where}: must be ")
+    path = [int(p) if p.isdigit() else p for p in where.split(".")]
+    assert refused.value.detail[0]["loc"] == ["body", "events", 0, *path]
+    check(body)

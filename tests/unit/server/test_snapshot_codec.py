@@ -108,3 +108,48 @@ def test_codec_refuses_a_damaged_body_and_another_format() -> None:
     raw["format"] = 2
     with pytest.raises(SnapshotFormatError, match="format 2"):
         decode_snapshot(zlib.compress(msgspec.msgpack.encode(raw)), lambda v: None)
+
+
+def test_codec_repairs_one_nodes_unencodable_evidence_instead_of_failing_the_snapshot() -> None:
+    """Issue 35: three EDAC counts of 2**63 - 1 once summed past 2**64 in a verdict's evidence
+    and msgpack raised OverflowError on every whole-fleet snapshot. That verdict is now kept
+    with its integers clamped to 64 bits and marked; every other GPU and verdict is as it was."""
+    at = datetime(2026, 12, 1, tzinfo=UTC)
+    huge = 3 * (2**63 - 1)
+
+    def verdict(rule: str, evidence: dict[str, Any]) -> Verdict:
+        return Verdict("host", rule, "warning", "investigate", False, "test", at, at,
+                       evidence={"scope": "node", **evidence})  # fmt: skip
+
+    bad = verdict("edac_ce_repeat", {"errors": huge, "labels": ["DIMM_A1"], "deep": [{"n": -huge}]})
+    good = verdict("mce_deferred", {"banks": [5]})
+    gpus = [
+        GpuAssessment("GPU-b0", "node-bad", 0, None, None, at, 1.0, {}, (bad, good)),
+        GpuAssessment("GPU-b1", "node-bad", 1, None, None, at, 1.0, {}, (bad,)),
+        GpuAssessment("GPU-g0", "node-good", 0, None, None, at, 1.0, {"x": 2.0}, (good,)),
+    ]
+    snapshot = FleetAssessment(at, gpus, None, None)
+
+    back = decode_snapshot(encode_snapshot(snapshot), lambda v: None)
+
+    assert [(g.uuid, [v.rule for v in g.verdicts]) for g in back.gpus] == [
+        ("GPU-b0", ["edac_ce_repeat", "mce_deferred"]),
+        ("GPU-b1", ["edac_ce_repeat"]),
+        ("GPU-g0", ["mce_deferred"]),
+    ]
+    fixed = back.gpus[0].verdicts[0].evidence
+    assert fixed["errors"] == 2**63 - 1 and fixed["deep"] == [{"n": -(2**63)}]
+    assert fixed["labels"] == ["DIMM_A1"]
+    assert fixed["unencodable"].startswith("OverflowError")
+    assert _view(FleetAssessment(at, back.gpus[2:], None, None)) == _view(
+        FleetAssessment(at, gpus[2:], None, None)
+    )
+    assert back.gpus[0].verdicts[1].evidence == good.evidence
+    repaired: list[str] = []
+    assert encode_snapshot(snapshot, repaired)
+    assert repaired == ["node node-bad verdict edac_ce_repeat: evidence clamped (OverflowError: "
+                        "can't serialize ints < -2**63 or > 2**64 - 1)"]  # fmt: skip
+    # A snapshot that encodes as it is repairs nothing.
+    clean: list[str] = []
+    encode_snapshot(FleetAssessment(at, gpus[2:], None, None), clean)
+    assert clean == []

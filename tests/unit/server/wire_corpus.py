@@ -301,6 +301,30 @@ def _deep_details(batch: Body, rng: random.Random) -> None:
     batch.setdefault("events", []).append(event)
 
 
+# Details of the kinds the rules read (fleetwatch.event_details): readable, and each one way not.
+_JUDGED_DETAILS: list[tuple[str, dict[str, Any]]] = [
+    ("mce", {"severity": "deferred", "bank": 5, "cpu": 0}),
+    ("mce", {"severity": "deferred", "bank": [1]}),
+    ("mce", {"severity": "fatal", "bank": True}),
+    ("sxid", {"severity": "fatal", "sxid": 12028, "link": 3}),
+    ("sxid", {"severity": "fatal", "sxid": [12028]}),
+    ("pcie_aer", {"severity": "corrected", "errors": ["RxErr"]}),
+    ("pcie_aer", {"severity": "corrected", "errors": ["RxErr", 3]}),
+    ("pcie_aer", {"severity": 2}),
+    ("edac", {"severity": "corrected", "count": 4294967295}),
+    ("edac", {"severity": "corrected", "count": 4294967296}),
+    ("edac", {"severity": "corrected", "count": _INT64_MAX}),
+    ("edac", {"severity": "corrected", "count": 2.0}),
+    ("port_flap", {"device": "mlx5_0", "port": 1, "increase": "2"}),
+]
+
+
+def _judged_details(batch: Body, rng: random.Random) -> None:
+    kind, details = rng.choice(_JUDGED_DETAILS)
+    event = {"kind": kind, "ts": timestamp(rng, NOW), "details": dict(details)}
+    batch.setdefault("events", []).insert(0, event)
+
+
 def _text_no_database_stores(batch: Body, rng: random.Random) -> None:
     texts = [
         p for p in _paths(batch) if isinstance(_container(batch, p)[p[-1]], str) and p[-1] != "ts"
@@ -335,6 +359,7 @@ MUTATIONS: dict[str, Callable[[Body, random.Random], None]] = {
     "repeat_sample": _repeat_sample,
     "repeat_gpu": _repeat_gpu,
     "deep_details": _deep_details,
+    "judged_details": _judged_details,
     "text_no_database_stores": _text_no_database_stores,
     "odd_labels": _odd_labels,
     "over_limits": _over_limits,

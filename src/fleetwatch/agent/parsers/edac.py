@@ -26,6 +26,7 @@ from typing import Any
 from fleetwatch.agent.parsers import KernelEvent
 from fleetwatch.agent.parsers.kernel_records import Single
 from fleetwatch.agent.parsers.log_time import line_time
+from fleetwatch.event_details import MAX_EVENT_COUNT
 
 __all__ = ["read_edac_line"]
 
@@ -45,7 +46,10 @@ def read_edac_line(line: str, year_hint: int | None, tz: tzinfo) -> Single | Non
         return None
     match = _COUNT_RE.search(line)
     if match is not None:
-        count = int(match["count"])
+        # The kernel's count is 16 bits: a line claiming more than the server takes (it refuses
+        # the batch beyond it) is damaged, and counts as that most, not as a batch never sent.
+        digits = match["count"].lstrip("0") or "0"
+        count = min(int(digits), MAX_EVENT_COUNT) if len(digits) < 20 else MAX_EVENT_COUNT
         if count == 0:
             return None  # a report of no errors
         details = _modern(match["rest"])

@@ -55,6 +55,11 @@ class ItemGuard:
         """Ids of the items whose last attempt failed."""
         return set(self._failing)
 
+    def error_of(self, item_id: Hashable) -> str | None:
+        """How ``item_id``'s last attempt failed (exception type and first line of its message),
+        or None when it did not: for a caller that names the failure to the operator."""
+        return self._failing.get(item_id)
+
     def each(
         self,
         conn: Connection | None,

@@ -14,6 +14,11 @@ GPU over its window, and :func:`~fleetwatch.rules.health.judge_missing_gpus` per
 verdict about the node (the NVSwitch fabric, the CPUs, host memory) is given to each of its
 current GPUs: they all leave service with it, though it does not count against any of them.
 
+Each rule family of a node is judged apart (:mod:`fleetwatch.server.judge.node_parts`): one
+that raises is logged, counted and named in an ``unjudged_evidence`` verdict on the node's GPUs,
+and the node's other families still give theirs (a fatal Xid is judged whatever else fails).
+Verdicts are in one vocabulary, :class:`~fleetwatch.server.judge.verdict.Verdict`.
+
 Verdicts are not sticky: the health rules clear with their evidence, and an Xid verdict whose
 remedy is a reset or reboot clears once its node has booted after the last event (so does a
 host verdict). A drain-and-inspect verdict stays for the whole lookback: a reboot does not repair
@@ -27,25 +32,27 @@ import functools
 import threading
 from collections import defaultdict
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 from sqlalchemy import Connection, func, select
 
-from fleetwatch.rules.health import BootSample, HealthVerdict, judge_health, judge_missing_gpus
+from fleetwatch.rules.health import BootSample, judge_health, judge_missing_gpus
 from fleetwatch.rules.health_screen import JUDGED_FIELDS, may_fire
-from fleetwatch.rules.host_errors import HOST_KINDS, HostVerdict, judge_host_errors
+from fleetwatch.rules.host_errors import HOST_KINDS, judge_host_errors
 from fleetwatch.rules.port_health import PORT_KINDS, judge_port_events
 from fleetwatch.rules.thresholds import HealthThresholds
-from fleetwatch.rules.xid import XidVerdict, judge_xids
+from fleetwatch.rules.xid import judge_xids
 from fleetwatch.rules.xid_catalog import XidCatalog
 from fleetwatch.server.db.sample_columns import python_type
 from fleetwatch.server.db.tables import events, gpus, node_boots, nodes
 from fleetwatch.server.jobs.isolation import ItemGuard
 from fleetwatch.server.jobs.precedence import NO_PRECEDENCE
+from fleetwatch.server.judge.node_parts import NodeParts
+from fleetwatch.server.judge.verdict import Verdict
 from fleetwatch.server.judge.windows import EPOCH, SampleWindows
 from fleetwatch.server.repo.sample_reader import SampleChunk, read_samples
 from fleetwatch.telemetry import Event
@@ -62,83 +69,6 @@ _CLEARED_BY_BOOT = frozenset({"restart_app", "reset_gpu", "drain_reset", "reboot
 _LIVE_KINDS = ("xid", "gpu_lost", "node_boot", *sorted(HOST_KINDS), *sorted(PORT_KINDS))
 _CURRENT = timedelta(days=1)  # a GPU last seen this long before its node's newest is gone
 STATE_WAIT_S = 0.25
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """A rule verdict about one GPU, Xid, telemetry or host error, in one vocabulary."""
-
-    kind: Literal["xid", "health", "host"]
-    rule: str
-    severity: str
-    action: str
-    counts_against_gpu: bool
-    source: str  # the catalogue row or threshold default that decided it
-    first_seen: datetime | None
-    last_seen: datetime | None
-    xids: tuple[int, ...] = ()
-    evidence: Mapping[str, Any] = field(default_factory=dict)
-    note: str = ""
-
-    @property
-    def takes_gpu_out(self) -> bool:
-        """A fact, not a probability: the GPU is failed or must leave service now. A critical
-        host verdict (its node's fabric, CPU, memory or a network port failed) takes it out
-        without counting against it."""
-        takes_out = self.counts_against_gpu or self.kind == "host"
-        return takes_out and self.severity in ("critical", "fatal")
-
-    @classmethod
-    def from_xid(cls, v: XidVerdict) -> Verdict:
-        evidence = {
-            "count": v.count,
-            "event_counts": dict(v.event_counts),
-            "timestamps": [t.isoformat() for t in v.timestamps],
-            "follow_ons": dict(v.follow_ons),
-            "processes": list(v.processes),
-            "known": v.known,
-        }
-        return cls("xid", **_shared(v), xids=v.xids, evidence=evidence)
-
-    @classmethod
-    def from_health(cls, v: HealthVerdict) -> Verdict:
-        return cls("health", **_shared(v), evidence=_jsonable(v.evidence))
-
-    @classmethod
-    def from_host(cls, v: HostVerdict) -> Verdict:
-        evidence = {
-            "scope": v.scope,
-            "component": v.component,
-            "count": v.count,
-            "timestamps": [t.isoformat() for t in v.timestamps],
-            **v.evidence,
-        }
-        return cls("host", **_shared(v), evidence=_jsonable(evidence))
-
-
-def _shared(v: XidVerdict | HealthVerdict | HostVerdict) -> dict[str, Any]:
-    """The fields every kind of verdict has in common."""
-    return {
-        "rule": v.rule,
-        "severity": v.severity,
-        "action": v.action,
-        "counts_against_gpu": v.counts_against_gpu,
-        "source": v.source,
-        "first_seen": v.first_seen,
-        "last_seen": v.last_seen,
-        "note": v.note,
-    }
-
-
-def _jsonable(value: Any) -> Any:
-    """Evidence as JSON can hold it: times as ISO 8601 (evictions and alerts store it as JSON)."""
-    if isinstance(value, datetime):
-        return value.isoformat()
-    if isinstance(value, Mapping):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple | set | frozenset):
-        return [_jsonable(v) for v in value]
-    return value
 
 
 @dataclass
@@ -549,24 +479,24 @@ class FleetJudge:
         for n, (node_id, members) in enumerate(by_node.items(), 1):
             if not n % _GIVE_WAY_EVERY:
                 self.give_way()
-            # Node by node: one node whose data trips a rule up is logged and counted, and the
-            # rest of the fleet is still judged (server.jobs.isolation).
-            found: dict[str, list[Verdict]] = defaultdict(list)
-            with self.guard.item(None, f"node id {node_id}") as ok:
+            # Node by node, and within a node rule family by family (judge.node_parts): what
+            # trips one family up is logged, counted and named in a verdict, and the rest of
+            # the node and of the fleet is still judged (server.jobs.isolation).
+            parts = NodeParts(self.guard, f"node id {node_id}", [g.uuid for g in members])
+            with parts.part("the node as a whole"):  # what the parts leave out: named too
                 self._judge_node(
                     members,
                     node_events.get(node_id, []),
                     as_of[node_id],
                     node_info.get(node_id),
                     now,
-                    found,
+                    parts,
                     where,
                     judged,
                     windows,
                 )
-            if ok:
-                for uuid, verdicts in found.items():
-                    out[uuid].extend(verdicts)
+            for uuid, verdicts in parts.verdicts().items():
+                out[uuid].extend(verdicts)
         return {uuid: verdicts for uuid, verdicts in out.items() if verdicts}
 
     def _screen(
@@ -600,30 +530,40 @@ class FleetJudge:
         at: datetime,
         info: tuple[str, datetime, float] | None,
         now: datetime,
-        out: dict[str, list[Verdict]],
+        parts: NodeParts,
         where: NDArray[np.int64],
         judged: NDArray[np.bool_],
         windows: SampleWindows,
     ) -> None:
         # Events after ``at`` stay: a node_boot is stamped on the server's clock, and an Xid
-        # logged after the newest sample still happened.
-        self._judge_xids(windows, members, evs, at, out, where)
-        self._judge_host(members, evs, at, out)
-        self._judge_ports(members, evs, at, out)
+        # logged after the newest sample still happened. The Xid rules go first and alone: a
+        # fatal Xid is judged whatever else of the node cannot be.
+        kinds = {e.kind for e in evs}  # a part with nothing to read costs no item
+        if not kinds.isdisjoint(("xid", "gpu_lost")):
+            with parts.part("Xid rules") as out:
+                self._judge_xids(windows, members, evs, at, out, where)
+        if not kinds.isdisjoint(HOST_KINDS):
+            with parts.part("host error rules") as out:
+                self._judge_host(members, evs, at, out)
+        if not kinds.isdisjoint(PORT_KINDS):
+            with parts.part("port rules") as out:
+                self._judge_ports(members, evs, at, out)
         for gpu in members:
             w = int(where[gpu.slot])
             if w < 0 or not judged[w]:
                 continue  # no window, or one no health rule can fire on (rules.health_screen)
-            verdicts = judge_health(
-                windows.series(w, gpu.uuid),
-                events=evs,
-                thresholds=self.thresholds,
-                now=at,
-                gpu_name=gpu.name,
-            )
-            out[gpu.uuid].extend(Verdict.from_health(v) for v in verdicts)
+            with parts.part(f"telemetry rules of {gpu.uuid}") as out:
+                verdicts = judge_health(
+                    windows.series(w, gpu.uuid),
+                    events=evs,
+                    thresholds=self.thresholds,
+                    now=at,
+                    gpu_name=gpu.name,
+                )
+                out[gpu.uuid].extend(Verdict.from_health(v) for v in verdicts)
         if info is not None:
-            self._judge_missing(members, info, now, out)
+            with parts.part("missing GPU rule") as out:
+                self._judge_missing(members, info, now, out)
 
     def _judge_xids(
         self,

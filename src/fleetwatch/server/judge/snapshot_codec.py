@@ -8,12 +8,17 @@ version: a reader loads that version's parameters from ``risk_models`` itself.
 
 What does not survive the trip: tuples inside a verdict's evidence come back as lists (evidence is
 JSON-shaped already: it is stored and served as JSON).
+
+One node's values never stop the whole snapshot: a verdict whose evidence msgpack cannot hold (an
+integer past 64 bits, once three EDAC counts summed past 2**64 stopped every replica adopting the
+leader's judgement, issue 35) is kept with its integers clamped to 64 bits, or failing that
+without its evidence, marked ``unencodable``; :func:`encode_snapshot` says what it repaired.
 """
 
 from __future__ import annotations
 
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -22,6 +27,7 @@ import msgspec
 from fleetwatch.models.registry import RiskBundle
 from fleetwatch.server.judge.assessment import FleetAssessment, GpuAssessment
 from fleetwatch.server.judge.judging import Verdict
+from fleetwatch.storable import INT64_MAX, INT64_MIN
 
 __all__ = ["FORMAT", "SnapshotFormatError", "decode_snapshot", "encode_snapshot"]
 
@@ -86,8 +92,9 @@ def _verdict_out(v: Verdict) -> _Verdict:
     )
 
 
-def encode_snapshot(snapshot: FleetAssessment) -> bytes:
-    """The snapshot's GPUs, verdicts, times and model version, compressed."""
+def encode_snapshot(snapshot: FleetAssessment, repaired: list[str] | None = None) -> bytes:
+    """The snapshot's GPUs, verdicts, times and model version, compressed. A part msgpack
+    cannot hold is repaired (see the module) and named in ``repaired``, once per node and rule."""
     names = sorted({name for gpu in snapshot.gpus for name in gpu.features})
     gpus = [
         _Gpu(
@@ -112,7 +119,73 @@ def encode_snapshot(snapshot: FleetAssessment) -> bytes:
         names,
         gpus,
     )
-    return zlib.compress(msgspec.msgpack.encode(body), _ZLIB_LEVEL)
+    try:
+        raw = _ENCODER.encode(body)
+    except _UNENCODABLE:  # found GPU by GPU: only a failing snapshot pays for that
+        notes: dict[str, None] = {}
+        body = msgspec.structs.replace(body, gpus=_repaired_gpus(gpus, notes))
+        raw = _ENCODER.encode(body)
+        if repaired is not None:
+            repaired.extend(notes)
+    return zlib.compress(raw, _ZLIB_LEVEL)
+
+
+_ENCODER = msgspec.msgpack.Encoder()
+# What msgspec raises for a value msgpack cannot hold: OverflowError for an integer outside
+# [-2**63, 2**64), TypeError for a type it does not know.
+_UNENCODABLE = (OverflowError, TypeError, ValueError, msgspec.EncodeError)
+
+
+def _repaired_gpus(gpus: list[_Gpu], notes: dict[str, None]) -> list[_Gpu]:
+    """``gpus`` with each unencodable verdict repaired; a GPU still unencodable is left out."""
+    out = []
+    for gpu in gpus:
+        try:
+            _ENCODER.encode(gpu)
+        except _UNENCODABLE:
+            verdicts = [_repaired_verdict(v, gpu, notes) for v in gpu.verdicts]
+            gpu = msgspec.structs.replace(gpu, verdicts=verdicts)
+            try:
+                _ENCODER.encode(gpu)
+            except _UNENCODABLE as exc:
+                notes[f"node {gpu.node} GPU {gpu.uuid}: left out ({_why(exc)})"] = None
+                continue
+        out.append(gpu)
+    return out
+
+
+def _repaired_verdict(v: _Verdict, gpu: _Gpu, notes: dict[str, None]) -> _Verdict:
+    try:
+        _ENCODER.encode(v)
+    except _UNENCODABLE as exc:
+        why = _why(exc)
+    else:
+        return v
+    notes[f"node {gpu.node} verdict {v.rule}: evidence clamped ({why})"] = None
+    fixed = msgspec.structs.replace(v, evidence={**_clamped(v.evidence), "unencodable": why})
+    try:
+        _ENCODER.encode(fixed)
+    except _UNENCODABLE:
+        return msgspec.structs.replace(v, evidence={"unencodable": why})
+    return fixed
+
+
+def _clamped(value: Any) -> Any:
+    """``value`` (JSON-shaped evidence) with each integer clamped to a signed 64-bit one and
+    anything msgpack does not know as its text."""
+    if isinstance(value, bool) or value is None or isinstance(value, str | float | datetime):
+        return value
+    if isinstance(value, int):
+        return min(max(value, INT64_MIN), INT64_MAX)
+    if isinstance(value, Mapping):
+        return {str(k): _clamped(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_clamped(v) for v in value]
+    return str(value)
+
+
+def _why(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
 
 
 _DECODER = msgspec.msgpack.Decoder(_Snapshot)

@@ -83,12 +83,22 @@ class SnapshotSharing:
 
     def publish(self, snapshot: FleetAssessment) -> int:
         """Store ``snapshot`` for the other processes; its sequence number."""
-        body = encode_snapshot(snapshot)
+        repaired: list[str] = []
+        body = encode_snapshot(snapshot, repaired)
         with self.db.write() as conn:
             seq = write_snapshot(
                 conn, body, format=FORMAT, whole_at=snapshot.whole_at, gpus=len(snapshot.gpus)
             )
         self._counted.labels(outcome="published").inc()
+        if repaired:
+            # One node's values must not stop the fleet's snapshot: shared repaired, and said.
+            self._counted.labels(outcome="repaired").inc()
+            logger.warning(
+                "published snapshot %d with %d part(s) msgpack cannot hold repaired: %s",
+                seq,
+                len(repaired),
+                "; ".join(repaired[:10]),
+            )
         logger.debug("published snapshot %d: %d GPUs, %d bytes", seq, len(snapshot.gpus), len(body))
         return seq
 

@@ -133,7 +133,8 @@ class ServerMetrics:
         self.fleet_snapshots = Counter(
             "fleetwatch_fleet_snapshots_total",
             "Whole-fleet assessments shared between processes: published (by the leader), "
-            "adopted (instead of judging here) or refused (unreadable here).",
+            "adopted (instead of judging here) or refused (unreadable here); repaired counts "
+            "those published with a verdict msgpack could not hold clamped (logged).",
             ["outcome"],
             registry=registry,
         )

@@ -32,8 +32,9 @@ class WebhookFilters(BaseModel):
     )
     kinds: list[Text] | None = Field(
         default=None,
-        description="only these alert kinds: xid, health, unreachable, straggler, drain_budget, "
-        "wear_out, repeat_offender, fleet_silence",
+        description="only these alert kinds: xid, health, host, unreachable, straggler, "
+        "drain_budget, wear_out, repeat_offender, fleet_silence, unreadable_evidence (a node's "
+        "events the rules skipped as unreadable, or a rule family that failed on it)",
     )
     weekly_report: bool = Field(default=False, description="also send the weekly report")
 

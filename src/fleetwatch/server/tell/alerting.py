@@ -25,9 +25,9 @@ resolves are grouped the same way, and for generic, Slack and PagerDuty the grou
 all its members have. Alertmanager gets every firing alert again every ``alertmanager_repeat_s``.
 
 Filters of a subscription: ``min_severity`` (info < warning < critical < fatal), ``clusters``
-(the node label ``cluster``), ``kinds`` (alert kinds: xid, health, unreachable, straggler,
-drain_budget, wear_out, repeat_offender, fleet_silence). Fleet-wide alerts have no cluster and
-pass a cluster filter.
+(the node label ``cluster``), ``kinds`` (alert kinds: xid, health, host, unreachable, straggler,
+drain_budget, wear_out, repeat_offender, fleet_silence, unreadable_evidence). Fleet-wide alerts
+have no cluster and pass a cluster filter.
 """
 
 from __future__ import annotations

@@ -12,6 +12,9 @@
 ``fleet:silence``                     more than ``unreachable_storm_pct`` of the nodes are
                                       unreachable at once (kind ``fleet_silence``)
 ``fleet:wear_out:<group>``            a wear-out onset within ``alert_wear_out_hold_s``
+``node:<name>:unreadable_*_events``   events of the node the rules skipped, unreadable (kind
+``node:<name>:unjudged_evidence``     ``unreadable_evidence``); a rule family that failed on
+                                      the node (judge.node_parts): each names what it skipped
 ====================================  =========================================================
 
 A node is unreachable only after its intervals of silence since this process started listening
@@ -34,15 +37,22 @@ from typing import Any
 from sqlalchemy import Connection, select
 
 from fleetwatch.config import ServerSettings
+from fleetwatch.rules.unreadable import UNREADABLE_RULES
 from fleetwatch.rules.xid_catalog import SEVERITY_RANK
 from fleetwatch.server.db.tables import events, evictions, gpus, nodes, stragglers
 from fleetwatch.server.judge.assessment import FleetAssessment
 from fleetwatch.server.judge.liveness import node_state
+from fleetwatch.server.judge.node_parts import UNJUDGED
 from fleetwatch.server.judge.planned import Planned, caused_by_maintenance
 from fleetwatch.server.judge.silence import FleetSilence, NodeClock, fleet_silence, node_clocks
 from fleetwatch.server.repo.evictions import OPEN_STATES
 
-__all__ = ["Condition", "derive_conditions", "gpu_conditions", "node_clusters"]
+__all__ = ["UNREADABLE_KIND", "Condition", "derive_conditions", "gpu_conditions", "node_clusters"]
+
+# Evidence a node sent that went unjudged: its own alert kind, for whoever fixes the sender (a
+# subscription can take or leave it), not the hardware kinds on-call acts on.
+UNREADABLE_KIND = "unreadable_evidence"
+_UNREADABLE = UNREADABLE_RULES | {UNJUDGED}
 
 
 @dataclass(frozen=True)
@@ -235,7 +245,7 @@ def gpu_conditions(
         what = v.note or (f"Xid {', '.join(map(str, v.xids))}" if v.xids else v.rule)
         found[key] = Condition(
             key,
-            v.kind,
+            UNREADABLE_KIND if v.rule in _UNREADABLE else v.kind,
             v.severity,
             f"{v.rule} on {gpu.node} GPU {gpu.index} (serial {gpu.serial or '?'}): {what}",
             v.action,
