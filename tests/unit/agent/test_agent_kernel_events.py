@@ -205,6 +205,23 @@ def test_watcher_without_a_routine_sink_hands_everything_over_at_once() -> None:
     assert aer.kind == "pcie_aer"
 
 
+def test_a_record_the_wire_cannot_carry_is_left_out_and_the_watcher_goes_on() -> None:
+    # A machine-check bank past 64 bits: the server would refuse the event (event_details).
+    # Before, the ValidationError ended the watcher thread, and every later fatal Xid with it.
+    source = ListSource()
+    collector = KernelLogCollector(source, clock=lambda: T0, poll_s=0.01)
+    emitted: queue.Queue[list[Event]] = queue.Queue()
+    collector.start_watch(emitted.put)
+    try:
+        source.append(f"[ 12.5] mce: [Hardware Error]: CPU 0: Machine Check: 0 Bank {'9' * 30}: 0")
+        source.append(FATAL_SXID)
+        (sxid,) = emitted.get(timeout=60)
+    finally:
+        collector.stop_watch()
+    assert sxid.kind == "sxid"
+    assert collector.bad_lines == 1
+
+
 def test_collect_without_a_watcher_closes_records_at_the_end_of_the_read() -> None:
     source = ListSource()
     collector = KernelLogCollector(source, clock=lambda: T0)

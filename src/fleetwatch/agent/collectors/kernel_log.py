@@ -25,6 +25,8 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import ClassVar
 
+from pydantic import ValidationError
+
 from fleetwatch.agent.batching import split_critical
 from fleetwatch.agent.collectors.base import Collection, EmitEvents
 from fleetwatch.agent.kmsg import LineSource
@@ -71,7 +73,26 @@ class KernelLogCollector:
                 found += self._reader.flush(final=close_records)
         now = self._clock()
         found.sort(key=lambda e: e.line_number or 0)
-        return [_to_event(event, now) for event in found]
+        return [event for event in (self._wire_event(e, now) for e in found) if event is not None]
+
+    def _wire_event(self, found: KernelEvent, now: datetime) -> Event | None:
+        """The record as an event, or None where the wire cannot carry it (a bank number past
+        64 bits, say): such a record is counted and logged as an unreadable line, and the rest
+        of the read, a fatal Xid beside it included, is delivered all the same."""
+        try:
+            return _to_event(found, now)
+        except ValidationError as exc:
+            self.bad_lines += 1
+            problem = exc.errors()[0]
+            where = ".".join(str(part) for part in problem["loc"])
+            logger.warning(
+                "kernel-log %s record left out: %s: %s (%r)",
+                found.kind,
+                where,
+                problem["msg"],
+                (found.message or "")[:200],
+            )
+            return None
 
     def collect(self, now: datetime) -> Collection:
         if self._thread is not None:
