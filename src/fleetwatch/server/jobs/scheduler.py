@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from collections.abc import Callable, Coroutine
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-__all__ = ["Job", "Scheduler", "Waker", "periodic"]
+__all__ = ["InFlight", "Job", "Scheduler", "Waker", "periodic"]
 
 logger = logging.getLogger(__name__)
 
@@ -51,6 +52,36 @@ class Waker:
         except TimeoutError:
             pass
         self._event.clear()
+
+
+class InFlight:
+    """The passes running in worker threads. Cancelling a job's task does not stop its thread:
+    the pass runs on, with a pooled connection checked out, after the server's shutdown has
+    disposed the engine, and that connection is then left open for the garbage collector (a
+    ResourceWarning in a test process, a backend kept until exit in a server). So the
+    scheduler's :meth:`Scheduler.stop` waits for them."""
+
+    def __init__(self) -> None:
+        self._count = 0
+        self._idle = threading.Condition()
+
+    def wrap(self, job: Callable[[], Any]) -> Callable[[], Any]:
+        def counted() -> Any:
+            with self._idle:
+                self._count += 1
+            try:
+                return job()
+            finally:
+                with self._idle:
+                    self._count -= 1
+                    self._idle.notify_all()
+
+        return counted
+
+    def wait(self, timeout_s: float) -> bool:
+        """Whether every pass ended within ``timeout_s``."""
+        with self._idle:
+            return self._idle.wait_for(lambda: self._count == 0, timeout=timeout_s)
 
 
 class _Counter(Protocol):
@@ -158,6 +189,7 @@ class Scheduler:
         self._durations = durations
         self._tasks: list[asyncio.Task[None]] = []
         self._leading: list[asyncio.Task[None]] = []
+        self._in_flight = InFlight()
 
     def start(self, jobs: list[Job]) -> None:
         """Start jobs that run until :meth:`stop` (call in the event loop)."""
@@ -175,8 +207,9 @@ class Scheduler:
             task.cancel()
         self._leading.clear()
 
-    async def stop(self) -> None:
-        """Cancel every job and wait for the tasks to end."""
+    async def stop(self, passes_timeout_s: float = 60.0) -> None:
+        """Cancel every job, wait for the tasks to end and for the passes still running in
+        their threads to finish (up to ``passes_timeout_s``: a whole-fleet pass takes seconds)."""
         tasks = [*self._tasks, *self._leading]
         self.stop_leading()
         self._tasks.clear()
@@ -187,6 +220,10 @@ class Scheduler:
             for task in pending:
                 task.cancel()
             _, pending = await asyncio.wait(pending, timeout=1.0)
+        if not await asyncio.to_thread(self._in_flight.wait, passes_timeout_s):
+            logger.warning(
+                "background passes still running %.0f s after shutdown", passes_timeout_s
+            )
 
     def _spawn(self, job: Job) -> asyncio.Task[None]:
         return asyncio.create_task(self._loop(job), name=job.name)
@@ -198,7 +235,7 @@ class Scheduler:
         failures, runs = self._failures(job.name), self._runs(job.name)
         while job.first is not None:
             try:
-                await asyncio.to_thread(job.first)
+                await asyncio.to_thread(self._in_flight.wrap(job.first))
                 break
             except Exception:
                 failures.inc()
@@ -210,7 +247,7 @@ class Scheduler:
         await periodic(
             job.name,
             job.interval_s,
-            job.run,
+            self._in_flight.wrap(job.run),
             job.waker,
             failures,
             runs,

@@ -192,6 +192,14 @@ class AvailabilityExposition:
             )
             self._background.start()
 
+    def close(self, timeout_s: float = 30.0) -> None:
+        """Wait for a background recomputation to end: it reads the database, whose engine the
+        server disposes next (a read still running then would leave its connection open)."""
+        with self._starting:
+            running = self._background
+        if running is not None:
+            running.join(timeout_s)
+
     def _refresh_logged(self) -> None:
         try:
             self.refresh()
