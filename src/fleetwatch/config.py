@@ -108,6 +108,41 @@ class ServerSettings(BaseSettings):
         "fleetwatch_ingest_batches_total counts them; refused pushes, every other request and "
         "every error are logged either way",
     )
+    # Each connection holds a file descriptor until it closes, and uvicorn alone waits as long as
+    # a client likes for a request's head or body: some 20,000 silent connections (the open-file
+    # limit) stopped a server answering anyone, without a line in its log. The limits below are
+    # per server process (server/http_guard.py); each close or refusal is counted in
+    # fleetwatch_http_connections_closed_total{reason} and said in at most one line a minute.
+    http_header_timeout_s: float = Field(
+        default=10.0,
+        gt=0,
+        description="A request's line and headers must have arrived this many seconds after its "
+        "connection opened (or, on a kept-alive connection, after its first byte), else the "
+        "connection is closed: an agent sends them in one packet, a silent client holds a "
+        "connection for nothing",
+    )
+    http_body_timeout_s: float = Field(
+        default=60.0,
+        gt=0,
+        description="A request's body must have arrived this many seconds after its headers, else "
+        "the connection is closed: the largest push (max_body_bytes, 8 MiB) needs 140 KB/s; a "
+        "body trickling in byte by byte holds a connection as long as it likes otherwise",
+    )
+    http_idle_timeout_s: float = Field(
+        default=5.0,
+        gt=0,
+        description="A kept-alive connection with no request for this many seconds is closed "
+        "(uvicorn's keep-alive timeout; agents push once a minute and reconnect)",
+    )
+    http_max_connections: int = Field(
+        default=4096,
+        ge=1,
+        description="Connections one server process holds at once; one more is answered 503 and "
+        "closed at once. Lowered to 256 short of the process's open-file limit if that is lower, "
+        "so the database, the log and a refusal still find a descriptor. A 12,500-node fleet "
+        "pushing once a minute holds about 1,000 across the processes (200 pushes a second, "
+        "each connection kept 5 s after its answer; arithmetic, not a measurement)",
+    )
     gc_gen0_threshold: int = Field(
         default=50_000,
         ge=0,

@@ -67,6 +67,7 @@ def server(
 
     from fleetwatch.errors import ConfigError
     from fleetwatch.server.jobs.leader import single_process_problem
+    from fleetwatch.server.log_config import server_log_config
     from fleetwatch.server.malloc_arenas import limit_malloc_arenas
     from fleetwatch.server.malloc_mmap import fix_mmap_threshold
 
@@ -98,6 +99,9 @@ def server(
     limit_malloc_arenas(settings.malloc_arenas)
     fix_mmap_threshold(settings.malloc_mmap_threshold_kb * 1024)
     _check_database(settings)
+    # --log-level and --log-format, for uvicorn to set up in this process and in each worker.
+    cli = click.get_current_context().find_root().params
+    level = "debug" if cli.get("debug") else str(cli.get("log_level") or "info")
     uvicorn.run(
         "fleetwatch.server.app:create_app",
         factory=True,
@@ -105,6 +109,9 @@ def server(
         port=settings.port,
         workers=settings.workers,
         log_level="info",
+        log_config=server_log_config(level, str(cli.get("log_format") or "text")),
+        # Deadlines on each request and a cap on connections (server/http_protocol.py).
+        http="fleetwatch.server.http_protocol:GuardedHttpToolsProtocol",
         proxy_headers=True,
     )
 

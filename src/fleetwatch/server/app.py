@@ -30,6 +30,12 @@ from fleetwatch.server.db.session import Database, make_engine, sqlite_directory
 from fleetwatch.server.db.storage import StorageCollector, StorageHealth
 from fleetwatch.server.docs import add_offline_docs
 from fleetwatch.server.errors import install_error_handlers
+from fleetwatch.server.http_guard import (
+    LIFESPAN_KEY,
+    ConnectionGuard,
+    ConnectionLimits,
+    open_files_limit,
+)
 from fleetwatch.server.ingest_writer import GroupWriter
 from fleetwatch.server.jobs.leader import single_process_problem
 from fleetwatch.server.jobs.registry import BackgroundJobs
@@ -128,7 +134,7 @@ def create_app(
         )
 
     @asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+    async def lifespan(app: FastAPI) -> AsyncIterator[dict[str, Any]]:
         _tune_garbage_collector(settings)
         log_accepted_pushes(settings.log_accepted_pushes)
         engine = make_engine(settings)
@@ -165,6 +171,9 @@ def create_app(
         app.state.settings = settings
         app.state.registry = registry
         app.state.metrics = metrics
+        app.state.connection_guard = guard = ConnectionGuard(
+            ConnectionLimits.from_settings(settings, open_files_limit()), metrics
+        )
         app.state.ingest_slots = threading.BoundedSemaphore(settings.max_concurrent_ingest)
         app.state.group_writer = group_writer = _group_writer(db, settings, metrics)
         app.state.token_cache = TokenCache(settings.token_cache_ttl_s)
@@ -209,7 +218,8 @@ def create_app(
             "FleetWatch %s serving on %s", fleetwatch.__version__, db.engine.url.render_as_string()
         )
         try:
-            yield
+            # The lifespan state reaches each connection's protocol (server/http_protocol.py).
+            yield {LIFESPAN_KEY: guard}
         finally:
             if group_writer is not None:
                 group_writer.stop()

@@ -10,8 +10,9 @@ import logging
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 
 from fleetwatch.errors import (
     BatchConflict,
@@ -95,7 +96,34 @@ async def _http_error(request: Request, exc: Exception) -> JSONResponse:
     )
 
 
+async def _client_gone(request: Request, exc: Exception) -> Response:
+    """The client closed its connection before its request's body was all in (an agent killed
+    in the middle of a push, a body cut at ``http_body_timeout_s``). Nothing failed here and
+    nobody is left to answer: counted and told in a throttled line, where uvicorn would log an
+    ERROR and a 70-line traceback for each."""
+    assert isinstance(exc, ClientDisconnect)
+    guard = getattr(request.app.state, "connection_guard", None)
+    if guard is not None:
+        guard.aborted(_route_label(request), request.client)
+    # Never sent (uvicorn drops what is sent on a closed connection); 499 as nginx logs it.
+    return Response(status_code=499)
+
+
+def _route_label(request: Request) -> str:
+    """The matched route's path template: one label per route, never one per address."""
+    template = getattr(request.scope.get("route"), "path", None)
+    if template is None:
+        return "other"
+    path = str(request.scope.get("path", ""))
+    # Newer FastAPI keeps an included router's route without the router's prefix ("/ingest");
+    # a route without parameters matched only its own address, prefix included ("/v1/ingest").
+    if "{" not in template and path.endswith(template):
+        return path
+    return str(template)
+
+
 def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(FleetWatchError, _domain_error)
+    app.add_exception_handler(ClientDisconnect, _client_gone)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)

@@ -10,6 +10,8 @@ Counted as things happen, on the registry each app builds (:class:`ServerMetrics
     fleetwatch_ingest_group_batches                  fleetwatch_ingest_group_left_out_total
     fleetwatch_fleet_snapshots_total{outcome}        fleetwatch_urgent_fresh_reads_total
     fleetwatch_background_gave_way_seconds_total
+    fleetwatch_http_connections_closed_total{reason} fleetwatch_http_connections_open
+    fleetwatch_http_requests_aborted_total{route}
     fleetwatch_metrics_render_seconds{page}
     fleetwatch_metrics_render_cpu_seconds_total{page}
 
@@ -170,6 +172,30 @@ class ServerMetrics:
             "fleetwatch_leader",
             "1 while this process is the leader that runs the write jobs, else 0",
             ["role"],
+            registry=registry,
+        )
+        # Connections this process closed or refused to stay within its limits, those it holds,
+        # and requests whose client left before sending the whole body (server/http_guard.py).
+        self.http_connections_closed = Counter(
+            "fleetwatch_http_connections_closed_total",
+            "Connections closed by this process: header_timeout (its request's head did not "
+            "arrive in time), body_timeout (nor its body), idle (kept alive with no request), "
+            "limit (refused with 503: the process held http_max_connections).",
+            ["reason"],
+            registry=registry,
+        )
+        for reason in ("header_timeout", "body_timeout", "idle", "limit"):
+            self.http_connections_closed.labels(reason)
+        self.http_connections_open = Gauge(
+            "fleetwatch_http_connections_open",
+            "Client connections this process holds now (at most http_max_connections).",
+            registry=registry,
+        )
+        self.http_requests_aborted = Counter(
+            "fleetwatch_http_requests_aborted_total",
+            "Requests whose client closed the connection before sending the whole body (an "
+            "upload aborted or cut at the body timeout), by route.",
+            ["route"],
             registry=registry,
         )
 
