@@ -135,7 +135,11 @@ def _open_database(database_url: str | None, *, migrate_sqlite: bool = True) -> 
     settings = load_server_settings(database_url=database_url)
     db = Database(make_engine(settings))
     if migrate_sqlite:
-        prepare_database(db.engine, settings)
+        try:
+            prepare_database(db.engine, settings)
+        except BaseException:
+            db.dispose()  # the pool's connection, else left open until the process exits
+            raise
     return db
 
 

@@ -11,7 +11,7 @@ import gc
 import logging
 import threading
 from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from datetime import UTC, datetime
 from typing import Any
 
@@ -135,99 +135,104 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[dict[str, Any]]:
-        _tune_garbage_collector(settings)
-        log_accepted_pushes(settings.log_accepted_pushes)
-        engine = make_engine(settings)
-        storage = StorageHealth(
-            sqlite_directory(engine),
-            hold_s=settings.storage_full_hold_s,
-            min_free_bytes=settings.storage_min_free_bytes,
-        )
-        db = Database(engine, storage=storage)
-        prepare_database(db.engine, settings)
-        # Wakes long-polls of GET /v1/evictions?wait= on an eviction change from any replica.
-        app.state.eviction_watch = eviction_watch = EvictionWatch(engine)
-        eviction_watch.start()
-        # Wakes long-polls of GET /v1/jobs/{id}/notices?wait= on a new notice (act/notices.py).
-        app.state.notice_watch = notice_watch = EvictionWatch(engine, NOTICE_CHANNEL)
-        notice_watch.start()
-        app.state.secret_box = secret_box = load_secret_box(settings)
-        _seal_plaintext_secrets(db, secret_box)
-        # Silence before this moment was not heard by this process: a node's unreachable clock
-        # starts here at the earliest (server.judge.liveness), so a restart marks no node
-        # unreachable. The one reading of it: the planner, the alerter and every reader of node
-        # state.
-        heard_since = now()
-        app.state.liveness = liveness = Liveness(
-            settings.unreachable_after_intervals,
-            heard_since=heard_since,
-            clock=now,
-            lag_max_s=settings.unreachable_lag_grace_max_s,
-        )
-        registry = CollectorRegistry()
-        registry.register(StorageCollector(storage))
-        metrics = ServerMetrics(registry)
-        app.state.db = db
-        app.state.settings = settings
-        app.state.registry = registry
-        app.state.metrics = metrics
-        app.state.connection_guard = guard = ConnectionGuard(
-            ConnectionLimits.from_settings(settings, open_files_limit()), metrics
-        )
-        app.state.ingest_slots = threading.BoundedSemaphore(settings.max_concurrent_ingest)
-        app.state.group_writer = group_writer = _group_writer(db, settings, metrics)
-        app.state.token_cache = TokenCache(settings.token_cache_ttl_s)
-        app.state.fleet = FleetExposition(
-            db,
-            ttl_s=settings.metrics_cache_ttl_s,
-            liveness=liveness,
-            storm_pct=settings.unreachable_storm_pct,
-            storm_min_nodes=settings.unreachable_storm_min_nodes,
-        )
-        app.state.availability = AvailabilityExposition(db, settings)
-        jobs = BackgroundJobs(
-            db, settings, metrics=metrics, secrets=secret_box, heard_since=heard_since
-        )
-        jobs.notices.on_change = notice_watch.notify  # this process's long-polls (SQLite too)
-        # The routes use some of the jobs' objects: the newest assessment, a refit on request,
-        # the wakers of the assessment and the webhook delivery.
-        app.state.assessor = jobs.assessor
-        app.state.planner = jobs.planner
-        app.state.notices = jobs.notices
-        app.state.stragglers = jobs.stragglers
-        app.state.alerter = jobs.alerter
-        app.state.outbox = jobs.outbox
-        app.state.refitter = jobs.refitter
-        app.state.waker = jobs.waker
-        app.state.urgent = jobs.urgent
-        app.state.precedence = jobs.precedence  # /metrics renders ahead of the fleet's passes
-        app.state.is_leader = lambda: jobs.is_leader
-        app.state.outbox_waker = jobs.outbox_waker
-        metrics.track_leader(settings.role, lambda: jobs.is_leader)
-        page_prefetch = PagePrefetch(
-            lambda: jobs.assessor.latest,
-            settings.risk_horizons_h,
-            refreshers=[app.state.availability.refresh],
-            warm_while=lambda: jobs.is_leader,
-        )
-        page_prefetch.start()
-        app.state.page_prefetch = page_prefetch
-        jobs.start(engine)
-        app.state.elector = jobs.elector
-        logger.info(
-            "FleetWatch %s serving on %s", fleetwatch.__version__, db.engine.url.render_as_string()
-        )
-        try:
+        # Everything started is stopped on every way out, a failed start included (a
+        # database not migrated, say): in the reverse order of starting, so each watcher
+        # restores the signal handler it found, and the engine's pooled connections close.
+        async with AsyncExitStack() as stack:
+            _tune_garbage_collector(settings)
+            log_accepted_pushes(settings.log_accepted_pushes)
+            engine = make_engine(settings)
+            stack.callback(engine.dispose)
+            storage = StorageHealth(
+                sqlite_directory(engine),
+                hold_s=settings.storage_full_hold_s,
+                min_free_bytes=settings.storage_min_free_bytes,
+            )
+            db = Database(engine, storage=storage)
+            prepare_database(db.engine, settings)
+            # Wakes long-polls of GET /v1/evictions?wait= on an eviction change from any replica.
+            app.state.eviction_watch = eviction_watch = EvictionWatch(engine)
+            eviction_watch.start()
+            stack.callback(eviction_watch.stop)
+            # Wakes long-polls of GET /v1/jobs/{id}/notices?wait= on a new notice (act/notices.py).
+            app.state.notice_watch = notice_watch = EvictionWatch(engine, NOTICE_CHANNEL)
+            notice_watch.start()
+            stack.callback(notice_watch.stop)
+            app.state.secret_box = secret_box = load_secret_box(settings)
+            _seal_plaintext_secrets(db, secret_box)
+            # Silence before this moment was not heard by this process: a node's unreachable clock
+            # starts here at the earliest (server.judge.liveness), so a restart marks no node
+            # unreachable. The one reading of it: the planner, the alerter and every reader of node
+            # state.
+            heard_since = now()
+            app.state.liveness = liveness = Liveness(
+                settings.unreachable_after_intervals,
+                heard_since=heard_since,
+                clock=now,
+                lag_max_s=settings.unreachable_lag_grace_max_s,
+            )
+            registry = CollectorRegistry()
+            registry.register(StorageCollector(storage))
+            metrics = ServerMetrics(registry)
+            app.state.db = db
+            app.state.settings = settings
+            app.state.registry = registry
+            app.state.metrics = metrics
+            app.state.connection_guard = guard = ConnectionGuard(
+                ConnectionLimits.from_settings(settings, open_files_limit()), metrics
+            )
+            app.state.ingest_slots = threading.BoundedSemaphore(settings.max_concurrent_ingest)
+            app.state.group_writer = group_writer = _group_writer(db, settings, metrics)
+            if group_writer is not None:
+                stack.callback(group_writer.stop)
+            app.state.token_cache = TokenCache(settings.token_cache_ttl_s)
+            app.state.fleet = FleetExposition(
+                db,
+                ttl_s=settings.metrics_cache_ttl_s,
+                liveness=liveness,
+                storm_pct=settings.unreachable_storm_pct,
+                storm_min_nodes=settings.unreachable_storm_min_nodes,
+            )
+            app.state.availability = AvailabilityExposition(db, settings)
+            stack.callback(app.state.availability.close)
+            jobs = BackgroundJobs(
+                db, settings, metrics=metrics, secrets=secret_box, heard_since=heard_since
+            )
+            jobs.notices.on_change = notice_watch.notify  # this process's long-polls (SQLite too)
+            # The routes use some of the jobs' objects: the newest assessment, a refit on request,
+            # the wakers of the assessment and the webhook delivery.
+            app.state.assessor = jobs.assessor
+            app.state.planner = jobs.planner
+            app.state.notices = jobs.notices
+            app.state.stragglers = jobs.stragglers
+            app.state.alerter = jobs.alerter
+            app.state.outbox = jobs.outbox
+            app.state.refitter = jobs.refitter
+            app.state.waker = jobs.waker
+            app.state.urgent = jobs.urgent
+            app.state.precedence = jobs.precedence  # /metrics renders ahead of the fleet's passes
+            app.state.is_leader = lambda: jobs.is_leader
+            app.state.outbox_waker = jobs.outbox_waker
+            metrics.track_leader(settings.role, lambda: jobs.is_leader)
+            page_prefetch = PagePrefetch(
+                lambda: jobs.assessor.latest,
+                settings.risk_horizons_h,
+                refreshers=[app.state.availability.refresh],
+                warm_while=lambda: jobs.is_leader,
+            )
+            page_prefetch.start()
+            stack.callback(page_prefetch.stop)
+            app.state.page_prefetch = page_prefetch
+            stack.push_async_callback(jobs.stop)
+            jobs.start(engine)
+            app.state.elector = jobs.elector
+            logger.info(
+                "FleetWatch %s serving on %s",
+                fleetwatch.__version__,
+                db.engine.url.render_as_string(),
+            )
             # The lifespan state reaches each connection's protocol (server/http_protocol.py).
             yield {LIFESPAN_KEY: guard}
-        finally:
-            if group_writer is not None:
-                group_writer.stop()
-            notice_watch.stop()  # the reverse of starting: each restores the signal handler
-            eviction_watch.stop()
-            page_prefetch.stop()
-            await jobs.stop()
-            db.dispose()
 
     app = FastAPI(
         title="FleetWatch",
