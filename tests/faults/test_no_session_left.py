@@ -100,7 +100,7 @@ def test_an_app_stopped_cleanly_leaves_no_session(database: str) -> None:
 def test_each_server_process_leaves_no_session(database: str, role: str, tmp_path: Path) -> None:
     _migrated(database)
     token = create_token(database, "read")
-    assert _sessions(database) == [], "`fleetwatch token create` left a session"
+    assert _sessions(database) == [], "making a token left a session"
     with live_server(database, tmp_path, "--role", role) as server:
         with server.client(token) as client:
             # A long-poll opens the eviction watcher's LISTEN session of this process.

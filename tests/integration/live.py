@@ -54,17 +54,23 @@ def fleetwatch(*args: str, check: bool = True, env: dict[str, str] | None = None
 
 
 def create_token(database_url: str, scope: str, name: str | None = None) -> str:
-    out = fleetwatch(
-        "token",
-        "create",
-        "--scope",
-        scope,
-        "--name",
-        name or f"it-{scope}",
-        "--database-url",
-        database_url,
-    )
-    return out.strip().splitlines()[-1]
+    """A new token, made in this process as `fleetwatch token create` makes it (migrating an
+    SQLite file first): a process of its own per token cost 1.5 s of CPU, and the suite makes
+    a hundred. The command itself is tested in tests/unit/cli/test_cli.py."""
+    from fleetwatch.config import ServerSettings
+    from fleetwatch.server.auth import create_token as make_token
+    from fleetwatch.server.db.migrate import prepare_database
+    from fleetwatch.server.db.session import Database, make_engine
+
+    settings = ServerSettings(database_url=database_url, _env_file=None)  # type: ignore[call-arg]
+    db = Database(make_engine(settings))
+    try:
+        prepare_database(db.engine, settings)
+        with db.write() as conn:
+            token, _ = make_token(conn, name=name or f"it-{scope}", scope=scope)
+    finally:
+        db.dispose()
+    return token
 
 
 @dataclass
