@@ -35,24 +35,6 @@ SHARED = REPO.parent / "shared"
 TEST_SECRET_KEY = "gbQ8wacjKpfPdEwoxF_F7tkviWrs_OSrv8akOYcNQFo="
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Deal the tests that start real processes (tests/integration, tests/faults) out to every
-    xdist worker, each worker's share first in its queue.
-
-    ``--dist worksteal`` hands each worker one contiguous third of the collection; in file order
-    the first worker got every live test and the others took them over only by stealing, so the
-    longest of them (a 2-minute install in a fresh venv) could start last and run alone. Each
-    worker collects the same tests and deals them the same way, as xdist requires.
-    """
-    workers = int(getattr(config, "workerinput", {}).get("workercount", 0))
-    if workers < 2:
-        return
-    live_dirs = ("tests/integration/", "tests/faults/")
-    live = [item for item in items if item.nodeid.startswith(live_dirs)]
-    rest = [item for item in items if not item.nodeid.startswith(live_dirs)]
-    items[:] = [item for k in range(workers) for item in (*live[k::workers], *rest[k::workers])]
-
-
 @pytest.fixture(autouse=True)
 def _gc_thresholds_restored() -> Iterator[None]:
     """A started app tunes this process's garbage collector (gc_gen0_threshold), as a server
