@@ -4,7 +4,7 @@
 The leader encodes each whole-fleet snapshot once (``server/judge/snapshot_codec.py``) and every
 other process decodes it instead of judging the fleet itself. This builds a synthetic snapshot of
 ``--nodes`` x 8 GPUs, every GPU with every covariate (random floats: the least compressible case;
-a real fleet's covariates repeat more, see BENCHMARKS.md for a stored one) and one GPU in a
+a real fleet's covariates repeat more, see benchmarks/HISTORY.md for a stored one) and one GPU in a
 hundred with an Xid verdict, then times each direction ``--repeat`` times in this process's CPU,
 with the server's collector threshold (``gc_gen0_threshold``, 50,000), and prints the size.
 

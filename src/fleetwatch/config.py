@@ -183,7 +183,7 @@ class ServerSettings(BaseSettings):
         description="PostgreSQL: how long a group of routine pushes waits for more before it is "
         "stored (pushes with events never wait); 0 stores what is queued at once. A routine push "
         "comes once a minute and nothing waits on its answer; at 100,000 GPUs 25, 100 and 250 ms "
-        "cost 70.7, 61.9 and 58.7 server + PostgreSQL CPU µs a GPU row (BENCHMARKS.md)",
+        "cost 70.7, 61.9 and 58.7 server + PostgreSQL CPU µs a GPU row (benchmarks/HISTORY.md)",
     )
     refit_interval_s: float = Field(
         default=21600.0,
@@ -207,7 +207,7 @@ class ServerSettings(BaseSettings):
     rules_file: Path | None = Field(
         default=None,
         description="TOML with per-fleet rule overrides: [xid.<code>] rows of the Xid catalogue "
-        "and a [health] table of thresholds (see README)",
+        "and a [health] table of thresholds (see docs/judging.md)",
     )
     background_jobs: bool = Field(
         default=True,

@@ -44,7 +44,7 @@ RECORD_COLUMNS = ("serial", "location", "inserted", "removed", "event")
 LOCATION_COLUMNS = ("col", "row", "cage", "slot", "node")
 MODEL_COLUMNS = (*LOCATION_COLUMNS, "col_odd", "lot_fail_rate", "cabinet_fail_rate")
 """Covariates of the backtest's model: location plus the history covariates that helped on the
-earlier Titan cutoffs (BENCHMARKS.md, "Titan backtest")."""
+earlier Titan cutoffs (benchmarks/HISTORY.md, "Titan backtest")."""
 _LOCATION = re.compile(r"^c(?P<col>\d+)-(?P<row>\d+)c(?P<cage>\d+)s(?P<slot>\d+)n(?P<node>\d+)$")
 _DAY = pd.Timedelta(days=1)
 

@@ -1,6 +1,6 @@
 """The figures operators are held to, over a period ``[since, until)``, from plain inputs.
 
-Definitions (the README's "Availability" section says the same):
+Definitions (docs/telling.md's "Availability" says the same):
 
 * **Exposure** of a node: ``[max(since, node joined), until)``, in node-hours.
 * **Planned downtime**: the node's maintenance windows, clipped to its exposure (given, not

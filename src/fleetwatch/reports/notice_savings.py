@@ -1,6 +1,6 @@
 """Work saved by drain notices (issue 15) over a period ``[since, until)``, from plain inputs.
 
-Definitions (the README's "Work saved by notices" says the same):
+Definitions (docs/telling.md's "Work saved by notices" says the same):
 
 * **Failures**: hardware failures in the period (a GPU lifetime ended by a failure, or a drain
   by a rule: :class:`~fleetwatch.reports.job_failures.NodeFailure`) on a node a job ran on at

@@ -1,4 +1,4 @@
-"""One ISO week of fleet reliability, computed from the week's rows (definitions in the README).
+"""One ISO week of fleet reliability from the week's rows (definitions in docs/telling.md).
 
 :func:`build_weekly` takes the rows of the week and of the week before (:class:`WeekData`; the
 server loads them, :func:`fleetwatch.server.repo.report_rows.compute_weekly`). Every figure is a

@@ -6,8 +6,8 @@ The writer takes every push queued while it stored the last group, then waits up
 ``max_rows`` samples). The wait is what makes groups worth having at a steady fleet's load:
 a group's statements and commit cost about the same for one push as for ten, so at 100,000
 GPUs (about 200 pushes a second) a longer wait is fewer CPU µs a GPU row (the figures per wait:
-``ingest_group_linger_ms`` in config, BENCHMARKS.md). A routine push carries no event (those are
-stored at once, never grouped), so a quarter second more before its answer delays nothing
+``ingest_group_linger_ms`` in config, benchmarks/HISTORY.md). A routine push carries no event
+(those are stored at once, never grouped), so a quarter second more before its answer delays nothing
 anyone waits for. Each push is still answered only after its own group
 committed. A push the group leaves out, and every push of a group whose transaction
 failed, gets None and is stored on its own by the route, with every answer that path gives

@@ -4,8 +4,9 @@ glibc gives each new thread its own malloc arena, up to 8 per core. A server pro
 dozens of threads (uvicorn's thread pool, the ingest group writer, the background jobs), and
 memory freed in one arena is not reused by another: at fleet scale the arenas hold hundreds of
 megabytes that no object uses. Measured in the 100,000-GPU benchmark (``fleet_scale.py
---no-prometheus --duration 300``, BENCHMARKS.md): peak RSS of the two server processes 2.61 and
-2.42 GiB with glibc's default, 2.02 GiB with two arenas, and the same CPU per row.
+--no-prometheus --duration 300``, benchmarks/HISTORY.md): peak RSS of the two server
+processes 2.61 and 2.42 GiB with glibc's default, 2.02 GiB with two arenas, the same CPU per
+row.
 
 Python's own small objects live in pymalloc's arenas, which this does not touch; what goes
 through malloc is every object over 512 bytes and what C extensions allocate (NumPy arrays,

@@ -1,7 +1,7 @@
 """Verified bearer tokens, remembered for a few seconds so that a request costs no token query.
 
 Checking a token costs a pool checkout, a ``SELECT`` and a threadpool hop on every request (0.4
-to 0.7 ms of server CPU each, measured in BENCHMARKS.md). A token that checked out is remembered
+to 0.7 ms of server CPU each, in benchmarks/HISTORY.md). A token that checked out is remembered
 for ``ttl_s`` seconds, keyed by its SHA-256, so no secret is held in clear. What a revocation
 takes to bite:
 

@@ -18,7 +18,7 @@ read position (a sample id in ``leader_state``) is dropped: the next rollups pas
 recent hours, as on a fresh start. The conversion reads and writes every sample in the
 migration's transaction, logging its progress every million rows: plan the upgrade like any
 table rewrite (about a minute per 10 million rows was measured on a 2-core machine; see
-BENCHMARKS.md). Downgrade decodes the blocks back into a 0016 ``gpu_samples`` table, with new
+benchmarks/HISTORY.md). Downgrade decodes the blocks back into a 0016 ``gpu_samples`` table, with new
 ids.
 
 The conversion uses this package's block codec: the layout is versioned in each block

@@ -52,7 +52,7 @@ async def get_availability(
         Query(max_length=8, description="Node labels to break MTBF/MTTR down by (sku, rack, ...)"),
     ] = None,
 ) -> dict[str, Any]:
-    """Figures over ``[since, until)`` (default: the last 7 days). Definitions: the README's
+    """Figures over ``[since, until)`` (default: the last 7 days). Definitions: docs/telling.md's
     "Availability" section."""
     now = datetime.now(UTC)
     end = parse_instant(until, name="until", now=now) or now

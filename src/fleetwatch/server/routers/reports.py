@@ -62,7 +62,7 @@ async def get_weekly_report(
     ] = None,
     format: Annotated[Format, Query(description="json, html or pdf")] = "json",
 ) -> Response:
-    """Monday 00:00 to Monday 00:00 UTC; figures are defined in the README."""
+    """Monday 00:00 to Monday 00:00 UTC; figures are defined in docs/telling.md."""
     return await weekly_report_response(db, settings, week, format)
 
 

@@ -1,5 +1,5 @@
 """Availability figures over a period (issue 14); definitions in
-:mod:`fleetwatch.reports.availability` and the README."""
+:mod:`fleetwatch.reports.availability` and docs/telling.md."""
 
 from __future__ import annotations
 
