@@ -60,7 +60,12 @@ from fleetwatch.rules.host_evidence import (
     sxid_evidence,
 )
 from fleetwatch.rules.thresholds import HealthThresholds, source_of
-from fleetwatch.rules.unreadable import UNREADABLE_HOST, Unreadable, unreadable, unreadable_verdict
+from fleetwatch.rules.unreadable import (
+    UNREADABLE_HOST,
+    Unreadable,
+    readable_recent,
+    unreadable_verdict,
+)
 from fleetwatch.rules.xid_catalog import Action, Severity
 
 __all__ = [
@@ -126,16 +131,7 @@ def judge_host_errors(
     by_uuid = {uuid: pci for pci, uuid in gpus.items()}
     evs: dict[str, list[HostRecord]] = defaultdict(list)
     skipped: list[Unreadable] = []
-    for e in events:
-        if e.kind not in HOST_KINDS:
-            continue
-        ts = e.ts if e.ts is not None else now
-        if ts < since:
-            continue
-        problem = unreadable(e.kind, ts, e.details)
-        if problem is not None:
-            skipped.append(problem)  # stored before ingest checked it: named, not judged
-            continue
+    for e, ts in readable_recent(events, HOST_KINDS, since=since, now=now, skipped=skipped):
         uuid = getattr(e, "uuid", None)
         evs[e.kind].append(HostRecord(e.kind, ts, e.pci_bus_id, uuid, e.details or {}))
     for items in evs.values():

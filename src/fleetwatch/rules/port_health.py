@@ -39,7 +39,12 @@ from fleetwatch.rules.host_errors import HostEventLike, HostVerdict
 from fleetwatch.rules.host_evidence import MOST_ERRORS, HostRecord, densest
 from fleetwatch.rules.port_events import PORT_KINDS
 from fleetwatch.rules.thresholds import HealthThresholds, source_of
-from fleetwatch.rules.unreadable import UNREADABLE_PORT, Unreadable, unreadable, unreadable_verdict
+from fleetwatch.rules.unreadable import (
+    UNREADABLE_PORT,
+    Unreadable,
+    readable_recent,
+    unreadable_verdict,
+)
 
 __all__ = ["PORT_KINDS", "is_urgent_port_event", "judge_port_events"]
 
@@ -71,16 +76,7 @@ def judge_port_events(
     since = now - lookback
     by_port: dict[str, list[HostRecord]] = defaultdict(list)
     skipped: list[Unreadable] = []
-    for e in events:
-        if e.kind not in PORT_KINDS:
-            continue
-        ts = e.ts if e.ts is not None else now
-        if ts < since:
-            continue
-        problem = unreadable(e.kind, ts, e.details)
-        if problem is not None:
-            skipped.append(problem)  # stored before ingest checked it: named, not judged
-            continue
+    for e, ts in readable_recent(events, PORT_KINDS, since=since, now=now, skipped=skipped):
         details = e.details or {}
         if "device" not in details:
             continue

@@ -23,10 +23,10 @@ as its own kind, ``unreadable_evidence``, so that someone fixes what sent it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from fleetwatch.event_details import details_problem
 from fleetwatch.rules.host_evidence import HostVerdict
@@ -37,6 +37,7 @@ __all__ = [
     "UNREADABLE_PORT",
     "UNREADABLE_RULES",
     "Unreadable",
+    "readable_recent",
     "unreadable",
     "unreadable_verdict",
 ]
@@ -73,6 +74,41 @@ def unreadable(kind: str, ts: datetime, details: Mapping[str, Any] | None) -> Un
         return None
     path, reason = problem
     return Unreadable(kind, ts, ".".join(["details", *map(str, path)]), reason)
+
+
+class _Dated(Protocol):
+    @property
+    def kind(self) -> str: ...
+    @property
+    def ts(self) -> datetime | None: ...
+    @property
+    def details(self) -> Mapping[str, Any] | None: ...
+
+
+_E = TypeVar("_E", bound=_Dated)
+
+
+def readable_recent(
+    events: Iterable[_E],
+    kinds: Collection[str],
+    *,
+    since: datetime,
+    now: datetime,
+    skipped: list[Unreadable],
+) -> Iterator[tuple[_E, datetime]]:
+    """The events of ``kinds`` from ``since`` on (an undated one counts as ``now``), each with its
+    time, whose details the rules can read; the others of them are added to ``skipped``."""
+    for event in events:
+        if event.kind not in kinds:
+            continue
+        ts = event.ts if event.ts is not None else now
+        if ts < since:
+            continue
+        problem = unreadable(event.kind, ts, event.details)
+        if problem is not None:
+            skipped.append(problem)  # stored before ingest checked it: named, not judged
+            continue
+        yield event, ts
 
 
 def unreadable_verdict(rule: str, skipped: Sequence[Unreadable]) -> HostVerdict:
