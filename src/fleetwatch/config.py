@@ -378,7 +378,12 @@ class ServerSettings(BaseSettings):
     webhook_delivery_interval_s: float = Field(
         default=1.0, gt=0, description="How often the webhook outbox is checked for due deliveries"
     )
-    webhook_timeout_s: float = Field(default=10.0, gt=0, description="Timeout of one delivery")
+    webhook_timeout_s: float = Field(
+        default=10.0,
+        gt=0,
+        description="Timeout of one delivery; a worker's claim on a delivery lasts 6 times this, "
+        "after which another worker sends it again (the claimer died mid-send)",
+    )
     webhook_max_attempts: int = Field(
         default=12, ge=1, description="A delivery is dead after this many failed attempts"
     )

@@ -72,7 +72,15 @@ def test_agents_lose_nothing_and_duplicate_nothing_across_a_server_outage(
             )
             for i, capture in enumerate(CAPTURES)
         ]
-        time.sleep(5)
+        # Every agent reaches the server before it goes down (counted, not timed).
+        deadline = time.monotonic() + 120
+        pushed: list[float | None] = []
+        while time.monotonic() < deadline:
+            pushed = [a.metric("fleetwatch_agent_pushed_batches_total") for a in agents]
+            if all(p is not None and p >= 1 for p in pushed):
+                break
+            time.sleep(0.2)
+        assert all(p is not None and p >= 1 for p in pushed), pushed
     # The server is down now; agents keep collecting into their spools. Counted, not timed:
     # wait (generously) until every spool holds 10 batches, then stay down the rest of the outage.
     down = time.monotonic()

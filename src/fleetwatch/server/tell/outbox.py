@@ -47,7 +47,9 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-_LEASE = timedelta(seconds=60)
+# A claimed row is the claimer's for this many delivery timeouts (60 s at the default 10 s):
+# long enough for a send to finish, short enough that a dead claimer's rows go out soon after.
+LEASE_TIMEOUTS = 6
 _BATCH = 256
 _MAX_BACKOFF_S = 600.0
 
@@ -195,6 +197,7 @@ class OutboxWorker:
             timeout=settings.webhook_timeout_s, verify=_verifying_context()
         )
         self.rng = rng
+        self._lease = timedelta(seconds=LEASE_TIMEOUTS * settings.webhook_timeout_s)
         self._pool = ThreadPoolExecutor(settings.webhook_concurrency, "webhook")
 
     def close(self) -> None:
@@ -220,7 +223,7 @@ class OutboxWorker:
                 conn.execute(
                     update(webhook_outbox)
                     .where(webhook_outbox.c.id.in_(ids), due)
-                    .values(next_attempt_at=now + _LEASE)
+                    .values(next_attempt_at=now + self._lease)
                     .returning(webhook_outbox.c.id)
                 ).scalars()
             )
