@@ -98,10 +98,19 @@ def migrated_postgres_url(postgres_url: str) -> str:
 
 
 def _truncate(url: str) -> None:
+    """Empty the tables a test left rows in, and restart every sequence at 1. Truncating all
+    of them each time cost 90 ms a test on a quiet machine and several times that in a loaded
+    run: most tests touch a few tables."""
     db = Database(make_engine(ServerSettings(database_url=url)))
-    names = ", ".join(t.name for t in reversed(metadata.sorted_tables))
+    probe = " UNION ALL ".join(
+        f"SELECT '{t.name}' WHERE EXISTS (SELECT 1 FROM {t.name})" for t in metadata.sorted_tables
+    )
     with db.write() as conn:
-        conn.execute(text(f"TRUNCATE {names} RESTART IDENTITY CASCADE"))
+        used = list(conn.execute(text(probe)).scalars())
+        if used:
+            conn.execute(text(f"TRUNCATE {', '.join(used)} CASCADE"))
+        # A rolled-back insert moves a sequence too: tests count ids from 1.
+        conn.execute(text("SELECT setval(oid, 1, false) FROM pg_class WHERE relkind = 'S'"))
     db.dispose()
 
 
