@@ -2,8 +2,8 @@
 
 Agents are `fleetwatch agent` processes reading a real nvidia-smi XML capture (no GPU here); the
 server is a `fleetwatch server` process, stopped and restarted on the same port and database.
-They push every collection (down until each spool holds ten batches), or stage three collections
-per push (``--push-interval 3``, down for 30 s: ten pushes' worth): then the batches replayed
+They push every collection (down until each spool holds six batches), or stage three collections
+per push (``--push-interval 3``, down for 18 s: six pushes' worth): then the batches replayed
 after the outage hold several collections each, and the collections still staged when the agents
 stop are pushed by their shutdown.
 """
@@ -27,7 +27,8 @@ from tests.integration.live import (
     stop_agents,
 )
 
-OUTAGE_S = 30
+SPOOLED = 6  # batches each spool holds before the server comes back
+OUTAGE_S = 18  # SPOOLED pushes of 3 s
 # One real capture per node: each holds one GPU of its own.
 CAPTURES = (
     "fixtures/nvidia_smi/xml/telegraf__a100-sxm4-v12.xml",
@@ -82,19 +83,19 @@ def test_agents_lose_nothing_and_duplicate_nothing_across_a_server_outage(
             time.sleep(0.2)
         assert all(p is not None and p >= 1 for p in pushed), pushed
     # The server is down now; agents keep collecting into their spools. Counted, not timed:
-    # wait (generously) until every spool holds 10 batches, then stay down the rest of the outage.
+    # wait (generously) until every spool holds SPOOLED batches, then stay down the rest of the outage.
     down = time.monotonic()
     waiting: list[float | None] = []
     while time.monotonic() < down + 180:
         waiting = [a.metric("fleetwatch_agent_spool_batches") for a in agents]
-        if all(w is not None and w >= 10 for w in waiting):
+        if all(w is not None and w >= SPOOLED for w in waiting):
             break
         time.sleep(0.5)
-    assert all(w is not None and w >= 10 for w in waiting), waiting
+    assert all(w is not None and w >= SPOOLED for w in waiting), waiting
     if push_interval_s:
         # Staging agents (the default) also stay down for OUTAGE_S: collections staged, pushed,
-        # refused and spooled again ten times over. Agents pushing every collection have shown
-        # what they must with their ten spooled batches, and the suite spares the wait.
+        # refused and spooled again six times over. Agents pushing every collection have shown
+        # what they must with their six spooled batches, and the suite spares the wait.
         time.sleep(max(0.0, down + OUTAGE_S - time.monotonic()))
     with live_server(database_url, tmp_path, port=port) as server:
         deadline = time.monotonic() + 180
@@ -114,7 +115,7 @@ def test_agents_lose_nothing_and_duplicate_nothing_across_a_server_outage(
                 ).json()
                 stamps = [p["ts"] for p in samples["data"]]
                 cycles = _cycles(logs[agent.name], push_interval_s)
-                assert cycles >= 10, f"{agent.name} ran only {cycles} cycles"
+                assert cycles >= SPOOLED, f"{agent.name} ran only {cycles} cycles"
                 assert len(stamps) == len(set(stamps)), "a sample arrived twice"
                 assert len(stamps) == cycles, f"{agent.name}: {len(stamps)} stored of {cycles}"
                 if push_interval_s:
