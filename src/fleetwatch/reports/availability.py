@@ -210,10 +210,6 @@ class _NodeTime:
     failures: int = 0
     repairs_s: list[float] = field(default_factory=list)
 
-    @property
-    def up_s(self) -> float:
-        return self.exposure_s - self.planned_s - self.unplanned_s
-
 
 def _node_times(p: FleetPeriod) -> dict[str, _NodeTime]:
     eps = episodes(p.outages, p.until)

@@ -19,7 +19,6 @@ typo cannot silently leave a default in force.
 from __future__ import annotations
 
 import math
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from types import MappingProxyType
@@ -200,15 +199,6 @@ class HealthThresholds:
     def from_mapping(cls, overrides: Mapping[str, Any] | None = None) -> HealthThresholds:
         """The defaults with ``overrides`` applied (keys are field names)."""
         return cls().with_overrides(overrides or {})
-
-    @classmethod
-    def from_toml(cls, text: str, table: str = "health") -> HealthThresholds:
-        """The defaults with the ``[table]`` of a TOML document applied (absent table: defaults)."""
-        doc = tomllib.loads(text)
-        overrides = doc.get(table, {})
-        if not isinstance(overrides, dict):
-            raise ValueError(f"[{table}] must be a table")
-        return cls.from_mapping(overrides)
 
     def with_overrides(self, overrides: Mapping[str, Any]) -> HealthThresholds:
         known = {f.name: f for f in fields(self)}

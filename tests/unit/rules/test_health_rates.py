@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import tomllib
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -178,15 +179,20 @@ def test_fleet_override_changes_the_verdict() -> None:
     assert v.evidence["threshold"] == 10
 
 
+def _from_toml(text: str) -> HealthThresholds:
+    """The thresholds a rules file's ``[health]`` table gives, as ``load_rules`` reads them."""
+    return HealthThresholds.from_mapping(tomllib.loads(text).get("health"))
+
+
 def test_toml_overrides_extend_tables() -> None:
-    t = HealthThresholds.from_toml(
+    t = _from_toml(
         '[health]\ntemp_margin_c = 5\n[health.slowdown_temp_by_sku]\n"H100" = 90\n'
         "[health.pcie_replay_per_lane_per_min]\n4 = 2.0\n"
     )
     assert t.temp_margin_c == 5
     assert t.slowdown_temp_by_sku["H100"] == 90 and t.slowdown_temp_by_sku["A10"] == 98.0
     assert t.pcie_replay_per_lane_per_min[4] == 2.0 and t.pcie_replay_per_lane_per_min[5] == 1.92
-    assert HealthThresholds.from_toml("[other]\nx = 1\n") == HealthThresholds()
+    assert _from_toml("[other]\nx = 1\n") == HealthThresholds()
 
 
 @pytest.mark.parametrize(

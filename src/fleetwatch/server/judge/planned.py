@@ -37,7 +37,6 @@ __all__ = [
     "caused_by_maintenance",
     "effective_end",
     "parse_selector",
-    "selector_text",
     "stands_in_maintenance",
     "window_nodes",
 ]
@@ -64,10 +63,6 @@ def parse_selector(text: str) -> dict[str, str]:
             raise ValueError(f"label {key!r} is given twice with different values")
         selector[key] = value
     return selector
-
-
-def selector_text(selector: Mapping[str, str]) -> str:
-    return ",".join(f"{k}={v}" for k, v in sorted(selector.items()))
 
 
 def caused_by_maintenance(verdict: Verdict) -> bool:
