@@ -598,15 +598,7 @@ class EvictionPlanner:
         planned = load_planned(conn, now)
         clocks = node_clocks(conn)  # one read for the three questions below
         silence = fleet_silence(
-            conn,
-            now=now,
-            factor=factor,
-            threshold_pct=settings.unreachable_storm_pct,
-            min_nodes=settings.unreachable_storm_min_nodes,
-            heard_since=heard,
-            planned=planned,
-            clocks=clocks,
-            lag_max_s=settings.unreachable_lag_grace_max_s,
+            conn, settings, now=now, heard_since=heard, planned=planned, clocks=clocks
         )
         lag = silence.lag_s
         result.next_run_s = next_unreachable_s(

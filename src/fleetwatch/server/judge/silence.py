@@ -33,7 +33,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from sqlalchemy import Connection, select
 
@@ -42,6 +42,9 @@ from fleetwatch.server.db.tables import nodes
 from fleetwatch.server.judge.ingest_lag import fleet_lag_s
 from fleetwatch.server.judge.liveness import node_state
 from fleetwatch.server.judge.planned import Planned
+
+if TYPE_CHECKING:
+    from fleetwatch.config import ServerSettings
 
 __all__ = [
     "FleetSilence",
@@ -127,20 +130,21 @@ def is_storm(silent: int, counted: int, threshold_pct: float, min_nodes: int = M
 
 def fleet_silence(
     conn: Connection,
+    settings: ServerSettings,
     *,
     now: datetime,
-    factor: float,
-    threshold_pct: float,
-    min_nodes: int = MIN_NODES,
     heard_since: datetime | None = None,
     planned: Planned | None = None,
     clocks: Sequence[NodeClock] | None = None,
-    lag_max_s: float = 0.0,
 ) -> FleetSilence:
-    """The fleet's silence at ``now`` (unreachable as the planner and the alerter judge it);
-    ``clocks``: every node's, read by the caller this pass (else read here); ``lag_max_s``: the
-    most the fleet's ingest lag moves a deadline (``unreachable_lag_grace_max_s``; 0: not at
-    all)."""
+    """The fleet's silence at ``now`` (unreachable as the planner and the alerter judge it),
+    by ``settings``' ``unreachable_*`` policy (``unreachable_lag_grace_max_s``: the most the
+    fleet's ingest lag moves a deadline; 0: not at all); ``clocks``: every node's, read by the
+    caller this pass (else read here)."""
+    factor = settings.unreachable_after_intervals
+    threshold_pct = settings.unreachable_storm_pct
+    min_nodes = settings.unreachable_storm_min_nodes
+    lag_max_s = settings.unreachable_lag_grace_max_s
     planned = planned or Planned()
     if clocks is None:
         rows = node_clocks(conn, now - RECENT)

@@ -125,14 +125,11 @@ class Alerter:
                 clocks = node_clocks(conn)  # one read for the silence and the conditions
                 silence = fleet_silence(
                     conn,
+                    self.settings,
                     now=now,
-                    factor=self.settings.unreachable_after_intervals,
-                    threshold_pct=self.settings.unreachable_storm_pct,
-                    min_nodes=self.settings.unreachable_storm_min_nodes,
                     heard_since=self.heard_since,
                     planned=planned,
                     clocks=clocks,
-                    lag_max_s=self.settings.unreachable_lag_grace_max_s,
                 )
                 active = derive_conditions(
                     conn,

@@ -101,16 +101,7 @@ def derive_conditions(
     planned = planned or Planned()
     factor = settings.unreachable_after_intervals
     if silence is None:
-        silence = fleet_silence(
-            conn,
-            now=now,
-            factor=factor,
-            threshold_pct=settings.unreachable_storm_pct,
-            min_nodes=settings.unreachable_storm_min_nodes,
-            heard_since=heard_since,
-            planned=planned,
-            lag_max_s=settings.unreachable_lag_grace_max_s,
-        )
+        silence = fleet_silence(conn, settings, now=now, heard_since=heard_since, planned=planned)
     node_rows = node_clocks(conn) if clocks is None else clocks
     clusters = node_clusters(conn)
     found.update(gpu_conditions(conn, assessment, planned, clusters))
