@@ -13,30 +13,34 @@ in-process event is not enough:
 
 Waiting requests hold neither a database connection nor a threadpool thread while they wait:
 they await an ``asyncio`` future. ``stop()`` (server shutdown, or SIGINT/SIGTERM seen by uvicorn)
-releases them all at once.
+releases them all at once. :func:`long_poll` is that wait, for the evictions list and job notices
+alike.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import signal
 import threading
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Sized
 from types import FrameType
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import Engine
 
 from fleetwatch.server.db.session import own_conninfo
 
-__all__ = ["CHANNEL", "EvictionWatch"]
+__all__ = ["CHANNEL", "EvictionWatch", "long_poll"]
 
 logger = logging.getLogger(__name__)
 
 CHANNEL = "fleetwatch_evictions"
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
 _Handler = Callable[[int, FrameType | None], Any]
+# What a long-poll reads: the rows found first (nothing found: empty), then whatever goes with them.
+_Answer = TypeVar("_Answer", bound=tuple[Sized, object])
 
 
 class EvictionWatch:
@@ -146,3 +150,32 @@ class EvictionWatch:
         self._stop.set()
         self.notify()
         self._chained[sig](sig, frame)
+
+
+async def long_poll(
+    watch: EvictionWatch | None,
+    read: Callable[[], Awaitable[_Answer]],
+    *,
+    wait_s: float,
+    gone: Callable[[], Awaitable[bool]],
+) -> _Answer:
+    """``read()`` again on every change ``watch`` hears of (and every ``recheck_s``) until it
+    finds rows, ``wait_s`` has passed, the client is ``gone()`` or the server stops; the last
+    answer. Without a watch (an app not started by its lifespan) the first answer."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + wait_s
+    while True:
+        # Taken before the read: a change between the read and the wait still wakes us.
+        woken = watch.waiter() if watch is not None else None
+        try:
+            answer = await read()
+            remaining = deadline - loop.time()
+            if len(answer[0]) or remaining <= 0 or woken is None or watch is None or watch.stopping:
+                return answer
+            if await gone():
+                return answer
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(woken), min(remaining, watch.recheck_s))
+        finally:
+            if woken is not None and watch is not None:
+                watch.discard(woken)

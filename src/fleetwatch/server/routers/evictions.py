@@ -11,15 +11,13 @@ it acts on, e.g. a return as well as a new drain, and not again of what it has a
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 from collections.abc import Sequence
 from typing import Annotated
 
 from fastapi import APIRouter, Body, Query, Request
 from fastapi.concurrency import run_in_threadpool
 
-from fleetwatch.server.act.eviction_watch import EvictionWatch
+from fleetwatch.server.act.eviction_watch import EvictionWatch, long_poll
 from fleetwatch.server.auth import Permission, check_permission
 from fleetwatch.server.db.base import utcnow
 from fleetwatch.server.db.session import Database
@@ -97,26 +95,12 @@ async def read_evictions(
     """With ``wait``, the request holds no database connection and no worker thread while it
     waits; it ends early when the client goes away or the server shuts down."""
     watch: EvictionWatch | None = getattr(request.app.state, "eviction_watch", None)
-    loop = asyncio.get_running_loop()
-    held_s = min(wait, request.app.state.settings.long_poll_max_s)
-    deadline = loop.time() + held_s
-    while True:
-        # Taken before the read: a change between the read and the wait still wakes us.
-        woken = watch.waiter() if watch is not None else None
-        try:
-            found, cursor = await run_in_threadpool(
-                _matching, db, state, node, changed_after, limit
-            )
-            remaining = deadline - loop.time()
-            if found or remaining <= 0 or woken is None or watch is None or watch.stopping:
-                break
-            if await request.is_disconnected():
-                break
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(asyncio.shield(woken), min(remaining, watch.recheck_s))
-        finally:
-            if woken is not None and watch is not None:
-                watch.discard(woken)
+    found, cursor = await long_poll(
+        watch,
+        lambda: run_in_threadpool(_matching, db, state, node, changed_after, limit),
+        wait_s=min(wait, request.app.state.settings.long_poll_max_s),
+        gone=request.is_disconnected,
+    )
     return EvictionsPublic(count=len(found), data=found, cursor=cursor)
 
 

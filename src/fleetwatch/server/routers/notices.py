@@ -8,14 +8,12 @@ reaches, woken by ``NOTIFY fleetwatch_notices`` (PostgreSQL) or in-process (SQLi
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Request
 from fastapi.concurrency import run_in_threadpool
 
-from fleetwatch.server.act.eviction_watch import EvictionWatch
+from fleetwatch.server.act.eviction_watch import EvictionWatch, long_poll
 from fleetwatch.server.db.session import Database
 from fleetwatch.server.deps import DatabaseDep, NoticeAuth
 from fleetwatch.server.repo.notices import list_notices, open_notices
@@ -53,22 +51,12 @@ async def read_notices(
     """A job the server has not heard of has no notices (an empty list, not 404): its ranks may
     ask before its first report arrives."""
     watch: EvictionWatch | None = getattr(request.app.state, "notice_watch", None)
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + min(wait, request.app.state.settings.long_poll_max_s)
-    while True:
-        woken = watch.waiter() if watch is not None else None  # before the read: no lost wake
-        try:
-            found, open_count = await run_in_threadpool(_read, db, job_id, after, limit)
-            remaining = deadline - loop.time()
-            if found or remaining <= 0 or woken is None or watch is None or watch.stopping:
-                break
-            if await request.is_disconnected():
-                break
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(asyncio.shield(woken), min(remaining, watch.recheck_s))
-        finally:
-            if woken is not None and watch is not None:
-                watch.discard(woken)
+    found, open_count = await long_poll(
+        watch,
+        lambda: run_in_threadpool(_read, db, job_id, after, limit),
+        wait_s=min(wait, request.app.state.settings.long_poll_max_s),
+        gone=request.is_disconnected,
+    )
     cursor = found[-1].id if found else after
     return NoticesPublic(
         job_id=job_id, count=len(found), data=found, cursor=cursor, open=open_count
