@@ -38,6 +38,7 @@ def test_compose_validates_against_the_compose_spec(
     compose: dict[str, Any], shared_dir: Path
 ) -> None:
     schema = json.loads((shared_dir / "reference/compose-spec/compose-spec.json").read_text())
+    # The spec is draft-07 (its README says so); name the validator rather than guess from $schema.
     jsonschema.Draft7Validator(schema).validate(compose)
 
 
@@ -53,6 +54,18 @@ def test_compose_runs_the_whole_monitoring_stack(compose: dict[str, Any]) -> Non
         nodes.add(next(a for a in args if a.startswith("--node-name=")))
     assert len(nodes) == len(agents), "two simulated agents claim one node"
     assert "build" in agents[0]
+
+
+def test_compose_builds_what_exists_and_serves_from_postgres(compose: dict[str, Any]) -> None:
+    """(Its mounted files: test_every_mounted_file_exists.)"""
+    services = compose["services"]
+    assert isinstance(services, dict)
+    assert {"postgres", "migrate", "server", "prometheus"} <= set(services)
+    for name, service in services.items():
+        if "build" in service:
+            assert (REPO / service["build"] / "Dockerfile").is_file(), name
+    server_env = services["server"]["environment"]
+    assert server_env["FLEETWATCH_SERVER_DATABASE_URL"].startswith("postgresql://")
 
 
 def test_every_mounted_file_exists(compose: dict[str, Any]) -> None:

@@ -1,16 +1,12 @@
-"""The product card: parts where a newcomer looks, lean agent extras, a valid Compose file."""
+"""The product card: parts where a newcomer looks, lean agent extras (the Compose file: see
+test_compose.py)."""
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 import tomllib
 from pathlib import Path
-
-import jsonschema
-import pytest
-import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -60,32 +56,3 @@ def test_agent_modules_import_without_server_modules() -> None:
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
-
-
-@pytest.fixture(scope="module")
-def compose() -> dict[str, object]:
-    loaded: dict[str, object] = yaml.safe_load((REPO / "docker-compose.yml").read_text())
-    return loaded
-
-
-def test_compose_file_validates_against_the_compose_spec(
-    compose: dict[str, object], shared_dir: Path
-) -> None:
-    schema = json.loads((shared_dir / "reference/compose-spec/compose-spec.json").read_text())
-    # The spec is draft-07 (its README says so); name the validator rather than guess from $schema.
-    jsonschema.Draft7Validator(schema).validate(compose)
-
-
-def test_compose_file_references_files_that_exist(compose: dict[str, object]) -> None:
-    services = compose["services"]
-    assert isinstance(services, dict)
-    assert {"postgres", "migrate", "server", "prometheus"} <= set(services)
-    for name, service in services.items():
-        if "build" in service:
-            assert (REPO / service["build"] / "Dockerfile").is_file(), name
-        for volume in service.get("volumes", []):
-            source = volume.split(":")[0]
-            if source.startswith("./") and not source.endswith(".token"):
-                assert (REPO / source).exists(), f"{name}: {source}"
-    server_env = services["server"]["environment"]
-    assert server_env["FLEETWATCH_SERVER_DATABASE_URL"].startswith("postgresql://")
