@@ -10,20 +10,55 @@ import base64
 import binascii
 import json
 import os
+import re
 import socket
 import tomllib
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
-from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from pydantic.config import JsonDict
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict, SettingsError
 
 from fleetwatch.errors import ConfigError
 
-__all__ = ["AgentSettings", "ServerSettings", "load_agent_settings", "load_server_settings"]
+__all__ = [
+    "SETTING_GROUPS",
+    "AgentSettings",
+    "ServerSettings",
+    "SettingGroup",
+    "env_var",
+    "load_agent_settings",
+    "load_server_settings",
+    "setting_group",
+]
 
 # The hourly rollups recompute up to 7 days back; raw samples must outlive that by a margin.
 MIN_RAW_RETENTION_DAYS = 8.0
+
+SettingGroup = Literal["operator", "fleet policy", "advanced"]
+# In the order `fleetwatch config show` and docs/configuration.md list them.
+SETTING_GROUPS: tuple[SettingGroup, ...] = ("operator", "fleet policy", "advanced")
+# Each field names its group in its own metadata (json_schema_extra), so a setting added without
+# one fails tests/unit/test_config_groups.py instead of landing in no group.
+# operator: what someone deploying FleetWatch must or commonly sets.
+OPERATOR: JsonDict = {"group": "operator"}
+# fleet policy: how the fleet is judged and acted on (thresholds, budgets, horizons, alerting).
+FLEET_POLICY: JsonDict = {"group": "fleet policy"}
+# advanced: internal tuning (limits, caches, pools, intervals of internal passes, GC, malloc).
+ADVANCED: JsonDict = {"group": "advanced"}
+# A field whose default is computed where it runs (the hostname) says what it is under
+# "default_shown", so that docs/configuration.md is the same on every machine.
+
+
+def setting_group(settings: type[BaseSettings], name: str) -> SettingGroup:
+    """The group a settings field declares; a ValueError names a field that declares none."""
+    extra = settings.model_fields[name].json_schema_extra
+    group = extra.get("group") if isinstance(extra, dict) else None
+    for known in SETTING_GROUPS:
+        if group == known:
+            return known
+    raise ValueError(f"{settings.__name__}.{name} names no setting group ({group!r})")
 
 
 class ServerSettings(BaseSettings):
@@ -34,38 +69,61 @@ class ServerSettings(BaseSettings):
     database_url: str = Field(
         default="sqlite:///fleetwatch.db",
         description="SQLAlchemy URL: sqlite:///path.db (embedded) or postgresql://user@host/db",
+        json_schema_extra=OPERATOR,
     )
-    host: str = Field(default="127.0.0.1", description="Address to listen on")
-    port: int = Field(default=8400, ge=1, le=65535, description="Port to listen on")
-    workers: int = Field(default=1, ge=1, le=64, description="Worker processes (uvicorn)")
+    host: str = Field(
+        default="127.0.0.1", description="Address to listen on", json_schema_extra=OPERATOR
+    )
+    port: int = Field(
+        default=8400, ge=1, le=65535, description="Port to listen on", json_schema_extra=OPERATOR
+    )
+    workers: int = Field(
+        default=1, ge=1, le=64, description="Worker processes (uvicorn)", json_schema_extra=OPERATOR
+    )
     role: Literal["api", "worker", "all"] = Field(
         default="all",
         description="api: serve requests (and keep a read-only assessment fresh); worker or all: "
         "also compete to be the one leader that runs the write jobs (PostgreSQL for more than one)",
+        json_schema_extra=OPERATOR,
     )
     insecure_no_auth: bool = Field(
         default=False,
         description="Accept requests without a token, as admin. Local experiments only.",
+        json_schema_extra=OPERATOR,
     )
     max_body_bytes: int = Field(
-        default=8 * 1024 * 1024, ge=1024, description="Largest ingest body, after decompression"
+        default=8 * 1024 * 1024,
+        ge=1024,
+        description="Largest ingest body, after decompression",
+        json_schema_extra=ADVANCED,
     )
-    max_gpus_per_batch: int = Field(default=1024, ge=1, description="Most GPUs in one batch")
+    max_gpus_per_batch: int = Field(
+        default=1024, ge=1, description="Most GPUs in one batch", json_schema_extra=ADVANCED
+    )
     max_samples_per_batch: int = Field(
-        default=50_000, ge=1, description="Most samples in one batch"
+        default=50_000, ge=1, description="Most samples in one batch", json_schema_extra=ADVANCED
     )
-    max_events_per_batch: int = Field(default=10_000, ge=1, description="Most events in one batch")
+    max_events_per_batch: int = Field(
+        default=10_000, ge=1, description="Most events in one batch", json_schema_extra=ADVANCED
+    )
     max_future_skew_s: float = Field(
-        default=300.0, ge=0, description="How far in the future a timestamp may be (clock skew)"
+        default=300.0,
+        ge=0,
+        description="How far in the future a timestamp may be (clock skew)",
+        json_schema_extra=ADVANCED,
     )
     max_past_age_s: float = Field(
         default=30 * 86400.0,
         gt=0,
         description="How old a sample or event may be when it arrives (an agent's spool keeps "
         "days of outage; older means a wrong clock): 30 days",
+        json_schema_extra=ADVANCED,
     )
     unreachable_after_intervals: float = Field(
-        default=3.0, gt=1, description="A node is unreachable after this many silent intervals"
+        default=3.0,
+        gt=1,
+        description="A node is unreachable after this many silent intervals",
+        json_schema_extra=FLEET_POLICY,
     )
     unreachable_lag_grace_max_s: float = Field(
         default=3600.0,
@@ -73,6 +131,7 @@ class ServerSettings(BaseSettings):
         description="While the fleet's pushes are stored late (the server behind on ingest), "
         "every unreachable deadline moves out by that lag (the median over the nodes heard in the "
         "last 10 minutes), at most this many seconds: a late push is not a silent node; 0 = off",
+        json_schema_extra=FLEET_POLICY,
     )
     token_cache_ttl_s: float = Field(
         default=5.0,
@@ -81,18 +140,25 @@ class ServerSettings(BaseSettings):
         description="How long a verified bearer token is remembered (no query per request). A "
         "token revoked through another server process or the CLI is refused within this many "
         "seconds (through this one: at once); 0 checks the database on every request",
+        json_schema_extra=ADVANCED,
     )
     metrics_cache_ttl_s: float = Field(
-        default=2.0, ge=0, description="How stale /metrics' cache of latest GPU state may be"
+        default=2.0,
+        ge=0,
+        description="How stale /metrics' cache of latest GPU state may be",
+        json_schema_extra=ADVANCED,
     )
     metrics_require_token: bool = Field(
-        default=True, description="/metrics needs a bearer token with read scope"
+        default=True,
+        description="/metrics needs a bearer token with read scope",
+        json_schema_extra=OPERATOR,
     )
     db_pool_size: int = Field(
         default=20,
         ge=1,
         description="PostgreSQL connections per worker, and as many again on demand; with the "
         "40 request threads this avoids opening new connections under load",
+        json_schema_extra=ADVANCED,
     )
     max_concurrent_ingest: int = Field(
         default=4,
@@ -100,6 +166,7 @@ class ServerSettings(BaseSettings):
         le=64,
         description="Ingest transactions at once per worker; more wait their turn, which costs "
         "less than many threads contending for one interpreter lock and the database",
+        json_schema_extra=ADVANCED,
     )
     log_accepted_pushes: bool = Field(
         default=False,
@@ -107,6 +174,7 @@ class ServerSettings(BaseSettings):
         "(200). Off by default: a 12,500-node fleet pushes about 200 times a second, and "
         "fleetwatch_ingest_batches_total counts them; refused pushes, every other request and "
         "every error are logged either way",
+        json_schema_extra=OPERATOR,
     )
     # Each connection holds a file descriptor until it closes, and uvicorn alone waits as long as
     # a client likes for a request's head or body: some 20,000 silent connections (the open-file
@@ -120,6 +188,7 @@ class ServerSettings(BaseSettings):
         "connection opened (or, on a kept-alive connection, after its first byte), else the "
         "connection is closed: an agent sends them in one packet, a silent client holds a "
         "connection for nothing",
+        json_schema_extra=ADVANCED,
     )
     http_body_timeout_s: float = Field(
         default=60.0,
@@ -127,12 +196,14 @@ class ServerSettings(BaseSettings):
         description="A request's body must have arrived this many seconds after its headers, else "
         "the connection is closed: the largest push (max_body_bytes, 8 MiB) needs 140 KB/s; a "
         "body trickling in byte by byte holds a connection as long as it likes otherwise",
+        json_schema_extra=ADVANCED,
     )
     http_idle_timeout_s: float = Field(
         default=5.0,
         gt=0,
         description="A kept-alive connection with no request for this many seconds is closed "
         "(uvicorn's keep-alive timeout; agents push once a minute and reconnect)",
+        json_schema_extra=ADVANCED,
     )
     http_max_connections: int = Field(
         default=4096,
@@ -142,6 +213,7 @@ class ServerSettings(BaseSettings):
         "so the database, the log and a refusal still find a descriptor. A 12,500-node fleet "
         "pushing once a minute holds about 1,000 across the processes (200 pushes a second, "
         "each connection kept 5 s after its answer; arithmetic, not a measurement)",
+        json_schema_extra=ADVANCED,
     )
     gc_gen0_threshold: int = Field(
         default=50_000,
@@ -150,6 +222,7 @@ class ServerSettings(BaseSettings):
         "server process (Python's default is 700); 0 leaves Python's own settings. A server "
         "holding a large fleet's snapshot spends a quarter of a second on each full collection, "
         "and the default makes them frequent",
+        json_schema_extra=ADVANCED,
     )
     malloc_arenas: int = Field(
         default=2,
@@ -158,6 +231,7 @@ class ServerSettings(BaseSettings):
         "one per thread up to that): fewer arenas hold less freed memory (peak RSS 2.61 -> 2.02 "
         "GiB at 100,000 GPUs, same CPU); 0 leaves glibc's default, and an operator's own "
         "MALLOC_ARENA_MAX wins",
+        json_schema_extra=ADVANCED,
     )
     malloc_mmap_threshold_kb: int = Field(
         default=256,
@@ -168,6 +242,7 @@ class ServerSettings(BaseSettings):
         "128 KiB and grows with each large block freed, up to 32 MiB, after which NumPy's "
         "arrays fragment the heaps); 0 leaves glibc's default, and an operator's own "
         "MALLOC_MMAP_THRESHOLD_ wins",
+        json_schema_extra=ADVANCED,
     )
     ingest_group_max_batches: int = Field(
         default=64,
@@ -175,6 +250,7 @@ class ServerSettings(BaseSettings):
         le=1024,
         description="PostgreSQL: routine pushes (known node and GPUs, samples only) waiting at "
         "one moment are stored in one transaction, up to this many; 0 stores each push alone",
+        json_schema_extra=ADVANCED,
     )
     ingest_group_linger_ms: float = Field(
         default=250.0,
@@ -184,35 +260,49 @@ class ServerSettings(BaseSettings):
         "stored (pushes with events never wait); 0 stores what is queued at once. A routine push "
         "comes once a minute and nothing waits on its answer; at 100,000 GPUs 25, 100 and 250 ms "
         "cost 70.7, 61.9 and 58.7 server + PostgreSQL CPU µs a GPU row (benchmarks/HISTORY.md)",
+        json_schema_extra=ADVANCED,
     )
     refit_interval_s: float = Field(
         default=21600.0,
         ge=0,
         description="Refit the risk models this often, in the background; 0 disables the schedule",
+        json_schema_extra=ADVANCED,
     )
     model_min_events: int = Field(
-        default=10, ge=1, description="Failures a SKU needs for its own Weibull fit"
+        default=10,
+        ge=1,
+        description="Failures a SKU needs for its own Weibull fit",
+        json_schema_extra=FLEET_POLICY,
     )
     model_min_aft_events: int = Field(
-        default=20, ge=1, description="Failures with telemetry the covariate (AFT) model needs"
+        default=20,
+        ge=1,
+        description="Failures with telemetry the covariate (AFT) model needs",
+        json_schema_extra=FLEET_POLICY,
     )
     model_window_days: float = Field(
-        default=7.0, gt=0, description="Telemetry window before each lifetime's end, in days"
+        default=7.0,
+        gt=0,
+        description="Telemetry window before each lifetime's end, in days",
+        json_schema_extra=FLEET_POLICY,
     )
     location_pattern: str | None = Field(
         default=None,
         description="Regex with named groups parsing locations into numeric model covariates "
         "loc_<name>, e.g. fleetwatch.inventory.TITAN_LOCATION_PATTERN",
+        json_schema_extra=OPERATOR,
     )
     rules_file: Path | None = Field(
         default=None,
         description="TOML with per-fleet rule overrides: [xid.<code>] rows of the Xid catalogue "
         "and a [health] table of thresholds (see docs/judging.md)",
+        json_schema_extra=OPERATOR,
     )
     background_jobs: bool = Field(
         default=True,
         description="Run the background jobs (rollups, lifetimes, assessment, model refits); "
         "off only in tests that drive them by hand",
+        json_schema_extra=ADVANCED,
     )
     long_poll_max_s: float = Field(
         default=60.0,
@@ -220,6 +310,7 @@ class ServerSettings(BaseSettings):
         le=60,
         description="The longest GET /v1/evictions?wait= is held (wait is still accepted up to "
         "60); lower only where a client cannot wait, e.g. an API fuzzer",
+        json_schema_extra=ADVANCED,
     )
     assess_interval_s: float = Field(
         default=60.0,
@@ -229,41 +320,52 @@ class ServerSettings(BaseSettings):
         "(PostgreSQL), or judges for itself when there is none fresh. The agents' default push "
         "interval: more often re-judges readings already judged. Events that may drain are "
         "judged at once by the urgent lane, whatever this is",
+        json_schema_extra=ADVANCED,
     )
     snapshot_poll_s: float = Field(
         default=2.0,
         ge=0,
         description="How often a process that is not the leader looks for the leader's newer "
         "stored fleet assessment (PostgreSQL); 0: every process judges the whole fleet itself",
+        json_schema_extra=ADVANCED,
     )
     snapshot_stale_after_s: float = Field(
         default=300.0,
         gt=0,
         description="A process that is not the leader judges the fleet itself when the leader's "
         "stored assessment was published longer ago than this (no leader, or one stuck)",
+        json_schema_extra=ADVANCED,
     )
     rollup_interval_s: float = Field(
         default=300.0,
         gt=0,
         description="How often the hourly telemetry rollups (model covariates) are updated",
+        json_schema_extra=ADVANCED,
     )
     lifecycle_interval_s: float = Field(
         default=300.0,
         gt=0,
         description="How often GPU lifetimes are derived (installs, failures, replacements)",
+        json_schema_extra=ADVANCED,
     )
     gpu_leave_after_s: float = Field(
         default=3600.0,
         gt=0,
         description="A GPU with a fatal verdict that has not reported for this long has failed",
+        json_schema_extra=FLEET_POLICY,
     )
     risk_horizons_h: list[float] = Field(
         default=[24.0, 168.0],
         min_length=1,
         description="Horizons (hours) of the failure probabilities exported on /metrics",
+        json_schema_extra=FLEET_POLICY,
     )
     max_steps_per_batch: int = Field(
-        default=10_000, ge=1, le=100_000, description="Most step reports in one POST of steps"
+        default=10_000,
+        ge=1,
+        le=100_000,
+        description="Most step reports in one POST of steps",
+        json_schema_extra=ADVANCED,
     )
     notice_risk_threshold: float = Field(
         default=0.5,
@@ -271,66 +373,107 @@ class ServerSettings(BaseSettings):
         le=1,
         description="A running job gets a risk notice when P(failure within its horizon) of one "
         "of its nodes reaches this; a job may choose its own at start",
+        json_schema_extra=FLEET_POLICY,
     )
     notice_horizon_h: float = Field(
         default=24.0,
         gt=0,
         le=8760,
         description="The horizon (hours) of a job's risk notices unless it chose one at start",
+        json_schema_extra=FLEET_POLICY,
     )
     notice_job_idle_s: float = Field(
         default=3600.0,
         gt=0,
         description="A job that has not ended is running while it reported within this many "
         "seconds (steps or start); only running jobs get notices",
+        json_schema_extra=FLEET_POLICY,
     )
     straggler_interval_s: float = Field(
-        default=10.0, gt=0, description="How often the straggler detector reads new step reports"
+        default=10.0,
+        gt=0,
+        description="How often the straggler detector reads new step reports",
+        json_schema_extra=ADVANCED,
     )
     straggler_window_s: float = Field(
-        default=10.0, gt=0, description="Width of one straggler window, in the job's step time"
+        default=10.0,
+        gt=0,
+        description="Width of one straggler window, in the job's step time",
+        json_schema_extra=FLEET_POLICY,
     )
     straggler_ratio: float = Field(
         default=1.25,
         gt=1.0,
         description="A node is slow in a window when its median step is at least this times the "
         "job's median (and a robust outlier)",
+        json_schema_extra=FLEET_POLICY,
     )
     straggler_windows: int = Field(
-        default=3, ge=1, description="Consecutive slow windows before a node is a straggler"
+        default=3,
+        ge=1,
+        description="Consecutive slow windows before a node is a straggler",
+        json_schema_extra=FLEET_POLICY,
     )
 
     # -- eviction planner (issue 5) --
     planner_interval_s: float = Field(
-        default=10.0, gt=0, description="How often the eviction planner turns verdicts into drains"
+        default=10.0,
+        gt=0,
+        description="How often the eviction planner turns verdicts into drains",
+        json_schema_extra=ADVANCED,
     )
     planner_dry_run: bool = Field(
         default=False,
         description="Create evictions as dry-run recommendations (state recommended) only",
+        json_schema_extra=OPERATOR,
     )
     drain_horizon_h: float = Field(
-        default=24.0, gt=0, description="Horizon (hours) of the failure probability that drains"
+        default=24.0,
+        gt=0,
+        description="Horizon (hours) of the failure probability that drains",
+        json_schema_extra=FLEET_POLICY,
     )
-    gpu_hour_usd: float = Field(default=2.5, ge=0, description="Cost of one GPU-hour, in USD")
+    gpu_hour_usd: float = Field(
+        default=2.5,
+        ge=0,
+        description="Cost of one GPU-hour, in USD",
+        json_schema_extra=FLEET_POLICY,
+    )
     job_gpus: int = Field(
-        default=512, ge=1, description="GPUs of the job that a node failure interrupts"
+        default=512,
+        ge=1,
+        description="GPUs of the job that a node failure interrupts",
+        json_schema_extra=FLEET_POLICY,
     )
     checkpoint_interval_h: float = Field(
-        default=1.0, gt=0, description="Jobs' checkpoint interval; a failure loses half of one"
+        default=1.0,
+        gt=0,
+        description="Jobs' checkpoint interval; a failure loses half of one",
+        json_schema_extra=FLEET_POLICY,
     )
     restart_h: float = Field(
-        default=0.25, ge=0, description="Hours a job needs to restart after a failure"
+        default=0.25,
+        ge=0,
+        description="Hours a job needs to restart after a failure",
+        json_schema_extra=FLEET_POLICY,
     )
     drain_hours: float = Field(
-        default=4.0, ge=0, description="Hours a drained node is out of service (drain + check)"
+        default=4.0,
+        ge=0,
+        description="Hours a drained node is out of service (drain + check)",
+        json_schema_extra=FLEET_POLICY,
     )
     straggler_drain_after_s: float = Field(
-        default=600.0, ge=0, description="A hardware straggler open this long is drained"
+        default=600.0,
+        ge=0,
+        description="A hardware straggler open this long is drained",
+        json_schema_extra=FLEET_POLICY,
     )
     eviction_cooldown_s: float = Field(
         default=3600.0,
         ge=0,
         description="No new eviction of a node this soon after a rejection or a return",
+        json_schema_extra=FLEET_POLICY,
     )
     repeat_offender_days: float = Field(
         default=30.0,
@@ -338,12 +481,14 @@ class ServerSettings(BaseSettings):
         le=3650,
         description="A node evicted for a hardware reason again this many days after a return "
         "is a repeat offender: marked, alerted, reported, and drained first (0: off)",
+        json_schema_extra=FLEET_POLICY,
     )
     drain_budget_pct: float = Field(
         default=5.0,
         gt=0,
         le=100,
         description="Most nodes draining at once, in percent of known nodes (at least one)",
+        json_schema_extra=FLEET_POLICY,
     )
     unreachable_storm_pct: float = Field(
         default=4.0,
@@ -354,76 +499,108 @@ class ServerSettings(BaseSettings):
         "server's ingest, the network): "
         "no new unreachable evictions or per-node alerts, one fleet_silence alert instead. "
         "Below drain_budget_pct, so a silence's onset cannot fill the drain budget; 0 = off",
+        json_schema_extra=FLEET_POLICY,
     )
     unreachable_storm_min_nodes: int = Field(
         default=10,
         ge=2,
         description="A fleet-wide silence needs at least this many unreachable nodes: a small "
         "fleet's few silent nodes (one rack's power) are drained and paged one by one",
+        json_schema_extra=FLEET_POLICY,
     )
 
     # -- alerts and webhooks (issue 6) --
     alert_interval_s: float = Field(
-        default=10.0, gt=0, description="How often active conditions are turned into alerts"
+        default=10.0,
+        gt=0,
+        description="How often active conditions are turned into alerts",
+        json_schema_extra=ADVANCED,
     )
     alert_group_threshold: int = Field(
         default=10,
         ge=1,
         description="More new (or resolved) alerts than this for one subscription in one pass "
         "go out as one grouped delivery listing them",
+        json_schema_extra=FLEET_POLICY,
     )
     alert_wear_out_hold_s: float = Field(
-        default=7 * 86400.0, gt=0, description="A wear-out onset alert stays firing this long"
+        default=7 * 86400.0,
+        gt=0,
+        description="A wear-out onset alert stays firing this long",
+        json_schema_extra=FLEET_POLICY,
     )
     webhook_delivery_interval_s: float = Field(
-        default=1.0, gt=0, description="How often the webhook outbox is checked for due deliveries"
+        default=1.0,
+        gt=0,
+        description="How often the webhook outbox is checked for due deliveries",
+        json_schema_extra=ADVANCED,
     )
     webhook_timeout_s: float = Field(
         default=10.0,
         gt=0,
         description="Timeout of one delivery; a worker's claim on a delivery lasts 6 times this, "
         "after which another worker sends it again (the claimer died mid-send)",
+        json_schema_extra=FLEET_POLICY,
     )
     webhook_max_attempts: int = Field(
-        default=12, ge=1, description="A delivery is dead after this many failed attempts"
+        default=12,
+        ge=1,
+        description="A delivery is dead after this many failed attempts",
+        json_schema_extra=FLEET_POLICY,
     )
     webhook_concurrency: int = Field(
-        default=8, ge=1, le=64, description="Deliveries in flight at once per worker"
+        default=8,
+        ge=1,
+        le=64,
+        description="Deliveries in flight at once per worker",
+        json_schema_extra=ADVANCED,
     )
     alertmanager_repeat_s: float = Field(
         default=60.0,
         gt=0,
         description="Firing alerts are re-posted to Alertmanager this often (endsAt = 3x ahead)",
+        json_schema_extra=FLEET_POLICY,
     )
 
     # -- weekly report (issue 6) --
     sla_availability: float = Field(
-        default=0.99, gt=0, le=1, description="Availability target of the weekly report's SLA"
+        default=0.99,
+        gt=0,
+        le=1,
+        description="Availability target of the weekly report's SLA",
+        json_schema_extra=FLEET_POLICY,
     )
     sla_mttr_h: float = Field(
-        default=24.0, gt=0, description="Mean time to repair target (hours) of the weekly report"
+        default=24.0,
+        gt=0,
+        description="Mean time to repair target (hours) of the weekly report",
+        json_schema_extra=FLEET_POLICY,
     )
     sla_recovery_minutes: float = Field(
         default=15.0,
         gt=0,
         description="Time-to-recover target (minutes): from a failure to the job resumed where "
         "jobs report restarts, else to the node back in service",
+        json_schema_extra=FLEET_POLICY,
     )
     job_failure_before_s: float = Field(
         default=1800.0,
         ge=0,
         description="A failed job is interrupted by hardware when one of its nodes failed or "
         "was drained by a rule at most this long before the job's end",
+        json_schema_extra=FLEET_POLICY,
     )
     job_failure_after_s: float = Field(
         default=300.0,
         ge=0,
         description="... or at most this long after it (the failure seen late)",
+        json_schema_extra=FLEET_POLICY,
     )
     report_delay_h: float = Field(
         default=6.0,
         ge=0,
         description="Hours after Monday 00:00 UTC before last week's report is built and sent",
+        json_schema_extra=FLEET_POLICY,
     )
 
     # -- storage lifecycle (issue 12) --
@@ -433,17 +610,20 @@ class ServerSettings(BaseSettings):
         "at a time, so up to one day more. At least 8: the hourly rollups are recomputed from "
         "raw samples up to 7 days back. The weekly report's energy figures read raw samples "
         "of its week",
+        json_schema_extra=OPERATOR,
     )
     rollup_retention_days: float = Field(
         default=730.0,
         description="Days the hourly rollups (gpu_hourly, the risk models' covariates) are "
         "kept; at least raw_retention_days. Events, verdicts, evictions and lifetimes are kept",
+        json_schema_extra=OPERATOR,
     )
     retention_interval_s: float = Field(
         default=600.0,
         gt=0,
         description="How often expired samples and rollups are deleted and, on PostgreSQL, "
         "day partitions are created ahead and dropped past retention",
+        json_schema_extra=ADVANCED,
     )
 
     # -- full disk and secrets (issue 10) --
@@ -452,18 +632,21 @@ class ServerSettings(BaseSettings):
         ge=0,
         description="/readyz says not ready while the SQLite file's filesystem has less free "
         "space than this; 0 turns the check off",
+        json_schema_extra=ADVANCED,
     )
     storage_full_hold_s: float = Field(
         default=30.0,
         gt=0,
         description="/readyz says not ready until this long after the last write that failed on "
         "a full disk",
+        json_schema_extra=ADVANCED,
     )
     secret_keys: Annotated[list[SecretStr], NoDecode] = Field(
         default_factory=list,
         description="Fernet keys, comma-separated, that encrypt webhook secrets at rest: the "
         "first encrypts, all decrypt (rotation). Unset: SQLite keeps a generated key in "
         "<database>.key, PostgreSQL refuses webhook secrets. `fleetwatch secrets generate-key`",
+        json_schema_extra=OPERATOR,
     )
 
     @field_validator("secret_keys", mode="before")
@@ -524,10 +707,36 @@ class ServerSettings(BaseSettings):
         return self.database_url.startswith("sqlite")
 
 
-def _problems(exc: ValidationError) -> str:
-    return "; ".join(
-        f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in exc.errors()
+def _problems(exc: ValidationError, settings: type[BaseSettings]) -> str:
+    """One clause per error, each naming the setting and the environment variable that sets it."""
+    clauses = []
+    for err in exc.errors():
+        where = ".".join(str(p) for p in err["loc"])
+        clause = f"{where}: {err['msg']}"
+        field = err["loc"][0] if err["loc"] else None
+        if isinstance(field, str) and field in settings.model_fields:
+            clause += f" (environment variable {env_var(settings, field)})"
+        clauses.append(clause)
+    return "; ".join(clauses)
+
+
+def _unparsable(exc: SettingsError, settings: type[BaseSettings]) -> str:
+    # pydantic-settings decodes a list or mapping from the environment as JSON before validating,
+    # and its error names neither the variable nor what it expected.
+    found = re.search(r'field "(\w+)"', str(exc))
+    if found is None or found.group(1) not in settings.model_fields:
+        return str(exc)
+    field = found.group(1)
+    default = settings.model_fields[field].get_default(call_default_factory=True)
+    return (
+        f"{field}: {env_var(settings, field)} is not valid JSON "
+        f"(written like its default, {json.dumps(default)})"
     )
+
+
+def env_var(settings: type[BaseSettings], field: str) -> str:
+    """The environment variable that sets ``field``, e.g. FLEETWATCH_SERVER_PORT."""
+    return f"{settings.model_config.get('env_prefix', '')}{field}".upper()
 
 
 def load_server_settings(**overrides: Any) -> ServerSettings:
@@ -536,7 +745,11 @@ def load_server_settings(**overrides: Any) -> ServerSettings:
     try:
         return ServerSettings(**given)
     except ValidationError as exc:
-        raise ConfigError(f"invalid server settings: {_problems(exc)}") from exc
+        problems = _problems(exc, ServerSettings)
+        raise ConfigError(f"invalid server settings: {problems}") from exc
+    except SettingsError as exc:
+        problem = _unparsable(exc, ServerSettings)
+        raise ConfigError(f"invalid server settings: {problem}") from exc
 
 
 KNOWN_COLLECTORS = ("nvml", "dcgm-exporter", "nvidia-smi", "kernel-log", "infiniband", "sim")
@@ -554,17 +767,29 @@ class AgentSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="FLEETWATCH_AGENT_", extra="forbid")
 
     server_url: str = Field(
-        default="http://127.0.0.1:8400", description="FleetWatch server base URL"
+        default="http://127.0.0.1:8400",
+        description="FleetWatch server base URL",
+        json_schema_extra=OPERATOR,
     )
-    token: SecretStr | None = Field(default=None, description="Bearer token with agent scope")
-    token_file: Path | None = Field(default=None, description="File holding the token")
+    token: SecretStr | None = Field(
+        default=None, description="Bearer token with agent scope", json_schema_extra=OPERATOR
+    )
+    token_file: Path | None = Field(
+        default=None, description="File holding the token", json_schema_extra=OPERATOR
+    )
     node_name: str = Field(
-        default_factory=socket.gethostname, description="Node name (default: hostname)"
+        default_factory=socket.gethostname,
+        description="Node name (default: hostname)",
+        json_schema_extra={**OPERATOR, "default_shown": "the hostname"},
     )
     labels: Annotated[dict[str, str], NoDecode] = Field(
-        default_factory=dict, description="Node labels, e.g. cluster=a,rack=r12"
+        default_factory=dict,
+        description="Node labels, e.g. cluster=a,rack=r12",
+        json_schema_extra=OPERATOR,
     )
-    interval_s: float = Field(default=10.0, gt=0, le=3600, description="Collection interval")
+    interval_s: float = Field(
+        default=10.0, gt=0, le=3600, description="Collection interval", json_schema_extra=OPERATOR
+    )
     push_interval_s: float = Field(
         default=60.0,
         ge=0,
@@ -572,46 +797,70 @@ class AgentSettings(BaseSettings):
         description="Push every this many seconds (a whole number of intervals), with the "
         "collections in between staged in the spool; 0 or at most the interval: push each "
         "collection. Xid and lost-GPU events are pushed at once",
+        json_schema_extra=OPERATOR,
     )
     collectors: Annotated[list[str], NoDecode] = Field(
         default_factory=lambda: ["nvml", "kernel-log"],
         description=f"Sources to read, comma-separated: {', '.join(KNOWN_COLLECTORS)}",
+        json_schema_extra=OPERATOR,
     )
     spool_dir: Path = Field(
         default=Path("/var/lib/fleetwatch/spool"),
         description="Durable spool: batches wait here until the server acknowledges them",
+        json_schema_extra=OPERATOR,
     )
     spool_max_bytes: int = Field(
-        default=512 * 1024 * 1024, ge=1024 * 1024, description="Spool bound; oldest dropped beyond"
+        default=512 * 1024 * 1024,
+        ge=1024 * 1024,
+        description="Spool bound; oldest dropped beyond",
+        json_schema_extra=OPERATOR,
     )
     poison_after_s: float = Field(
         default=600.0,
         ge=0,
         description="Set a batch aside after plain 500s this long while the server takes others",
+        json_schema_extra=ADVANCED,
     )
-    ca_bundle: Path | None = Field(default=None, description="CA bundle to verify the server")
-    push_timeout_s: float = Field(default=15.0, gt=0, description="Timeout of one push")
+    ca_bundle: Path | None = Field(
+        default=None, description="CA bundle to verify the server", json_schema_extra=OPERATOR
+    )
+    push_timeout_s: float = Field(
+        default=15.0, gt=0, description="Timeout of one push", json_schema_extra=ADVANCED
+    )
     dcgm_url: str = Field(
         default="http://127.0.0.1:9400/metrics",
         description="dcgm-exporter /metrics URL, or a file path",
+        json_schema_extra=OPERATOR,
     )
     nvidia_smi: str = Field(
-        default="nvidia-smi -q -x", description="Command to run, or a file with its XML output"
+        default="nvidia-smi -q -x",
+        description="Command to run, or a file with its XML output",
+        json_schema_extra=OPERATOR,
     )
     kernel_log: str = Field(
         default="auto",
         description="auto (/dev/kmsg, else journalctl -k -f), kmsg, journal, or a file to follow",
+        json_schema_extra=OPERATOR,
     )
     infiniband_root: Path = Field(
         default=Path("/sys/class/infiniband"),
         description="Where the infiniband collector reads adapter ports (a captured tree in tests)",
+        json_schema_extra=ADVANCED,
     )
     metrics_port: int | None = Field(
-        default=None, ge=1, le=65535, description="Serve agent self-metrics on this port"
+        default=None,
+        ge=1,
+        le=65535,
+        description="Serve agent self-metrics on this port",
+        json_schema_extra=OPERATOR,
     )
-    sim_spec: Path | None = Field(default=None, description="Simulated fleet spec (sim collector)")
+    sim_spec: Path | None = Field(
+        default=None, description="Simulated fleet spec (sim collector)", json_schema_extra=ADVANCED
+    )
     boot_id: str | None = Field(
-        default=None, description="Override the node's boot id (default: the kernel's)"
+        default=None,
+        description="Override the node's boot id (default: the kernel's)",
+        json_schema_extra=ADVANCED,
     )
 
     @field_validator("labels", mode="before")
@@ -669,4 +918,7 @@ def load_agent_settings(config_file: Path | None = None, **flags: Any) -> AgentS
     try:
         return AgentSettings(**values)
     except ValidationError as exc:
-        raise ConfigError(f"invalid agent settings: {_problems(exc)}") from exc
+        raise ConfigError(f"invalid agent settings: {_problems(exc, AgentSettings)}") from exc
+    except SettingsError as exc:
+        problem = _unparsable(exc, AgentSettings)
+        raise ConfigError(f"invalid agent settings: {problem}") from exc

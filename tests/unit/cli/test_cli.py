@@ -162,7 +162,7 @@ def test_cli_database_url_from_environment(
 
 
 def test_cli_config_show_lists_every_setting_with_its_env_var(runner: CliRunner) -> None:
-    result = _run(runner, "config", "show")
+    result = _run(runner, "config", "show", "--all")
     assert result.exit_code == 0, result.output
     out = result.stdout
     for name, field in ServerSettings.model_fields.items():
