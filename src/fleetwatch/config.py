@@ -1,7 +1,9 @@
-"""Settings for the server (and, later, the agent), from flags, environment and defaults.
+"""Settings for the server and the agent, from flags, environment and defaults.
 
-Settings are built only by ``load_server_settings()`` (called from the CLI or ``create_app``);
-tests construct them directly. Every knob has a description that ``fleetwatch config show`` prints.
+Settings are built only by ``load_server_settings()`` (called from the CLI or ``create_app``) and
+``load_agent_settings()``; tests construct them directly. Every knob has a description and a group
+(operator, fleet policy, advanced), which ``fleetwatch config show`` prints and from which
+``fleetwatch config docs`` writes docs/configuration.md.
 """
 
 from __future__ import annotations
