@@ -8,7 +8,7 @@ import json
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -24,6 +24,7 @@ class Delivery:
     node: str | None
     alert_id: int | None
     signed: bool  # the signature checks out with the receiver's secret
+    doc: dict[str, Any] = field(default_factory=dict, compare=False)  # the whole JSON body
 
     @classmethod
     def parse(cls, headers: dict[str, str], body: bytes, secret: str) -> Delivery:
@@ -41,6 +42,7 @@ class Delivery:
             node=alert.get("node"),
             alert_id=alert.get("id"),
             signed=signed,
+            doc=doc,
         )
 
 
@@ -67,8 +69,12 @@ class WebhookReceiver:
         self._release.set()
 
     def deliveries(self, node: str, event: str = "trigger") -> list[Delivery]:
+        return [d for d in self.events(event) if d.node == node]
+
+    def events(self, event: str) -> list[Delivery]:
+        """Every ``event`` delivery (trigger, resolve, ...), of any node."""
         with self._lock:
-            return [d for d in self.received if d.node == node and d.event == event]
+            return [d for d in self.received if d.event == event]
 
     def _arrived(self, delivery: Delivery) -> bool:
         """Record it; whether to hold it."""

@@ -11,11 +11,8 @@ else happens: no resolve delivery, no unreachable alert, no drain-budget alert, 
 
 from __future__ import annotations
 
-import json
-import threading
 import time
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +30,7 @@ from tests.integration.live import (
     live_server,
     start_agent,
 )
+from tests.integration.receiver import WebhookReceiver, webhook_receiver
 
 CAPTURES = (
     "fixtures/nvidia_smi/xml/telegraf__a100-sxm4-v12.xml",  # PCI 00000000:01:00.0
@@ -47,26 +45,13 @@ UNREACHABLE_AFTER = 8  # intervals of 1 s
 PASSES_AFTER_RESTART = 16  # alert passes that saw the Xid alert again (two per second or so)
 
 
-class _Handler(BaseHTTPRequestHandler):
-    def do_POST(self) -> None:  # noqa: N802 - http.server's name
-        body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-        self.server.received.append(json.loads(body))  # type: ignore[attr-defined]
-        self.send_response(200)
-        self.end_headers()
-
-    def log_message(self, *args: Any) -> None:
-        pass
+SECRET = "s"
 
 
 @pytest.fixture
-def receiver() -> Iterator[ThreadingHTTPServer]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-    server.received = []  # type: ignore[attr-defined]
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield server
-    server.shutdown()
-    server.server_close()
+def receiver() -> Iterator[WebhookReceiver]:
+    with webhook_receiver(SECRET) as receiver:
+        yield receiver
 
 
 def _until(read: Callable[[], Any], ok: Callable[[Any], bool], timeout: float = 120.0) -> Any:
@@ -78,8 +63,8 @@ def _until(read: Callable[[], Any], ok: Callable[[Any], bool], timeout: float = 
     return value
 
 
-def _events(received: list[dict[str, Any]], event: str) -> list[dict[str, Any]]:
-    return [doc for doc in received if isinstance(doc, dict) and doc.get("event") == event]
+def _events(receiver: WebhookReceiver, event: str) -> list[dict[str, Any]]:
+    return [delivery.doc for delivery in receiver.events(event)]
 
 
 def _xid_alerts(engine: Engine) -> list[Any]:
@@ -108,7 +93,7 @@ def test_a_restart_neither_resolves_nor_marks_unreachable_nor_evicts(
     tmp_path: Path,
     shared_dir: Path,
     monkeypatch: pytest.MonkeyPatch,
-    receiver: ThreadingHTTPServer,
+    receiver: WebhookReceiver,
 ) -> None:
     if database_url.startswith("sqlite"):
         fleetwatch("db", "upgrade", "--database-url", database_url)
@@ -126,7 +111,6 @@ def test_a_restart_neither_resolves_nor_marks_unreachable_nor_evicts(
     }.items():
         monkeypatch.setenv(f"FLEETWATCH_SERVER_{name}", value)
     engine = create_engine(database_url)
-    received: list[dict[str, Any]] = receiver.received  # type: ignore[attr-defined]
     agent_token, admin = create_token(database_url, "agent"), create_token(database_url, "admin")
     port = free_port()
     url = f"http://127.0.0.1:{port}"
@@ -135,9 +119,8 @@ def test_a_restart_neither_resolves_nor_marks_unreachable_nor_evicts(
     agents: list[AgentProcess] = []
     try:
         with live_server(database_url, tmp_path, port=port) as first:
-            hook = f"http://127.0.0.1:{receiver.server_address[1]}/hook"
-            fleetwatch("webhook", "add", "ops", "--kind", "generic", "--url", hook,
-                       "--secret", "s", "--server", first.url, "--token", admin)  # fmt: skip
+            fleetwatch("webhook", "add", "ops", "--kind", "generic", "--url", receiver.url,
+                       "--secret", SECRET, "--server", first.url, "--token", admin)  # fmt: skip
             for i, capture in enumerate(CAPTURES):
                 extra = ("--kernel-log", str(kernel_log)) if i == 0 else ()
                 collectors = "nvidia-smi,kernel-log" if i == 0 else "nvidia-smi"
@@ -149,8 +132,8 @@ def test_a_restart_neither_resolves_nor_marks_unreachable_nor_evicts(
             assert seen == len(CAPTURES), [a.log.read_text()[-2000:] for a in agents]
             with kernel_log.open("a") as log:
                 log.write(XID79)
-            triggers = _until(lambda: _events(received, "trigger"), lambda t: len(t) >= 1)
-            assert len(triggers) == 1, received
+            triggers = _until(lambda: _events(receiver, "trigger"), lambda t: len(t) >= 1)
+            assert len(triggers) == 1, receiver.received
             assert triggers[0]["alert"]["node"] == "node-0", triggers
             opened = _until(lambda: _count(engine, evictions), lambda n: n >= 1)
             assert opened == 1
@@ -182,7 +165,7 @@ def test_a_restart_neither_resolves_nor_marks_unreachable_nor_evicts(
                 lambda n: n == 0,
             )
             assert pending == 0
-        resolves = len(_events(received, "resolve"))
+        resolves = len(_events(receiver, "resolve"))
         unreachable = _count(engine, alerts, alerts.c.kind == "unreachable")
         budget = _count(engine, alerts, alerts.c.kind == "drain_budget")
         new_evictions = _count(engine, evictions) - opened
@@ -191,14 +174,14 @@ def test_a_restart_neither_resolves_nor_marks_unreachable_nor_evicts(
             f"after the restart ({passes} alert passes seeing the Xid): {resolves} resolve "
             f"deliveries, {unreachable} unreachable alerts, {budget} drain-budget alerts, "
             f"{new_evictions} new evictions, Xid alerts {[(a.id, a.state) for a in xid_alerts]}, "
-            f"{len(_events(received, 'trigger'))} trigger deliveries"
+            f"{len(_events(receiver, 'trigger'))} trigger deliveries"
         )
         assert passes >= PASSES_AFTER_RESTART, summary
-        assert resolves == 0, f"{summary}: {_events(received, 'resolve')}"
+        assert resolves == 0, f"{summary}: {_events(receiver, 'resolve')}"
         assert unreachable == 0 and budget == 0, summary
         assert new_evictions == 0, summary
         assert [(a.id, a.state) for a in xid_alerts] == [(before.id, "firing")], summary
-        assert len(_events(received, "trigger")) == 1, summary
+        assert len(_events(receiver, "trigger")) == 1, summary
     finally:
         for agent in agents:
             agent.stop()

@@ -7,50 +7,28 @@ both.
 
 from __future__ import annotations
 
-import json
 import subprocess
-import threading
 import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from fleetwatch.notify.webhooks import verify_signature
 from tests.conftest import TEST_SECRET_KEY, require_tool
 from tests.factories import make_batch
 from tests.integration.live import create_token, fleetwatch, free_port, live_server
+from tests.integration.receiver import WebhookReceiver, webhook_receiver
 
 SECRET = "live-secret"
 
 
-class _Handler(BaseHTTPRequestHandler):
-    received: list[tuple[dict[str, str], bytes]]
-
-    def do_POST(self) -> None:  # noqa: N802 - http.server's name
-        body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-        self.server.received.append((dict(self.headers), body))  # type: ignore[attr-defined]
-        self.send_response(200)
-        self.end_headers()
-        self.wfile.write(b"ok")
-
-    def log_message(self, *args: Any) -> None:
-        pass
-
-
 @pytest.fixture
-def receiver() -> Iterator[ThreadingHTTPServer]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-    server.received = []  # type: ignore[attr-defined]
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield server
-    server.shutdown()
-    server.server_close()
+def receiver() -> Iterator[WebhookReceiver]:
+    with webhook_receiver(SECRET) as receiver:
+        yield receiver
 
 
 @pytest.fixture
@@ -105,15 +83,11 @@ def _am_alerts(url: str, node: str) -> list[dict[str, Any]]:
     return [a for a in found if a["labels"].get("node") == node]
 
 
-def _generic(received: list[tuple[dict[str, str], bytes]], event: str) -> list[dict[str, Any]]:
+def _generic(receiver: WebhookReceiver, event: str) -> list[dict[str, Any]]:
     out = []
-    for headers, body in received:
-        doc = json.loads(body)
-        if isinstance(doc, dict) and doc.get("event") == event:
-            assert verify_signature(
-                SECRET, headers["X-FleetWatch-Timestamp"], body, headers["X-FleetWatch-Signature"]
-            ), headers
-            out.append(doc)
+    for delivery in receiver.events(event):
+        assert delivery.signed, delivery  # signed with SECRET
+        out.append(delivery.doc)
     return out
 
 
@@ -121,7 +95,7 @@ def test_xid79_pages_a_signed_webhook_and_alertmanager_and_the_reboot_resolves_b
     database_url: str,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
-    receiver: ThreadingHTTPServer,
+    receiver: WebhookReceiver,
     alertmanager: str,
 ) -> None:
     if database_url.startswith("sqlite"):
@@ -137,11 +111,9 @@ def test_xid79_pages_a_signed_webhook_and_alertmanager_and_the_reboot_resolves_b
     }.items():
         monkeypatch.setenv(f"FLEETWATCH_SERVER_{name}", value)
     agent, admin = create_token(database_url, "agent"), create_token(database_url, "admin")
-    received: list[tuple[dict[str, str], bytes]] = receiver.received  # type: ignore[attr-defined]
     with live_server(database_url, tmp_path) as server, server.client(agent) as push:
-        hook_url = f"http://127.0.0.1:{receiver.server_address[1]}/hook"
         for args in (
-            ("ops", "--kind", "generic", "--url", hook_url, "--secret", SECRET),
+            ("ops", "--kind", "generic", "--url", receiver.url, "--secret", SECRET),
             ("am", "--kind", "alertmanager", "--url", alertmanager),
         ):
             out = fleetwatch("webhook", "add", *args, "--server", server.url, "--token", admin)
@@ -160,8 +132,8 @@ def test_xid79_pages_a_signed_webhook_and_alertmanager_and_the_reboot_resolves_b
             }
         ]
         assert push.post("/v1/ingest", json=batch).is_success
-        triggers = _until(lambda: _generic(received, "trigger"), lambda t: len(t) >= 1)
-        assert len(triggers) == 1, received
+        triggers = _until(lambda: _generic(receiver, "trigger"), lambda t: len(t) >= 1)
+        assert len(triggers) == 1, receiver.received
         alert = triggers[0]["alert"]
         assert (alert["node"], alert["gpu_index"], alert["slot"]) == ("node-live", 1, pci)
         assert alert["severity"] == "fatal" and alert["action"] == "reboot_node"
@@ -174,10 +146,10 @@ def test_xid79_pages_a_signed_webhook_and_alertmanager_and_the_reboot_resolves_b
         assert push.post(
             "/v1/ingest", json=make_batch("node-live", gpus=2, boot_id="boot-2")
         ).is_success
-        resolves = _until(lambda: _generic(received, "resolve"), lambda r: len(r) >= 1)
+        resolves = _until(lambda: _generic(receiver, "resolve"), lambda r: len(r) >= 1)
         assert len(resolves) == 1 and resolves[0]["alert"]["id"] == alert["id"]
         assert resolves[0]["alert"]["state"] == "resolved"
         gone = _until(lambda: _am_alerts(alertmanager, "node-live"), lambda a: not a)
         assert gone == [], gone
         # Repeats of the firing alert never reached the generic receiver twice.
-        assert len(_generic(received, "trigger")) == 1
+        assert len(_generic(receiver, "trigger")) == 1
