@@ -110,7 +110,8 @@ def test_postgres_restarts_under_two_servers_lose_and_duplicate_nothing(tmp_path
                    lambda before=before: all(_stored_by_node(url)[n] > before[n] for n in names))  # type: ignore[misc]  # fmt: skip
             with ReadyzWatch([one, two]) as watch:
                 pg.restart(mode)
-                _until("/readyz 200 on both servers", lambda: _ready(one) == _ready(two) == 200)
+                for server in (one, two):
+                    server.wait_ready()  # /readyz 200 on both servers
             restarted = _stored_by_node(url)
             _until("every node stored again",
                    lambda restarted=restarted: all(  # type: ignore[misc]

@@ -14,7 +14,6 @@ import os
 import shutil
 import subprocess
 import tempfile
-import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -182,10 +181,7 @@ def _fill_until_507_then_recover(
         retried = [agent.post("/v1/ingest", json=batch).status_code for batch in refused]
         print("refused batches re-sent after freeing space:", retried)
         assert retried == [200] * len(refused)
-        deadline = time.monotonic() + 60
-        while httpx.get(f"{server.url}/readyz", timeout=10).status_code != 200:
-            assert time.monotonic() < deadline, "/readyz never recovered"
-            time.sleep(0.2)
+        server.wait_ready(timeout=60)  # /readyz recovers
         assert agent.post("/v1/ingest", json=_batch(MAX_BATCHES)).status_code == 200
 
         stored = _stored_messages(reader)

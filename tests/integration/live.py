@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -84,6 +85,9 @@ class LiveServer:
             base_url=self.url, headers={"Authorization": f"Bearer {token}"}, timeout=10
         )
 
+    def wait_ready(self, timeout: float = 120.0) -> dict[str, Any]:
+        return wait_ready(self.url, self.process, self.log, timeout)
+
 
 @contextmanager
 def live_server(
@@ -99,7 +103,7 @@ def live_server(
         )
     server = LiveServer(url=f"http://127.0.0.1:{port}", process=process, log=log)
     try:
-        _wait_ready(server)
+        server.wait_ready()
         yield server
     finally:
         stop_process(process, timeout=10)
@@ -115,18 +119,23 @@ def stop_process(process: subprocess.Popen[bytes], timeout: float = 30.0) -> Non
         process.wait()
 
 
-def _wait_ready(server: LiveServer, timeout: float = 120.0) -> None:
+def wait_ready(
+    url: str, process: subprocess.Popen[bytes], log: Path, timeout: float = 120.0
+) -> dict[str, Any]:
+    """The server's ``/readyz`` answer once it is 200; fails with the server's ``log`` when the
+    process exits first or is not ready within ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if server.process.poll() is not None:
-            raise AssertionError(f"server exited early:\n{server.log.read_text()}")
+        if process.poll() is not None:
+            raise AssertionError(f"server exited early:\n{log.read_text()}")
         try:
-            if httpx.get(f"{server.url}/readyz", timeout=1).status_code == 200:
-                return
+            answer = httpx.get(f"{url}/readyz", timeout=2)
+            if answer.status_code == 200:
+                return dict(answer.json())
         except httpx.TransportError:
             pass
         time.sleep(0.1)
-    raise AssertionError(f"server not ready after {timeout}s:\n{server.log.read_text()}")
+    raise AssertionError(f"server not ready after {timeout}s:\n{log.read_text()}")
 
 
 @dataclass

@@ -12,30 +12,15 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-import httpx
 import pytest
 
-from tests.integration.live import free_port
+from tests.integration.live import free_port, wait_ready
 
 REPO = Path(__file__).resolve().parents[2]
 # The virtualenv's own site-packages only: a PYTHONPATH pointing at the checkout would hide a gap.
 CLEAN_ENV = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-
-
-def _ready(url: str, process: subprocess.Popen[bytes], timeout: float = 120.0) -> dict[str, str]:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and process.poll() is None:
-        try:
-            answer = httpx.get(f"{url}/readyz", timeout=2)
-            if answer.status_code == 200:
-                return dict(answer.json())
-        except httpx.TransportError:
-            pass
-        time.sleep(0.2)
-    return {}
 
 
 @pytest.mark.slow
@@ -93,7 +78,7 @@ def test_server_extra_alone_starts_the_server_on_sqlite(tmp_path: Path) -> None:
             env=CLEAN_ENV,  # not the checkout: the installed package must be the one imported
         )
     try:
-        ready = _ready(f"http://127.0.0.1:{port}", process)
+        ready = wait_ready(f"http://127.0.0.1:{port}", process, log)
     finally:
         process.terminate()
         process.wait(timeout=20)
