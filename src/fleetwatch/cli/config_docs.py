@@ -49,8 +49,8 @@ shows the agent's, `--format json` is for scripts). The settings come in three g
 - **fleet policy**: how the fleet is judged and acted on: thresholds, the drain budget,
   horizons, alert and webhook behaviour, the weekly report's targets;
 - **advanced**: internal tuning: request limits, caches, pools, the intervals of internal
-  passes, garbage collection and malloc. Their defaults were measured (BENCHMARKS.md); change
-  one with a measurement of your own.
+  passes, garbage collection and malloc. Most of their defaults were measured
+  ([BENCHMARKS.md](../BENCHMARKS.md)); change one with a measurement of your own.
 """
 
 _SCALARS: dict[Any, str] = {
@@ -75,7 +75,8 @@ def render_configuration_reference() -> str:
             ]
             if not names:
                 continue
-            parts.append(f"\n### {title}: {group}\n\n{GROUP_TITLES[group].capitalize()}.\n\n")
+            heading = GROUP_TITLES[group]
+            parts.append(f"\n### {title}: {group}\n\n{heading[0].upper()}{heading[1:]}.\n\n")
             parts.append("| setting | environment variable | default | type | description |\n")
             parts.append("|---|---|---|---|---|\n")
             for name in names:
@@ -135,13 +136,17 @@ def _annotation_text(annotation: Any, *, json_lists: bool) -> str:
 
 def _bound_text(item: Any) -> str:
     if isinstance(item, annotated_types.Ge):
-        return f"≥ {item.ge:g}"
+        return f"≥ {_number(item.ge)}"
     if isinstance(item, annotated_types.Gt):
-        return f"> {item.gt:g}"
+        return f"> {_number(item.gt)}"
     if isinstance(item, annotated_types.Le):
-        return f"≤ {item.le:g}"
+        return f"≤ {_number(item.le)}"
     if isinstance(item, annotated_types.Lt):
-        return f"< {item.lt:g}"
+        return f"< {_number(item.lt)}"
     if isinstance(item, annotated_types.MinLen):
         return f"at least {item.min_length} item{'s' if item.min_length != 1 else ''}"
     return ""
+
+
+def _number(value: Any) -> str:
+    return f"{value:,}" if isinstance(value, int) else f"{value:g}"

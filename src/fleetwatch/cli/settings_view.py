@@ -24,7 +24,7 @@ Source = Literal["default", "environment", "file"]
 GROUP_TITLES: dict[SettingGroup, str] = {
     "operator": "what a deployment sets",
     "fleet policy": "how the fleet is judged and acted on",
-    "advanced": "internal tuning, measured defaults (see BENCHMARKS.md before changing them)",
+    "advanced": "internal tuning; the defaults suit most fleets",
 }
 
 # A password in a URL's user part, or in a query parameter (libpq takes ?password=).
