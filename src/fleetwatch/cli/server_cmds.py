@@ -68,8 +68,7 @@ def server(
     from fleetwatch.errors import ConfigError
     from fleetwatch.server.jobs.leader import single_process_problem
     from fleetwatch.server.log_config import server_log_config
-    from fleetwatch.server.malloc_arenas import limit_malloc_arenas
-    from fleetwatch.server.malloc_mmap import fix_mmap_threshold
+    from fleetwatch.server.process_tuning import tune_malloc
 
     settings = load_server_settings(
         host=host,
@@ -94,10 +93,9 @@ def server(
             os.environ.pop(key, None)
         else:
             os.environ[key] = json.dumps(value) if isinstance(value, list | dict) else str(value)
-    # Before uvicorn starts a thread; its worker processes inherit the limit through the
+    # Before uvicorn starts a thread; its worker processes inherit malloc's settings through the
     # environment.
-    limit_malloc_arenas(settings.malloc_arenas)
-    fix_mmap_threshold(settings.malloc_mmap_threshold_kb * 1024)
+    tune_malloc(settings)
     _check_database(settings)
     # --log-level and --log-format, for uvicorn to set up in this process and in each worker.
     cli = click.get_current_context().find_root().params

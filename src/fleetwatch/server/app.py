@@ -7,7 +7,6 @@ the ``/healthz``, ``/readyz`` and ``/metrics`` routes live in :mod:`fleetwatch.s
 
 from __future__ import annotations
 
-import gc
 import logging
 import threading
 from collections.abc import AsyncIterator, Callable
@@ -46,6 +45,7 @@ from fleetwatch.server.metrics.families import ServerMetrics
 from fleetwatch.server.metrics.page_prefetch import PagePrefetch
 from fleetwatch.server.operations import add_operational_routes
 from fleetwatch.server.page import router as page_router
+from fleetwatch.server.process_tuning import tune_garbage_collector
 from fleetwatch.server.routers import api_router
 from fleetwatch.server.secret_box import SecretBox, load_secret_box, reseal_secrets
 from fleetwatch.server.token_cache import TokenCache
@@ -92,16 +92,6 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
     return app.openapi_schema
 
 
-def _tune_garbage_collector(settings: ServerSettings) -> None:
-    """Fewer collections in a server process: with a 100,000-GPU fleet's windows, snapshot and
-    caches in memory, each full collection walks millions of objects (about 0.25 s measured at
-    20,000 GPUs, paid by whichever pass triggered it: most of a planner pass). The older
-    generations keep Python's ratios, so a full collection still follows the young ones."""
-    if settings.gc_gen0_threshold > 0:
-        _, gen1, gen2 = gc.get_threshold()
-        gc.set_threshold(settings.gc_gen0_threshold, gen1, gen2)
-
-
 def _group_writer(
     db: Database, settings: ServerSettings, metrics: ServerMetrics
 ) -> GroupWriter | None:
@@ -139,7 +129,7 @@ def create_app(
         # database not migrated, say): in the reverse order of starting, so each watcher
         # restores the signal handler it found, and the engine's pooled connections close.
         async with AsyncExitStack() as stack:
-            _tune_garbage_collector(settings)
+            tune_garbage_collector(settings)
             log_accepted_pushes(settings.log_accepted_pushes)
             engine = make_engine(settings)
             stack.callback(engine.dispose)
