@@ -149,4 +149,4 @@ def _bound_text(item: Any) -> str:
 
 
 def _number(value: Any) -> str:
-    return f"{value:,}" if isinstance(value, int) else f"{value:g}"
+    return str(value) if isinstance(value, int) else f"{value:g}"
