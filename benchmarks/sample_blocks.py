@@ -2,7 +2,7 @@
 exact round trip.
 
 The samples are ``SimNode``'s of ``benchmarks/ingest.py`` (every one of the 34 fields, realistic
-values, counters that only grow), as ``benchmarks/storage_size.py`` makes them: ``--nodes`` x 8
+values, counters that only grow): ``--nodes`` x 8
 GPUs, ``--pushes`` pushes of ``--ticks`` ticks 10 s apart. Each push is encoded as the server
 encodes a batch (``encode_blocks`` over its rows: one block per GPU; 48 rows and 8 blocks at 6
 ticks), timed alone; then every block is decoded, ``CHUNK_BLOCKS`` at a time as
@@ -10,9 +10,11 @@ ticks), timed alone; then every block is decoded, ``CHUNK_BLOCKS`` at a time as
 flags exactly, doubles exactly, reals as the decimal PostgreSQL prints for their float32.
 
 Bytes are the ``data`` column's alone (before zlib: the layout); a stored block adds its row's
-header, keys and index entries, which ``benchmarks/storage_size.py`` measures on PostgreSQL.
+header, keys and index entries: ``benchmarks/fleet_scale.py`` measures the stored bytes per row
+("disk per GPU row"), and benchmarks/HISTORY.md ("Disk per GPU row") has the layouts compared.
 
-Run: ``.venv/bin/python benchmarks/sample_blocks.py [--nodes 35] [--pushes 120] [--ticks 6]``.
+Run: ``.venv/bin/python benchmarks/sample_blocks.py [--nodes 35] [--pushes 120] [--ticks 6]``
+(``--smoke``: 2 nodes, 4 pushes, for the test suite).
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ from fleetwatch.server.repo.sample_reader import CHUNK_BLOCKS, to_us  # noqa: E4
 from fleetwatch.telemetry import SAMPLE_FIELD_NAMES, SAMPLE_FIELDS  # noqa: E402
 
 GPUS_PER_NODE = 8
-START = datetime(2026, 11, 30, 2, tzinfo=UTC)  # storage_size.py's: no push crosses a midnight
+START = datetime(2026, 11, 30, 2, tzinfo=UTC)  # no push crosses a midnight
 _KIND = [copy_type(spec) for spec in SAMPLE_FIELDS]
 
 Push = tuple[list[int], list[int], list[tuple[Any, ...]]]  # encode_blocks' arguments
@@ -102,13 +104,16 @@ def check(blocks: list[EncodedBlock], pushes: list[Push]) -> tuple[int, float]:
     return decoded, seconds
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--nodes", type=int, default=35)
     parser.add_argument("--pushes", type=int, default=120, help="pushes per node")
     parser.add_argument("--ticks", type=int, default=6, help="ticks per push (per block)")
     parser.add_argument("--seed", type=int, default=12)
-    args = parser.parse_args()
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes, for the test suite")
+    args = parser.parse_args(argv)
+    if args.smoke:
+        args.nodes, args.pushes = 2, 4
 
     pushes = make_pushes(args.nodes, args.pushes, args.ticks, args.seed)
     blocks: list[EncodedBlock] = []
