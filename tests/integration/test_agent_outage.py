@@ -83,7 +83,8 @@ def test_agents_lose_nothing_and_duplicate_nothing_across_a_server_outage(
             time.sleep(0.2)
         assert all(p is not None and p >= 1 for p in pushed), pushed
     # The server is down now; agents keep collecting into their spools. Counted, not timed:
-    # wait (generously) until every spool holds SPOOLED batches, then stay down the rest of the outage.
+    # wait (generously) until every spool holds SPOOLED batches, then stay down the rest of the
+    # outage.
     down = time.monotonic()
     waiting: list[float | None] = []
     while time.monotonic() < down + 180:
