@@ -9,7 +9,9 @@ Measured from /proc: the agent's CPU (user + system) as a percentage of one core
 window, at a 10 s and a 1 s interval, and its resident memory. Then Xid lines are appended to the
 followed log and the time until each appears in the server's ``GET /v1/events`` is measured.
 
-    .venv/bin/python benchmarks/agent.py [--window 60] [--xids 20]
+    .venv/bin/python benchmarks/agent.py [--window 60] [--xids 20] [--smoke]
+
+``--smoke`` (the test suite's): the 1 s interval alone, a 1 s window, 2 Xid lines.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
@@ -29,7 +32,7 @@ import httpx
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from tests.integration.live import create_token, fleetwatch, live_server  # noqa: E402
+from tests.integration.live import create_token, live_server  # noqa: E402
 
 TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -72,6 +75,18 @@ def rss_mb(pid: int) -> float:
     return float("nan")
 
 
+def wait_pushed(read: httpx.Client, since: datetime, timeout: float = 60.0) -> None:
+    """Until the agent has pushed a batch newer than ``since``: its kernel-log collector then
+    follows the log, from where it ended when the agent started."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        node = read.get("/v1/nodes/bench-node")
+        if node.status_code == 200 and datetime.fromisoformat(node.json()["last_seen"]) > since:
+            return
+        time.sleep(0.1)
+    raise RuntimeError(f"the agent pushed nothing in {timeout:.0f} s")
+
+
 def run_agent(
     url: str, token: str, interval: float, work: Path, cost: float
 ) -> subprocess.Popen[bytes]:
@@ -79,30 +94,31 @@ def run_agent(
     log = work / "kern.log"
     log.touch()
     snapshot = REPO / "tests/fixtures/nvml/h100_8x.json"
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            RUNNER,
-            url,
-            token,
-            str(interval),
-            str(work / "spool"),
-            str(log),
-            str(snapshot),
-            str(cost),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=open(work / "agent.err", "wb"),
-    )
+    with (work / "agent.err").open("wb") as errors:  # the child keeps its own copy
+        return subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                RUNNER,
+                url,
+                token,
+                str(interval),
+                str(work / "spool"),
+                str(log),
+                str(snapshot),
+                str(cost),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=errors,
+        )
 
 
 def footprint(
-    url: str, token: str, interval: float, work: Path, window: float, cost: float
+    url: str, token: str, interval: float, work: Path, window: float, cost: float, settle: float
 ) -> dict[str, float]:
     agent = run_agent(url, token, interval, work, cost)
     try:
-        time.sleep(max(5.0, 2 * interval))  # start-up (imports, NVML open) is not steady state
+        time.sleep(max(settle, 2 * interval))  # start-up (imports, NVML open) is not steady state
         before, started = cpu_seconds(agent.pid), time.monotonic()
         peak = 0.0
         while time.monotonic() - started < window:
@@ -123,12 +139,13 @@ def footprint(
 def xid_latency(
     url: str, agent_token: str, read_token: str, work: Path, count: int, cost: float
 ) -> list[float]:
+    started = datetime.now(UTC)
     agent = run_agent(url, agent_token, 10.0, work, cost)
     log = work / "kern.log"
     latencies = []
     try:
-        time.sleep(5)
         with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {read_token}"}) as read:
+            wait_pushed(read, started)
             for i in range(count):
                 pid = 50_000 + i
                 with log.open("a") as f:
@@ -157,7 +174,7 @@ def xid_latency(
         agent.wait(timeout=20)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawTextHelpFormatter
     )
@@ -165,11 +182,14 @@ def main() -> None:
     parser.add_argument("--xids", type=int, default=20)
     parser.add_argument("--call-cost-us", type=float, default=50.0)
     parser.add_argument("--json", type=Path)
-    args = parser.parse_args()
+    parser.add_argument("--smoke", action="store_true", help="seconds, for the test suite")
+    args = parser.parse_args(argv)
+    intervals, settle = (10.0, 1.0), 5.0
+    if args.smoke:
+        args.window, args.xids, intervals, settle = 1.0, 2, (1.0,), 2.0
     with tempfile.TemporaryDirectory() as tmp_dir:
         tmp = Path(tmp_dir)
         url_db = f"sqlite:///{tmp / 'server.db'}"
-        fleetwatch("db", "upgrade", "--database-url", url_db)
         agent_token, read_token = create_token(url_db, "agent"), create_token(url_db, "read")
         with live_server(url_db, tmp) as server:
             print(
@@ -184,8 +204,9 @@ def main() -> None:
                     tmp / f"fp{interval}",
                     args.window,
                     args.call_cost_us,
+                    settle,
                 )
-                for interval in (10.0, 1.0)
+                for interval in intervals
             ]
             latencies = xid_latency(
                 server.url, agent_token, read_token, tmp / "xid", args.xids, args.call_cost_us
@@ -203,6 +224,8 @@ def main() -> None:
     )
     if args.json:
         args.json.write_text(json.dumps({"footprint": rows, "xid_latency_s": latencies}, indent=2))
+    if args.smoke and (max(latencies) == float("inf") or not all(r["rss_mb"] for r in rows)):
+        sys.exit("smoke: an Xid line never reached the server, or the agent had no memory")
 
 
 if __name__ == "__main__":

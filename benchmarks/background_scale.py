@@ -421,6 +421,17 @@ def _describe(result: Any) -> str:
     return str(result)
 
 
+def drop_databases(server_url: str, names: Sequence[str]) -> None:
+    """Drops these databases of the PostgreSQL server at ``server_url`` (a smoke run's)."""
+    server = make_url(ServerSettings(database_url=server_url, _env_file=None).database_url)  # type: ignore[call-arg]
+    admin_url = server.set(database="postgres").render_as_string(hide_password=False)
+    engine = create_engine(admin_url, isolation_level="AUTOCOMMIT")
+    with engine.connect() as conn:
+        for name in names:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    engine.dispose()
+
+
 def _clone(admin_url: str, template: str, name: str) -> None:
     engine = create_engine(admin_url, isolation_level="AUTOCOMMIT")
     with engine.connect() as conn:
@@ -476,13 +487,16 @@ def _ensure_template(args: argparse.Namespace, admin_url: str, seed_url: str) ->
     base = datetime.now(UTC).replace(microsecond=0)
     _log(f"seeding {args.nodes} nodes x {GPUS_PER_NODE} GPUs into {name} (a child process) ...")
     started = time.perf_counter()
-    # In a child process: what seeding allocates must not count in this process's RSS.
-    subprocess.run(
-        [sys.executable, __file__, "--seed-only", "--seed-url", seed_url,
-         "--nodes", str(args.nodes), "--minutes", str(args.minutes),
-         "--hourly-hours", str(args.hourly_hours), "--base", base.isoformat()],
-        check=True,
-    )  # fmt: skip
+    if args.smoke:  # a smoke run's RSS means nothing: no interpreter of its own to start
+        seed(seed_url, nodes_n=args.nodes, minutes=args.minutes,
+             hourly_hours=args.hourly_hours, base=base)  # fmt: skip
+    else:  # in a child process: what seeding allocates must not count in this process's RSS
+        subprocess.run(
+            [sys.executable, __file__, "--seed-only", "--seed-url", seed_url,
+             "--nodes", str(args.nodes), "--minutes", str(args.minutes),
+             "--hourly-hours", str(args.hourly_hours), "--base", base.isoformat()],
+            check=True,
+        )  # fmt: skip
     info = {**wanted, "base": base.isoformat(), "seed_s": round(time.perf_counter() - started)}
     engine = create_engine(seed_url)
     with engine.begin() as conn:
@@ -614,6 +628,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         _held_memory(args.tracemalloc)
     if args.dump:
         _dump(db, args.dump)
+    db.dispose()
     return {
         "machine": _machine(),
         "when": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -678,7 +693,7 @@ def _table(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--nodes", type=int, default=12_500)
     parser.add_argument("--minutes", type=int, default=15)
@@ -714,7 +729,10 @@ def main() -> None:
     parser.add_argument("--seed-only", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--seed-url", help=argparse.SUPPRESS)
     parser.add_argument("--base", help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    parser.add_argument(
+        "--smoke", action="store_true", help="tiny sizes on databases of its own, dropped after"
+    )
+    args = parser.parse_args(argv)
     if args.seed_only:
         seed(
             args.seed_url,
@@ -724,7 +742,14 @@ def main() -> None:
             base=datetime.fromisoformat(args.base),
         )
         return
-    result = run(args)
+    if args.smoke:  # never the templates a real run reuses
+        args.nodes, args.minutes, args.hourly_hours, args.steady_s = 3, 1, 2, 10
+        args.db_name, args.seed_name = (f"fw_smoke_bg{os.getpid()}{s}" for s in ("", "_seed"))
+    try:
+        result = run(args)
+    finally:
+        if args.smoke:
+            drop_databases(args.database_url, (args.db_name, args.seed_name))
     print(f"\nMachine: {result['machine']}; {result['when']}")  # noqa: T201
     print(f"Seed: {result['seed']}; rows: {result['database']}")  # noqa: T201
     print(_table(result))  # noqa: T201

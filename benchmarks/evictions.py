@@ -38,6 +38,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 from agent import run_agent  # noqa: E402
+from tests.factories import make_validation  # noqa: E402
 from tests.integration.live import create_token, live_server  # noqa: E402
 
 from fleetwatch.config import ServerSettings  # noqa: E402
@@ -134,7 +135,8 @@ def kernel_line_trials(
 ) -> list[tuple[float, dict[str, Any] | None]]:
     """A real agent follows a kernel log; per trial, ``lines(i)`` is appended and the time until a
     new eviction is pending at ``GET /v1/evictions`` is measured (``inf`` and ``None`` if none
-    within ``timeout_s``); the eviction is then acked, completed and the node returned."""
+    within ``timeout_s``); the eviction is then acked, completed, a passing validation pushed
+    (a node drained for a hardware reason returns only after one) and the node returned."""
     upgrade(make_engine(ServerSettings(database_url=url)))
     agent_token = create_token(url, "agent", "bench-agent")
     sched_token = create_token(url, "scheduler", "bench-sched-e2e")
@@ -144,7 +146,11 @@ def kernel_line_trials(
     for name, value in {"EVICTION_COOLDOWN_S": "0", "REFIT_INTERVAL_S": "0"}.items():
         os.environ[f"FLEETWATCH_SERVER_{name}"] = value
     results: list[tuple[float, dict[str, Any] | None]] = []
-    with live_server(url, tmp) as server, server.client(sched_token) as sched:
+    with (
+        live_server(url, tmp) as server,
+        server.client(sched_token) as sched,
+        server.client(agent_token) as node,
+    ):
         agent = run_agent(server.url, agent_token, 10.0, tmp / "agent", 50.0)
         log = tmp / "agent" / "kern.log"
         try:
@@ -171,6 +177,9 @@ def kernel_line_trials(
                 seen.add(found["id"])
                 for step in ("ack", "complete"):
                     sched.post(f"/v1/evictions/{found['id']}/{step}").raise_for_status()
+                node.post(
+                    "/v1/nodes/bench-node/validations", json=make_validation("bench-node", gpus=8)
+                ).raise_for_status()
                 sched.post("/v1/nodes/bench-node/return", json={"note": "reset"}).raise_for_status()
                 time.sleep(0.2)
         finally:
@@ -179,7 +188,7 @@ def kernel_line_trials(
     return results
 
 
-def end_to_end(url: str, tmp: Path, trials: int) -> None:
+def end_to_end(url: str, tmp: Path, trials: int) -> list[float]:
     def xid79(i: int) -> str:
         return (f"[{2000 + i}.000000] NVRM: Xid (PCI:0000:18:00): 79, pid={60_000 + i}"
                 ", name=bench, GPU has fallen off the bus.\n")  # fmt: skip
@@ -190,9 +199,10 @@ def end_to_end(url: str, tmp: Path, trials: int) -> None:
     print(f"Xid line -> pending eviction at the API ({len(latencies)} trials): "
           f"p50 {statistics.median(ordered) * 1000:.0f} ms, p99 {p99 * 1000:.0f} ms, "
           f"max {ordered[-1] * 1000:.0f} ms, min {ordered[0] * 1000:.0f} ms")  # fmt: skip
+    return latencies
 
 
-def killed_agent(url: str, tmp: Path, trials: int, interval: float = 2.0) -> None:
+def killed_agent(url: str, tmp: Path, trials: int, interval: float = 2.0) -> list[float]:
     """A real agent pushing every ``interval`` s is killed (SIGKILL): time until the node shows
     unreachable at ``GET /v1/nodes`` and until its eviction is pending, in push intervals."""
     upgrade(make_engine(ServerSettings(database_url=url)))
@@ -238,9 +248,10 @@ def killed_agent(url: str, tmp: Path, trials: int, interval: float = 2.0) -> Non
         print(f"killed agent -> {name:17s} ({len(values)} trials, push interval {interval:g} s): "
               f"p50 {statistics.median(ordered):.2f}, p99 {p99:.2f}, "
               f"max {ordered[-1]:.2f} intervals after its last report")  # fmt: skip
+    return evicted
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawTextHelpFormatter
     )
@@ -249,7 +260,10 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=50)
     parser.add_argument("--kill-trials", type=int, default=10)
     parser.add_argument("--database-url", help="an empty PostgreSQL database (default: SQLite)")
-    args = parser.parse_args()
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes, for the test suite")
+    args = parser.parse_args(argv)
+    if args.smoke:
+        args.nodes, args.requests, args.trials, args.kill_trials = 40, 3, 2, 1
     with tempfile.TemporaryDirectory() as tmp_dir:
         tmp = Path(tmp_dir)
         # Background jobs slow for the read benchmark: the planner would cancel nothing here
@@ -259,10 +273,13 @@ def main() -> None:
         os.environ["FLEETWATCH_SERVER_REFIT_INTERVAL_S"] = "0"
         url = args.database_url or f"sqlite:///{tmp / 'evictions.db'}"
         list_latency(url, tmp, args.nodes, args.requests)
-        if args.trials:
-            end_to_end(f"sqlite:///{tmp / 'e2e.db'}", tmp, args.trials)
+        latencies = (
+            end_to_end(f"sqlite:///{tmp / 'e2e.db'}", tmp, args.trials) if args.trials else []
+        )
         if args.kill_trials:
-            killed_agent(f"sqlite:///{tmp / 'kill.db'}", tmp, args.kill_trials)
+            latencies += killed_agent(f"sqlite:///{tmp / 'kill.db'}", tmp, args.kill_trials)
+    if args.smoke and math.inf in latencies:
+        sys.exit("smoke: a trial's eviction never came")
 
 
 if __name__ == "__main__":

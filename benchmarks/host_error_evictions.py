@@ -75,12 +75,15 @@ def run(url: str, tmp: Path, trials: int) -> dict[str, list[float]]:
     return latencies
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawTextHelpFormatter
     )
     parser.add_argument("--trials", type=int, default=20)
-    args = parser.parse_args()
+    parser.add_argument("--smoke", action="store_true", help="one record of each kind")
+    args = parser.parse_args(argv)
+    if args.smoke:
+        args.trials = 2
     with tempfile.TemporaryDirectory() as tmp_dir:
         tmp = Path(tmp_dir)
         latencies = run(f"sqlite:///{tmp / 'host.db'}", tmp, args.trials)
@@ -90,6 +93,8 @@ def main() -> None:
                   f"{_pcts(values)}")  # fmt: skip
     both = latencies["sxid"] + latencies["aer"]
     print(f"both ({len(both)} trials): {_pcts(both)}")
+    if args.smoke and float("inf") in both:
+        sys.exit("smoke: a record made no pending eviction")
 
 
 if __name__ == "__main__":

@@ -58,12 +58,15 @@ def status_kib(field: str) -> int:
     raise RuntimeError(f"no {field} in /proc/self/status")
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--iterations", type=int, default=2000)
     parser.add_argument("--devices", type=int, default=8)
     parser.add_argument("--interval", type=float, default=10.0, help="for the CPU share")
-    args = parser.parse_args()
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes, for the test suite")
+    args = parser.parse_args(argv)
+    if args.smoke:
+        args.iterations = 20
     if not FIXTURE.is_file():
         sys.exit(f"needs the H100 tree at {FIXTURE}")
     with tempfile.TemporaryDirectory() as tmp:

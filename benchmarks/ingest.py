@@ -1252,7 +1252,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--skip-inprocess", action="store_true")
     p.add_argument("--seed", type=int, default=17)
     p.add_argument("--json", type=Path, help="write all results to this JSON file")
-    return p.parse_args(argv)
+    p.add_argument("--smoke", action="store_true", help="seconds a backend, for the test suite")
+    args = p.parse_args(argv)
+    if args.smoke:  # every part once, at toy sizes; checked as any run is (stored == acked)
+        args.nodes, args.gpus, args.ticks, args.batches, args.warmup = 2, 2, [2], 3, 0.0
+        args.ceiling_rows, args.ceiling_duration, args.inproc_rows = 200, 0.2, 200
+        args.inproc_duration, args.floor_duration = 0.2, 0.2
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:

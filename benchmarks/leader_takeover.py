@@ -7,7 +7,9 @@ leader; a fresh worker replaces the killed one before the next trial. Standbys r
 every second, so the takeover is about one retry plus the time PostgreSQL takes to notice the
 dead connection.
 
-    .venv/bin/python benchmarks/leader_takeover.py [--trials 20] [--processes 3]
+    .venv/bin/python benchmarks/leader_takeover.py [--trials 20] [--processes 3] [--smoke]
+
+``--smoke`` (the test suite's): one takeover between two processes.
 """
 
 from __future__ import annotations
@@ -68,12 +70,15 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=20)
     parser.add_argument("--processes", type=int, default=3, choices=(2, 3, 4))
     parser.add_argument("--postgres", default=os.environ.get("BENCH_POSTGRES", DEFAULT_POSTGRES))
-    args = parser.parse_args()
+    parser.add_argument("--smoke", action="store_true", help="one takeover, for the test suite")
+    args = parser.parse_args(argv)
+    if args.smoke:
+        args.trials, args.processes = 1, 2
 
     admin_url = make_url(args.postgres).set(drivername="postgresql")
     name = f"fw_takeover_{uuid.uuid4().hex[:8]}"
@@ -109,7 +114,8 @@ def main() -> None:
                 successor = wait_for_one_leader(servers)
                 takeovers.append(time.monotonic() - killed)
                 print(f"trial {trial + 1}: {takeovers[-1]:.3f} s ({successor.url} leads)")
-                servers.append(start())  # back to --processes for the next trial
+                if trial + 1 < args.trials:
+                    servers.append(start())  # back to --processes for the next trial
     finally:
         with psycopg.connect(admin_dsn, autocommit=True) as admin:
             admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

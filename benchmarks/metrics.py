@@ -410,7 +410,7 @@ _FABRIC_PREFIXES = (
 )
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawTextHelpFormatter
     )
@@ -441,7 +441,10 @@ def main() -> None:
         default=None,
         help=f"use a throwaway database on this PostgreSQL server [{DEFAULT_POSTGRES}]",
     )
-    args = parser.parse_args()
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes, for the test suite")
+    args = parser.parse_args(argv)
+    if args.smoke:
+        args.gpus, args.scrapes, args.shards, args.shard = 80, 1, [1], 0  # one shard: them all
     n_nodes = args.gpus // GPUS_PER_NODE
     shard_scrapes = args.scrapes if args.shard_scrapes is None else args.shard_scrapes
     shard_pages = {

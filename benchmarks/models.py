@@ -175,11 +175,11 @@ def run_synthetic(n: int, repeats: int) -> list[str]:
     return rows
 
 
-def run_bundle_scoring(n: int, repeats: int, n_cov: int = 10) -> list[str]:
+def run_bundle_scoring(n: int, repeats: int, n_cov: int = 10, lifetimes: int = 20_000) -> list[str]:
     """``RiskBundle.score`` (AFT, three factors per unit) for ``n`` units, 5% of readings missing;
     also through a ``to_params``/``from_params`` round trip, as the server loads a version."""
     rng = np.random.default_rng(SEED)
-    cov = rng.normal(size=(20_000, n_cov))
+    cov = rng.normal(size=(lifetimes, n_cov))
     beta = rng.normal(0, 0.2, size=n_cov)
     t = LAM * np.exp(cov @ beta) * rng.weibull(RHO, size=len(cov))
     c = rng.uniform(0, 3 * LAM, size=len(cov))
@@ -193,7 +193,7 @@ def run_bundle_scoring(n: int, repeats: int, n_cov: int = 10) -> list[str]:
     score_s, scores = _timed(lambda: loaded.score(units, 30.0), repeats)
     assert sum(len(f) for f in scores.factors) == 3 * n
     return [
-        f"RiskBundle.fit, 20,000 lifetimes, {n_cov} covariates: {fit_s:.2f} s",
+        f"RiskBundle.fit, {lifetimes:,} lifetimes, {n_cov} covariates: {fit_s:.2f} s",
         f"RiskBundle.score, {n:,} units incl. 3 factors each: {score_s:.3f} s",
     ]
 
@@ -229,17 +229,21 @@ def run_titan(path: Path) -> list[str]:
     return rows
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=100_000)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--titan", action="store_true", help="Also run the Titan backtests")
     parser.add_argument("--titan-path", type=Path, default=TITAN)
-    args = parser.parse_args()
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes, for the test suite")
+    args = parser.parse_args(argv)
+    if args.smoke:
+        args.n, args.repeats = 500, 1
     print(_machine())
     print()
     print("\n".join(run_synthetic(args.n, args.repeats)))
-    print("\n".join(run_bundle_scoring(args.n, args.repeats)))
+    lifetimes = 2_000 if args.smoke else 20_000
+    print("\n".join(run_bundle_scoring(args.n, args.repeats, lifetimes=lifetimes)))
     if args.titan:
         print()
         print("\n".join(run_titan(args.titan_path)))

@@ -57,12 +57,15 @@ def _cpu_s(read: Callable[[], Any]) -> float:
     return time.process_time() - began
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=12_500)
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--admin-url", default=ADMIN_URL)
-    args = parser.parse_args()
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes, for the test suite")
+    args = parser.parse_args(argv)
+    if args.smoke:
+        args.nodes, args.repeat = 50, 1
     name = f"fw_node_clocks_{uuid.uuid4().hex[:8]}"
     admin = create_engine(args.admin_url, isolation_level="AUTOCOMMIT")
     with admin.connect() as conn:
@@ -96,6 +99,7 @@ def main() -> None:
         engine.dispose()
         with admin.connect() as conn:
             conn.execute(text(f'DROP DATABASE IF EXISTS "{name}"'))
+        admin.dispose()
     machine = platform.processor() or platform.machine()
     print(f"{args.nodes:,} nodes, PostgreSQL, {machine}, Python {platform.python_version()}; "
           f"CPU ms per read of this process, median of {args.repeat}:")  # fmt: skip

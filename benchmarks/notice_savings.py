@@ -134,7 +134,7 @@ def percentile(values: list[float], q: float) -> float:
     return float(np.percentile(values, q)) if values else math.nan
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawTextHelpFormatter
     )
@@ -145,7 +145,10 @@ def main() -> None:
     parser.add_argument("--interval-h", type=float, default=2.0, help="fixed checkpoint interval")
     parser.add_argument("--ckpt-min", type=float, default=5.0, help="minutes per checkpoint")
     parser.add_argument("--restart-min", type=float, default=15.0, help="minutes per restart")
-    args = parser.parse_args()
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes, for the test suite")
+    args = parser.parse_args(argv)
+    if args.smoke:
+        args.nodes, args.days, args.cutoff_day = 8, 40.0, 20.0
     began = time.perf_counter()
     result = run_sim_backtest(
         default_spec(seed=0, nodes=args.nodes, days=args.days),

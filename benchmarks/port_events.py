@@ -61,11 +61,14 @@ def _reading(i: int) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--readings", type=int, default=10_000)
     parser.add_argument("--runs", type=int, default=5)
-    args = parser.parse_args()
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes, for the test suite")
+    args = parser.parse_args(argv)
+    if args.smoke:
+        args.readings, args.runs = 200, 1
     thresholds = HealthThresholds()
     readings = [_reading(i) for i in range(args.readings + 1)]
     per_reading, events = [], 0

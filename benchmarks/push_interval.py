@@ -177,12 +177,15 @@ def live_requests(minutes: float) -> dict[str, float]:
         return out
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--collections", type=int, default=60)
     parser.add_argument("--minutes", type=float, default=5.0)
     parser.add_argument("--skip-live", action="store_true")
-    args = parser.parse_args()
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes, for the test suite")
+    args = parser.parse_args(argv)
+    if args.smoke:
+        args.collections, args.skip_live = 12, True  # the live part: minutes of agents
     logging.basicConfig(level=logging.ERROR)  # the fixture's unsupported-field warnings
     print("| source | push interval | requests/min | rows | fields/row | JSON B/row "
           "| gzip body B/row | with headers B/row | headers B/request |")  # fmt: skip

@@ -475,7 +475,7 @@ def drive(nodes: list[str], truth: Timeline, db_path: Path) -> dict[str, Any]:
     return {"api": figures, **counts}
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--nodes", type=int, default=256)
     parser.add_argument("--gpus", type=int, default=8)
@@ -485,7 +485,10 @@ def main() -> None:
     parser.add_argument("--flaky", type=float, default=0.15)
     parser.add_argument("--windows-per-month", type=float, default=4.0)
     parser.add_argument("--jobs", type=int, default=2000)
-    args = parser.parse_args()
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes, for the test suite")
+    args = parser.parse_args(argv)
+    if args.smoke:
+        args.nodes, args.jobs = 16, 20  # a window takes 4 to 12 nodes
     began = time.perf_counter()
     nodes, truth = build_timeline(args)
     mine = independent(nodes, truth)
@@ -529,8 +532,10 @@ def main() -> None:
         ),
     ]
     print(f"{'figure':30} {'GET /v1/availability':>22} {'minute sampling':>16}  match")
+    differ = []
     for name, a, b in rows:
         same = a is not None and b is not None and abs(a - b) <= 1e-9 * max(1.0, abs(b))
+        differ += [] if same else [name]
         print(f"{name:30} {a!s:>22.12} {b!s:>16.12}  {'yes' if same else 'NO'}")
     print(
         f"unplanned downtime from the failure itself (not the drain's completion): "
@@ -548,6 +553,8 @@ def main() -> None:
         f"({sum(o.injected_repeat and o.repeat for o in truth.outages)} of them injected)"
     )
     print(f"wall time {time.perf_counter() - began:.0f} s")
+    if args.smoke and differ:
+        sys.exit(f"smoke: the API and the minute sampling disagree on {differ}")
 
 
 if __name__ == "__main__":

@@ -237,7 +237,7 @@ def timed(label: str, results: list[tuple[str, float]], fn, *args, **kwargs):  #
     return value
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--gpus", type=int, default=100_000)
     parser.add_argument("--history", type=int, default=30_000)
@@ -245,7 +245,10 @@ def main() -> None:
     parser.add_argument("--pdf", action="store_true")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--db", type=Path)
-    args = parser.parse_args()
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes, for the test suite")
+    args = parser.parse_args(argv)
+    if args.smoke:
+        args.gpus, args.history, args.rollup_hours = 400, 200, 2
     path = args.db or Path(tempfile.mkdtemp(prefix="fw-report-")) / "report.db"
     if not path.exists():
         began = time.perf_counter()

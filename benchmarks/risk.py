@@ -32,7 +32,8 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from metrics import GPUS_PER_NODE, seed  # noqa: E402
+from metrics import GPUS_PER_NODE, _sample, seed  # noqa: E402
+from sqlalchemy import insert  # noqa: E402
 
 from fleetwatch.config import ServerSettings  # noqa: E402
 from fleetwatch.models.registry import RiskBundle  # noqa: E402
@@ -40,10 +41,14 @@ from fleetwatch.models.telemetry_features import FEATURE_NAMES  # noqa: E402
 from fleetwatch.rules.thresholds import HealthThresholds  # noqa: E402
 from fleetwatch.rules.xid_catalog import XidCatalog  # noqa: E402
 from fleetwatch.server.db.migrate import upgrade  # noqa: E402
+from fleetwatch.server.db.sample_blocks import encode_blocks  # noqa: E402
 from fleetwatch.server.db.session import Database, make_engine  # noqa: E402
+from fleetwatch.server.db.tables import gpu_sample_blocks  # noqa: E402
 from fleetwatch.server.jobs.rollups import RollupJob  # noqa: E402
 from fleetwatch.server.judge.assessor import Assessor  # noqa: E402
 from fleetwatch.server.repo.models import store_model  # noqa: E402
+from fleetwatch.server.repo.sample_reader import from_us, to_us  # noqa: E402
+from fleetwatch.telemetry import SAMPLE_FIELD_NAMES  # noqa: E402
 
 
 def _synthetic_bundle(n: int = 20_000, seed_: int = 3) -> RiskBundle:
@@ -59,6 +64,23 @@ def _synthetic_bundle(n: int = 20_000, seed_: int = 3) -> RiskBundle:
     return RiskBundle.fit(frame)
 
 
+def store_samples(db: Database, n_nodes: int, now: datetime) -> None:
+    """Two samples a GPU, 30 s apart, stored as the server stores a push (one block a GPU)."""
+    count, keys, times, rows = n_nodes * GPUS_PER_NODE, [], [], []
+    for tick, at in ((1, now - timedelta(seconds=30)), (2, now)):
+        values = _sample(tick)
+        keys += range(1, count + 1)  # the seed's GPU ids, in its order
+        times += [to_us(at)] * count
+        rows += [tuple(values.get(name) for name in SAMPLE_FIELD_NAMES)] * count
+    with db.write() as conn:
+        conn.execute(
+            insert(gpu_sample_blocks),
+            [{"gpu_id": b.gpu_key, "node_id": (b.gpu_key - 1) // GPUS_PER_NODE + 1,
+              "ts0": from_us(b.ts0_us), "ts1": from_us(b.ts1_us), "n": b.n, "data": b.data}
+             for b in encode_blocks(keys, times, rows)],
+        )  # fmt: skip
+
+
 def _timed(client: httpx.Client, path: str, params: dict[str, str]) -> float:
     started = time.perf_counter()
     client.get(path, params=params).raise_for_status()
@@ -71,28 +93,33 @@ def _pcts(samples: list[float]) -> str:
     return f"p50 {statistics.median(ordered) * 1000:7.1f} ms  p99 {p99 * 1000:7.1f} ms"
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawTextHelpFormatter
     )
     parser.add_argument("--gpus", type=int, default=10_000)
     parser.add_argument("--requests", type=int, default=200)
-    args = parser.parse_args()
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes, for the test suite")
+    args = parser.parse_args(argv)
+    if args.smoke:
+        args.gpus, args.requests = 80, 2
     nodes = args.gpus // GPUS_PER_NODE
     with tempfile.TemporaryDirectory() as tmp:
         url = f"sqlite:///{tmp}/risk.db"
         db = Database(make_engine(ServerSettings(database_url=url)))
         upgrade(db.engine)
         print(f"seeding {nodes} nodes x {GPUS_PER_NODE} GPUs ...", file=sys.stderr)
-        seed(db, nodes, tick=1, fatal_every=100, offset=-timedelta(seconds=30))
-        seed(db, nodes, tick=2, fatal_every=100)
+        now = datetime.now(UTC)
+        seed(db, nodes, fatal_every=100, ports_per_node=0, now=now)
+        store_samples(db, nodes, now)
         catalog = XidCatalog.load()
         started = time.perf_counter()
         RollupJob(db, catalog)()
         print(f"rollups of {args.gpus} GPUs: {time.perf_counter() - started:.2f} s")
         started = time.perf_counter()
-        bundle = _synthetic_bundle()
-        print(f"fit of the model (20,000 lifetimes, {len(FEATURE_NAMES)} covariates): "
+        lifetimes = 2_000 if args.smoke else 20_000
+        bundle = _synthetic_bundle(lifetimes)
+        print(f"fit of the model ({lifetimes:,} lifetimes, {len(FEATURE_NAMES)} covariates): "
               f"{time.perf_counter() - started:.2f} s")  # fmt: skip
         with db.write() as conn:
             store_model(conn, bundle, trigger="manual", trained_at=datetime.now(UTC))
@@ -122,9 +149,9 @@ def main() -> None:
              "--database-url", url],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
         )  # fmt: skip
+        client = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=120,
+                              headers={"Authorization": f"Bearer {token}"})  # fmt: skip
         try:
-            client = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=120,
-                                  headers={"Authorization": f"Bearer {token}"})  # fmt: skip
             deadline = time.monotonic() + 60
             while time.monotonic() < deadline:
                 try:
@@ -158,12 +185,15 @@ def main() -> None:
                 page = client.get("/metrics")
                 page.raise_for_status()
                 elapsed = time.perf_counter() - started
-                lines = page.text.count("fleetwatch_gpu_failure_probability{")
+                # Per node on the default page; the per-GPU series are on the shards.
+                lines = page.text.count("fleetwatch_node_failure_probability{")
                 print(f"GET /metrics ({label}): {elapsed:.2f} s, {len(page.content) / 1e6:.1f} MB, "
-                      f"{lines} GPU probability series")  # fmt: skip
+                      f"{lines} node probability series")  # fmt: skip
         finally:
+            client.close()
             server.terminate()
             server.wait(10)
+            db.dispose()
 
 
 if __name__ == "__main__":

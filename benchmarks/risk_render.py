@@ -78,11 +78,14 @@ def one_round(nodes: int) -> dict[str, float]:
     return out
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=12_500, help="nodes of 8 GPUs (12,500)")
     parser.add_argument("--repeat", type=int, default=3)
-    args = parser.parse_args()
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes, for the test suite")
+    args = parser.parse_args(argv)
+    if args.smoke:
+        args.nodes, args.repeat = 20, 1
     rounds = []
     for k in range(args.repeat):
         rounds.append(one_round(args.nodes))

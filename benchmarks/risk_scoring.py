@@ -72,11 +72,14 @@ def _cpu_s(step: object) -> float:
     return time.process_time() - began
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=12_500, help="nodes of 8 GPUs (12,500)")
     parser.add_argument("--repeat", type=int, default=3)
-    args = parser.parse_args()
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes, for the test suite")
+    args = parser.parse_args(argv)
+    if args.smoke:
+        args.nodes, args.repeat = 20, 1
     bundle, gpus = _bundle(), _gpus(args.nodes)
     shared_s, anew_s = [], []
     for k in range(args.repeat):

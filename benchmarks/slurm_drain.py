@@ -13,10 +13,14 @@ Each trial waits a random fraction of the sync interval (so the Xid lands at a r
 the adapter's loop, as a real one does), appends an ``NVRM: Xid ... 79`` line to the agent's
 kern.log and polls ``scontrol --oneliner show node bench-node`` every 50 ms until its State has
 DRAIN; the same loop polls ``GET /v1/evictions?node=bench-node`` for the split Xid -> eviction
-at the API and eviction -> drained. Then ``POST /v1/nodes/bench-node/return`` (scheduler token)
-and a wait until slurm-sync has resumed the node in Slurm before the next trial.
+at the API and eviction -> drained. Then a passing validation pushed as ``fleetwatch validate``
+on the node pushes it (agent token; a node drained for a hardware reason returns only after
+one), ``POST /v1/nodes/bench-node/return`` (scheduler token) and a wait until slurm-sync has
+resumed the node in Slurm before the next trial.
 
-    .venv/bin/python benchmarks/slurm_drain.py [--trials 50] [--budget 600]
+    .venv/bin/python benchmarks/slurm_drain.py [--trials 50] [--budget 600] [--smoke]
+
+``--smoke``: two trials (the second one drains a node that returned), for the test suite.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 from agent import run_agent  # noqa: E402
+from tests.factories import make_validation  # noqa: E402
 from tests.integration.live import FLEETWATCH, create_token, live_server  # noqa: E402
 from tests.integration.slurm import SlurmctldFailed, running_slurmctld  # noqa: E402
 
@@ -100,7 +105,8 @@ def _line(name: str, values: list[float]) -> str:
     )
 
 
-def run(tmp: Path, trials: int, budget_s: float, seed: int) -> None:
+def run(tmp: Path, trials: int, budget_s: float, seed: int) -> int:
+    """Runs the trials and prints their figures; how many finished."""
     interval = AdapterSettings.model_fields["interval_s"].default
     url = f"sqlite:///{tmp / 'fleetwatch.db'}"
     upgrade(make_engine(ServerSettings(database_url=url)))
@@ -128,7 +134,7 @@ def run(tmp: Path, trials: int, budget_s: float, seed: int) -> None:
         kern_log = tmp / "agent" / "kern.log"
         started = time.monotonic()
         try:
-            with server.client(sched_token) as api:
+            with server.client(sched_token) as api, server.client(agent_token) as node:
                 _wait(lambda: api.get("/v1/nodes").json()["count"], 60, "the agent's first batch")
                 assert not drained(), slurm_state()
                 seen: set[int] = set()
@@ -177,6 +183,9 @@ def run(tmp: Path, trials: int, budget_s: float, seed: int) -> None:
                         lambda url=state_url: api.get(url).json()["state"] == "completed",
                         30, "the eviction to be completed",
                     )  # fmt: skip
+                    node.post(
+                        f"/v1/nodes/{NODE}/validations", json=make_validation(NODE, gpus=8)
+                    ).raise_for_status()
                     api.post(
                         f"/v1/nodes/{NODE}/return", json={"note": "bench: GPU reseated"}
                     ).raise_for_status()
@@ -200,9 +209,10 @@ def run(tmp: Path, trials: int, budget_s: float, seed: int) -> None:
     print(_line("  Xid line -> eviction at the API", to_api))
     print(_line("  eviction at API -> DRAIN", to_drain))
     print(_line("return -> Slurm resumed", to_resume))
+    return len(total)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawTextHelpFormatter
     )
@@ -211,9 +221,14 @@ def main() -> None:
         "--budget", type=float, default=600, help="stop starting trials after this many seconds"
     )
     parser.add_argument("--seed", type=int, default=1)
-    args = parser.parse_args()
+    parser.add_argument("--smoke", action="store_true", help="two trials, for the test suite")
+    args = parser.parse_args(argv)
+    if args.smoke:
+        args.trials = 2
     with tempfile.TemporaryDirectory() as tmp_dir:
-        run(Path(tmp_dir), args.trials, args.budget, args.seed)
+        finished = run(Path(tmp_dir), args.trials, args.budget, args.seed)
+    if args.smoke and finished < args.trials:
+        sys.exit(f"smoke: {finished} of {args.trials} trials finished")
 
 
 if __name__ == "__main__":

@@ -54,11 +54,14 @@ def synthetic_snapshot(nodes: int, seed: int = 1) -> FleetAssessment:
     return FleetAssessment(now, gpus, None, None)
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--nodes", type=int, default=12500)
     parser.add_argument("--repeat", type=int, default=3)
-    args = parser.parse_args()
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes, for the test suite")
+    args = parser.parse_args(argv)
+    if args.smoke:
+        args.nodes, args.repeat = 20, 1
     gen0 = ServerSettings(_env_file=None).gc_gen0_threshold  # type: ignore[call-arg]
     _, gen1, gen2 = gc.get_threshold()
     gc.set_threshold(gen0, gen1, gen2)

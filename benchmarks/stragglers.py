@@ -150,12 +150,15 @@ def db_pass(rng: np.random.Generator) -> None:
         db.dispose()
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=50)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--db-only", action="store_true", help="only the SQLite pass")
-    args = parser.parse_args()
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes, for the test suite")
+    args = parser.parse_args(argv)
+    if args.smoke:
+        args.jobs = 2
     rng = np.random.default_rng(args.seed)
     if args.db_only:
         db_pass(rng)

@@ -106,7 +106,9 @@ def _clone(admin_url: str, seed_name: str, name: str, run_url: str) -> None:
     db.dispose()
 
 
-def in_process(run_url: str, base: datetime, minutes: int, targeted: int) -> dict[str, Any]:
+def in_process(
+    run_url: str, base: datetime, minutes: int, targeted: int, nodes_n: int
+) -> dict[str, Any]:
     settings = ServerSettings(database_url=run_url, background_jobs=False, _env_file=None)  # type: ignore[call-arg]
     db = Database(make_engine(settings))
     jobs = BackgroundJobs(
@@ -135,7 +137,7 @@ def in_process(run_url: str, base: datetime, minutes: int, targeted: int) -> dic
     _log(f"urgent lane, {targeted} nodes one at a time ...")
     evicted = 0
     for i in range(targeted):
-        node = f"gpu-{(1000 + 997 * i) % 12_500:05d}"
+        node = f"gpu-{(1000 + 997 * i) % nodes_n:05d}"
         now = base + timedelta(seconds=32 + i)
         _fatal_xid(db, node, now - timedelta(seconds=1))
         for name, step in (
@@ -226,6 +228,8 @@ def probes(
         cpu = _cpu_s(pid) - cpu_before
         wall = time.perf_counter() - wall_before
         metrics = httpx.get(f"{server.url}/metrics", timeout=30).text
+        push.close()
+        read.close()
     passes = [
         line
         for line in metrics.splitlines()
@@ -248,7 +252,7 @@ def probes(
     }
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--nodes", type=int, default=12_500)
     parser.add_argument("--minutes", type=int, default=2)
@@ -269,7 +273,22 @@ def main() -> None:
     )
     parser.add_argument("--seed-name", default="wt_urgent_seed")
     parser.add_argument("--db-name", default="wt_urgent")
-    args = parser.parse_args()
+    parser.add_argument(
+        "--smoke", action="store_true", help="tiny sizes on databases of its own, dropped after"
+    )
+    args = parser.parse_args(argv)
+    if args.smoke:  # never the templates a real run reuses
+        args.nodes, args.minutes, args.hourly_hours, args.targeted, args.probes = 3, 1, 1, 1, 1
+        args.gap_s, args.reseed = 1.0, True
+        args.db_name, args.seed_name = (f"fw_smoke_ul{os.getpid()}{s}" for s in ("", "_seed"))
+    try:
+        run(args)
+    finally:
+        if args.smoke:
+            bg.drop_databases(args.database_url, (args.db_name, args.seed_name))
+
+
+def run(args: argparse.Namespace) -> None:
     server = make_url(ServerSettings(database_url=args.database_url, _env_file=None).database_url)  # type: ignore[call-arg]
     admin_url = server.set(database="postgres").render_as_string(hide_password=False)
     seed_url = server.set(database=args.seed_name).render_as_string(hide_password=False)
@@ -279,7 +298,9 @@ def main() -> None:
     result: dict[str, Any] = {"machine": bg._machine(), "seed": info}
     if not args.skip_in_process:
         _clone(admin_url, args.seed_name, args.db_name, run_url)
-        result["in_process"] = in_process(run_url, base, info["minutes"], args.targeted)
+        result["in_process"] = in_process(
+            run_url, base, info["minutes"], args.targeted, info["nodes"]
+        )
     runs = [("lane", args.probes, None)]
     if args.baseline_src:
         runs.append(("baseline", args.baseline_probes, args.baseline_src))

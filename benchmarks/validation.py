@@ -66,11 +66,14 @@ def _per_row_us(run: Callable[[bytes], Any], bodies: list[bytes], rows: int, rou
     return statistics.median(per_row)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--json", type=Path, help="write the figures to this JSON file")
-    args = parser.parse_args()
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes, for the test suite")
+    args = parser.parse_args(argv)
+    if args.smoke:
+        args.rounds = 1
     limits = IngestLimits(now=datetime.now(UTC) + timedelta(days=1))
     bare = msgspec.json.Decoder(BatchStruct)
     paths: dict[str, Callable[[bytes], Any]] = {

@@ -162,14 +162,17 @@ def _ceiling(receiver: str, n: int, concurrency: int) -> tuple[float, float]:
     return sequential, parallel
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--alerts", type=int, default=2000)
     parser.add_argument("--steady", type=int, default=200)
     parser.add_argument("--rate", type=float, default=20.0, help="steady alerts per second")
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--database-url", default=None)
-    args = parser.parse_args()
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes, for the test suite")
+    args = parser.parse_args(argv)
+    if args.smoke:
+        args.alerts, args.steady, args.rate = 20, 5, 50.0
 
     ports: Any = multiprocessing.Queue()
     child = multiprocessing.Process(target=_serve, args=(ports,), daemon=True)
@@ -255,8 +258,11 @@ def main() -> None:
         f"max {lat.max():,.1f} ms"
     )
     worker.close()
+    worker.client.close()  # close() leaves the client it made open
     db.dispose()
+    tmp.cleanup()
     child.terminate()
+    child.join()
 
 
 if __name__ == "__main__":
