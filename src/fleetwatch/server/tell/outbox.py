@@ -193,6 +193,8 @@ class OutboxWorker:
         self.settings = settings
         # Secrets are stored encrypted (secret_box.py); without keys only plain text opens.
         self.secrets = secrets or SecretBox([])
+        # A client given by the caller is the caller's to close.
+        self._owns_client = client is None
         self.client = client or httpx.Client(
             timeout=settings.webhook_timeout_s, verify=_verifying_context()
         )
@@ -202,6 +204,8 @@ class OutboxWorker:
 
     def close(self) -> None:
         self._pool.shutdown(wait=True)
+        if self._owns_client:
+            self.client.close()
 
     def _claim(self, now: datetime) -> list[Any]:
         due = and_(webhook_outbox.c.state == "pending", webhook_outbox.c.next_attempt_at <= now)
