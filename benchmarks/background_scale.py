@@ -16,7 +16,7 @@ Seeds a PostgreSQL database once (a template, reused while its parameters match)
   subscription, so that the assessment scores and the alerts queue deliveries.
 
 Each run clones the template and times the passes as the server runs them, on the objects that
-``server/jobs/registry.py`` builds (``BackgroundJobs``): the assessment, then (as the leader
+``server/background.py`` builds (``BackgroundJobs``): the assessment, then (as the leader
 does after it) the planner and the alerts, the rollups and the lifecycle. First the passes of a
 freshly started leader ("first"); then ``--steady-s`` of new samples are stored (every GPU, every
 10 s; a fatal Xid among some application Xids) and every pass runs again ("steady"). The clock is
@@ -58,8 +58,10 @@ from sqlalchemy.engine import make_url
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from fleetwatch.config import ServerSettings  # noqa: E402
+from fleetwatch.server.background import BackgroundJobs  # noqa: E402
 from fleetwatch.server.db.migrate import upgrade  # noqa: E402
 from fleetwatch.server.db.sample_blocks import encode_blocks  # noqa: E402
+from fleetwatch.server.db.secret_box import SecretBox  # noqa: E402
 from fleetwatch.server.db.session import Database, make_engine  # noqa: E402
 from fleetwatch.server.db.tables import (  # noqa: E402
     alerts,
@@ -74,12 +76,10 @@ from fleetwatch.server.db.tables import (  # noqa: E402
     webhook_outbox,
     webhook_subscriptions,
 )
-from fleetwatch.server.jobs.registry import BackgroundJobs  # noqa: E402
-from fleetwatch.server.metrics.families import ServerMetrics  # noqa: E402
 from fleetwatch.server.repo.ingest import store_batch  # noqa: E402
 from fleetwatch.server.repo.sample_reader import count_samples, from_us, to_us  # noqa: E402
 from fleetwatch.server.repo.sample_writer import copy_blocks  # noqa: E402
-from fleetwatch.server.secret_box import SecretBox  # noqa: E402
+from fleetwatch.server.runtime.metric_families import ServerMetrics  # noqa: E402
 from fleetwatch.telemetry import SAMPLE_FIELD_NAMES, Batch  # noqa: E402
 
 GPUS_PER_NODE = 8

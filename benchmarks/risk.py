@@ -44,10 +44,10 @@ from fleetwatch.server.db.migrate import upgrade  # noqa: E402
 from fleetwatch.server.db.sample_blocks import encode_blocks  # noqa: E402
 from fleetwatch.server.db.session import Database, make_engine  # noqa: E402
 from fleetwatch.server.db.tables import gpu_sample_blocks  # noqa: E402
-from fleetwatch.server.jobs.rollups import RollupJob  # noqa: E402
 from fleetwatch.server.judge.assessor import Assessor  # noqa: E402
 from fleetwatch.server.repo.models import store_model  # noqa: E402
 from fleetwatch.server.repo.sample_reader import from_us, to_us  # noqa: E402
+from fleetwatch.server.upkeep.rollups import RollupJob  # noqa: E402
 from fleetwatch.telemetry import SAMPLE_FIELD_NAMES  # noqa: E402
 
 

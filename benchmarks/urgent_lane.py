@@ -4,7 +4,7 @@ On PostgreSQL, a template database (``background_scale.py``'s seed, reused while
 match) of ``--nodes`` nodes x 8 GPUs with ``--minutes`` of samples every 10 s, a day of Xid noise
 and ``--hourly-hours`` of rollups, cloned for each run. Then:
 
-1. in this process, on the objects ``server/jobs/registry.py`` builds, wall and CPU seconds of
+1. in this process, on the objects ``server/background.py`` builds, wall and CPU seconds of
    the whole-fleet passes (assessment, planner, alerts: a first pass of a fresh leader, then one
    after 30 s more samples) and of the urgent lane's for one node (targeted assessment,
    ``EvictionPlanner.run_for``, ``Alerter.run_for``) after a fatal Xid stored on it, over
@@ -54,6 +54,8 @@ import background_scale as bg  # noqa: E402
 from serverproc import create_token, running_server  # noqa: E402
 
 from fleetwatch.config import ServerSettings  # noqa: E402
+from fleetwatch.server.background import BackgroundJobs  # noqa: E402
+from fleetwatch.server.db.secret_box import SecretBox  # noqa: E402
 from fleetwatch.server.db.session import Database, make_engine  # noqa: E402
 from fleetwatch.server.db.tables import (  # noqa: E402
     events,
@@ -62,11 +64,9 @@ from fleetwatch.server.db.tables import (  # noqa: E402
     gpus,
     nodes,
 )
-from fleetwatch.server.jobs.registry import BackgroundJobs  # noqa: E402
-from fleetwatch.server.jobs.state import save_state  # noqa: E402
-from fleetwatch.server.metrics.families import ServerMetrics  # noqa: E402
 from fleetwatch.server.repo.sample_reader import newest_block_id  # noqa: E402
-from fleetwatch.server.secret_box import SecretBox  # noqa: E402
+from fleetwatch.server.runtime.metric_families import ServerMetrics  # noqa: E402
+from fleetwatch.server.runtime.state import save_state  # noqa: E402
 
 
 def _log(message: str) -> None:

@@ -37,7 +37,8 @@ from fleetwatch.notify.webhooks import alert_document
 from fleetwatch.server.db.migrate import upgrade
 from fleetwatch.server.db.session import Database, make_engine
 from fleetwatch.server.db.tables import alerts, metadata, webhook_subscriptions
-from fleetwatch.server.tell.outbox import OutboxWorker, enqueue
+from fleetwatch.server.repo.webhooks import enqueue
+from fleetwatch.server.tell.outbox import OutboxWorker
 
 
 def _serve(port_queue: Any) -> None:

@@ -2,7 +2,7 @@
 
 Per-GPU metrics are named from the canonical fields in base units (Prometheus' convention):
 MHz become hertz, mJ joules, MiB bytes, percentages ratios. The server's own families (ingest,
-background jobs, leadership) are in :mod:`fleetwatch.server.metrics.families`.
+background jobs, leadership) are in :mod:`fleetwatch.server.runtime.metric_families`.
 """
 
 from __future__ import annotations

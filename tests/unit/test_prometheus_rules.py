@@ -31,7 +31,7 @@ def exported_metric_names() -> set[str]:
     names = {m.name for m in GPU_METRICS}
     for path in (
         SOURCES / "metrics.py",
-        SOURCES / "server/metrics/families.py",
+        SOURCES / "server/runtime/metric_families.py",
         *SOURCES.glob("server/metrics/*exposition.py"),
     ):
         names |= set(re.findall(r"\b(fleetwatch_[a-z0-9_]+?)(?:\{|\"| )", path.read_text()))

@@ -36,8 +36,7 @@ def rotate(database_url: str | None) -> None:
     from cryptography.fernet import Fernet
 
     from fleetwatch.errors import FleetWatchError
-    from fleetwatch.server.db.session import Database, make_engine
-    from fleetwatch.server.secret_box import (
+    from fleetwatch.server.db.secret_box import (
         SecretBox,
         key_file_for,
         load_secret_box,
@@ -45,6 +44,7 @@ def rotate(database_url: str | None) -> None:
         reseal_secrets,
         write_key_file,
     )
+    from fleetwatch.server.db.session import Database, make_engine
 
     settings = load_server_settings(database_url=database_url)
     key_file = None if settings.secret_keys else key_file_for(settings)

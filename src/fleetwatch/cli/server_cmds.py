@@ -66,9 +66,9 @@ def server(
     import uvicorn
 
     from fleetwatch.errors import ConfigError
-    from fleetwatch.server.jobs.leader import single_process_problem
     from fleetwatch.server.log_config import server_log_config
     from fleetwatch.server.process_tuning import tune_malloc
+    from fleetwatch.server.runtime.leader import single_process_problem
 
     settings = load_server_settings(
         host=host,

@@ -1,7 +1,7 @@
 """The app factory. Nothing is built at import: ``create_app(settings)`` builds everything.
 
 Run with ``uvicorn --factory fleetwatch.server.app:create_app`` (settings from the environment) or
-``fleetwatch server``. The background jobs are listed in :mod:`fleetwatch.server.jobs.registry`,
+``fleetwatch server``. The background jobs are listed in :mod:`fleetwatch.server.background`,
 the ``/healthz``, ``/readyz`` and ``/metrics`` routes live in :mod:`fleetwatch.server.operations`.
 """
 
@@ -24,7 +24,10 @@ from fleetwatch.errors import ConfigError, StorageFull
 from fleetwatch.server.access_log import log_accepted_pushes
 from fleetwatch.server.act.eviction_watch import EvictionWatch
 from fleetwatch.server.act.notices import CHANNEL as NOTICE_CHANNEL
+from fleetwatch.server.background import BackgroundJobs
+from fleetwatch.server.concepts.liveness import Liveness
 from fleetwatch.server.db.migrate import prepare_database
+from fleetwatch.server.db.secret_box import SecretBox, load_secret_box, reseal_secrets
 from fleetwatch.server.db.session import Database, make_engine, sqlite_directory
 from fleetwatch.server.db.storage import StorageCollector, StorageHealth
 from fleetwatch.server.docs import add_offline_docs
@@ -36,18 +39,15 @@ from fleetwatch.server.http_guard import (
     open_files_limit,
 )
 from fleetwatch.server.ingest_writer import GroupWriter
-from fleetwatch.server.jobs.leader import single_process_problem
-from fleetwatch.server.jobs.registry import BackgroundJobs
-from fleetwatch.server.judge.liveness import Liveness
 from fleetwatch.server.metrics.availability_exposition import AvailabilityExposition
 from fleetwatch.server.metrics.exposition import FleetExposition
-from fleetwatch.server.metrics.families import ServerMetrics
 from fleetwatch.server.metrics.page_prefetch import PagePrefetch
 from fleetwatch.server.operations import add_operational_routes
 from fleetwatch.server.page import router as page_router
 from fleetwatch.server.process_tuning import tune_garbage_collector
 from fleetwatch.server.routers import api_router
-from fleetwatch.server.secret_box import SecretBox, load_secret_box, reseal_secrets
+from fleetwatch.server.runtime.leader import single_process_problem
+from fleetwatch.server.runtime.metric_families import ServerMetrics
 from fleetwatch.server.token_cache import TokenCache
 from fleetwatch.telemetry import Batch
 

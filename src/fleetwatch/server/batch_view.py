@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any, Protocol
 
-__all__ = ["BatchView", "EventView", "GpuView", "NodeView", "SampleView"]
+__all__ = ["BatchView", "EventView", "GpuView", "NodeView", "SampleView", "push_lag_s"]
 
 
 class NodeView(Protocol):
@@ -90,3 +90,13 @@ class BatchView(Protocol):
     def samples(self) -> Sequence[SampleView]: ...
     @property
     def events(self) -> Sequence[EventView]: ...
+
+
+def push_lag_s(batch: BatchView, now: datetime) -> float | None:
+    """Seconds from ``batch``'s newest reading (sample or event) to ``now``, when it is stored
+    (None: it has no reading)."""
+    newest = max(
+        (*(s.ts for s in batch.samples), *(e.ts for e in batch.events)),
+        default=None,
+    )
+    return None if newest is None else (now - newest).total_seconds()

@@ -22,9 +22,9 @@ from fleetwatch.server.auth import (
     check_permission,
     touch_token,
 )
+from fleetwatch.server.concepts.liveness import Liveness
 from fleetwatch.server.db.base import utcnow
 from fleetwatch.server.db.session import Database
-from fleetwatch.server.judge.liveness import Liveness
 from fleetwatch.server.token_cache import TokenCache
 
 __all__ = [

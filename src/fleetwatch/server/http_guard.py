@@ -25,7 +25,7 @@ from typing import Any
 
 from fleetwatch.config import ServerSettings
 from fleetwatch.server.log_throttle import ThrottledLog
-from fleetwatch.server.metrics.families import ServerMetrics
+from fleetwatch.server.runtime.metric_families import ServerMetrics
 
 __all__ = [
     "FD_RESERVE",

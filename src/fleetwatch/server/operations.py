@@ -18,12 +18,12 @@ from fleetwatch.server.auth import Permission
 from fleetwatch.server.db.migrate import current_revision, head_revision
 from fleetwatch.server.db.session import Database
 from fleetwatch.server.deps import require
-from fleetwatch.server.jobs.leader import LeaderElector
-from fleetwatch.server.jobs.precedence import NO_PRECEDENCE, Precedence
 from fleetwatch.server.judge.assessor import Assessor
-from fleetwatch.server.metrics.families import ServerMetrics
 from fleetwatch.server.metrics.pages import default_page, shard_page
 from fleetwatch.server.metrics.shards import MAX_SHARDS, shard_from_query
+from fleetwatch.server.runtime.leader import LeaderElector
+from fleetwatch.server.runtime.metric_families import ServerMetrics
+from fleetwatch.server.runtime.precedence import NO_PRECEDENCE, Precedence
 from fleetwatch.server.schemas.common import error_responses
 
 __all__ = ["add_operational_routes"]
@@ -34,7 +34,7 @@ def _render(
 ) -> str:
     """``render`` given the newest snapshot, taken in the render's thread: a process that
     adopts the leader's snapshots only while read decodes the newest one first. Ahead of the
-    process's whole-fleet passes (jobs/precedence.py): Prometheus waits on it."""
+    process's whole-fleet passes (runtime/precedence.py): Prometheus waits on it."""
     with precedence.ahead():
         return render(snapshot=assessor.newest(), **kwargs)
 

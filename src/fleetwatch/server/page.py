@@ -43,6 +43,8 @@ from fleetwatch.server.auth import (
     check_permission,
     page_session,
 )
+from fleetwatch.server.concepts.ingest_lag import fleet_lag_s
+from fleetwatch.server.concepts.liveness import Liveness
 from fleetwatch.server.csp import PAGE_HEADERS
 from fleetwatch.server.db.base import utcnow
 from fleetwatch.server.db.session import Database
@@ -50,8 +52,6 @@ from fleetwatch.server.db.tables import events, evictions, gpus, nodes, straggle
 from fleetwatch.server.deps import check_credentials
 from fleetwatch.server.judge.assessment import FleetAssessment, GpuRisk, risk_order
 from fleetwatch.server.judge.assessor import Assessor
-from fleetwatch.server.judge.ingest_lag import fleet_lag_s
-from fleetwatch.server.judge.liveness import Liveness
 from fleetwatch.server.repo.maintenance import load_planned
 
 __all__ = ["COOKIE", "authenticate_page", "router"]

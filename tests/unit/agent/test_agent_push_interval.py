@@ -31,8 +31,8 @@ from fleetwatch.agent.spool import Spool
 from fleetwatch.config import ServerSettings
 from fleetwatch.server.app import create_app
 from fleetwatch.server.auth import create_token
+from fleetwatch.server.concepts.liveness import node_state
 from fleetwatch.server.db.tables import events, nodes
-from fleetwatch.server.judge.liveness import node_state
 from fleetwatch.telemetry import Event, GpuIdentity, GpuSample, NodeInfo
 
 GPUS = 8

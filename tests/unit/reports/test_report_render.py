@@ -21,8 +21,8 @@ from fleetwatch.reports.weekly import WeeklyReport
 from fleetwatch.reports.weeks import parse_week
 from fleetwatch.rules.xid_catalog import XidCatalog
 from fleetwatch.server.db.session import Database
-from fleetwatch.server.jobs.weekly_report import WeeklyReportJob
 from fleetwatch.server.repo.report_rows import compute_weekly
+from fleetwatch.server.tell.weekly_report import WeeklyReportJob
 
 
 @pytest.fixture
@@ -172,7 +172,7 @@ def test_a_restarted_worker_does_not_rebuild_a_report_every_subscriber_has(
     from sqlalchemy import insert
 
     from fleetwatch.server.db.tables import webhook_subscriptions
-    from fleetwatch.server.jobs import weekly_report as schedule
+    from fleetwatch.server.tell import weekly_report as schedule
 
     when = START + timedelta(days=7, hours=settings.report_delay_h + 1)
     builds: list[str] = []

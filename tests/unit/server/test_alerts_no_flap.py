@@ -18,10 +18,10 @@ from tests.unit.server.test_alerts_webhooks import _xid79
 
 from fleetwatch.config import ServerSettings
 from fleetwatch.server.act.planner import EvictionPlanner
+from fleetwatch.server.concepts.liveness import is_unheard, node_state
 from fleetwatch.server.db.session import Database
 from fleetwatch.server.db.tables import alerts, evictions
 from fleetwatch.server.judge.assessment import FleetAssessment
-from fleetwatch.server.judge.liveness import is_unheard, node_state
 from fleetwatch.server.tell.alerting import Alerter
 
 INTERVAL_S = 10.0  # make_batch's interval; unreachable after 3 of them (the default)

@@ -20,9 +20,9 @@ from tests.unit.server.conftest import Push
 from fleetwatch.config import ServerSettings
 from fleetwatch.notify.webhooks import verify_signature
 from fleetwatch.server.app import create_app
+from fleetwatch.server.db.secret_box import load_secret_box
 from fleetwatch.server.db.session import Database
 from fleetwatch.server.db.tables import webhook_outbox
-from fleetwatch.server.secret_box import load_secret_box
 from fleetwatch.server.tell.outbox import OutboxWorker, enqueue_report
 
 SECRET = "hmac-key"

@@ -34,6 +34,7 @@ from fleetwatch.server.app import create_app
 from fleetwatch.server.auth import authenticate, create_token, revoke_token
 from fleetwatch.server.db.base import utcnow
 from fleetwatch.server.db.migrate import upgrade
+from fleetwatch.server.db.secret_box import SecretBox
 from fleetwatch.server.db.session import Database, make_engine
 from fleetwatch.server.db.tables import api_tokens, evictions
 from fleetwatch.server.repo.evictions import create_eviction
@@ -42,7 +43,6 @@ from fleetwatch.server.repo.models import store_model
 from fleetwatch.server.repo.webhooks import create_webhook
 from fleetwatch.server.schemas.maintenance import MaintenanceCreate
 from fleetwatch.server.schemas.webhooks import WebhookCreate
-from fleetwatch.server.secret_box import SecretBox
 
 SCOPES = ("agent", "read", "scheduler", "admin")
 ALLOWED = {

@@ -24,15 +24,16 @@ from fleetwatch.rules.overrides import load_rules
 from fleetwatch.server.act import planner
 from fleetwatch.server.db.session import Database
 from fleetwatch.server.db.tables import alerts, evictions, gpu_lifetimes, webhook_outbox
-from fleetwatch.server.jobs.isolation import ItemGuard
-from fleetwatch.server.jobs.lifecycle import run_lifecycle
-from fleetwatch.server.jobs.rollups import RollupJob
-from fleetwatch.server.jobs.scheduler import Waker, periodic
 from fleetwatch.server.judge.judging import FleetJudge
 from fleetwatch.server.repo.jobs import load_detector
+from fleetwatch.server.repo.webhooks import enqueue
+from fleetwatch.server.runtime.isolation import ItemGuard
+from fleetwatch.server.runtime.scheduler import Waker, periodic
 from fleetwatch.server.tell import alerting
 from fleetwatch.server.tell.conditions import Condition
-from fleetwatch.server.tell.outbox import OutboxWorker, enqueue
+from fleetwatch.server.tell.outbox import OutboxWorker
+from fleetwatch.server.upkeep.lifecycle import run_lifecycle
+from fleetwatch.server.upkeep.rollups import RollupJob
 
 # The longest values the wire accepts (tests/unit/server/test_column_lengths.py probes them).
 LONG_NODE = "n" + "x" * 252  # 253
@@ -151,7 +152,7 @@ def test_a_row_the_database_refuses_costs_one_alert_not_all(
 
     monkeypatch.setattr(alerting, "derive_conditions", with_a_bad_one)
     assert push(_xid79("node-b")).status_code == 200
-    caplog.set_level(logging.INFO, logger="fleetwatch.server.jobs.isolation")
+    caplog.set_level(logging.INFO, logger="fleetwatch.server.runtime.isolation")
     for _ in range(3):
         _passes(client, datetime.now(UTC))
     firing = _firing(db)

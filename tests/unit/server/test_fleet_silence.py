@@ -18,10 +18,10 @@ from tests.unit.server.test_alerts_webhooks import _xid79
 
 from fleetwatch.config import ServerSettings
 from fleetwatch.server.act.planner import EvictionPlanner, PlanResult
+from fleetwatch.server.concepts.liveness import Liveness
 from fleetwatch.server.db.base import utcnow
 from fleetwatch.server.db.session import Database
 from fleetwatch.server.db.tables import alerts, evictions, nodes
-from fleetwatch.server.judge.liveness import Liveness
 from fleetwatch.server.judge.silence import is_storm
 from fleetwatch.server.metrics.exposition import FleetExposition
 from fleetwatch.server.repo.maintenance import create_window

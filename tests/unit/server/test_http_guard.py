@@ -28,7 +28,7 @@ from fleetwatch.server.http_guard import (
 )
 from fleetwatch.server.http_protocol import GuardedHttpToolsProtocol
 from fleetwatch.server.log_throttle import ThrottledLog
-from fleetwatch.server.metrics.families import ServerMetrics
+from fleetwatch.server.runtime.metric_families import ServerMetrics
 
 LIMITS = ConnectionLimits(
     header_timeout_s=10.0, body_timeout_s=60.0, idle_timeout_s=5.0, max_connections=2

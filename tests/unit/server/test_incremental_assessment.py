@@ -14,10 +14,10 @@ from fleetwatch.config import ServerSettings
 from fleetwatch.rules.thresholds import HealthThresholds
 from fleetwatch.rules.xid_catalog import XidCatalog
 from fleetwatch.server.db.session import Database
-from fleetwatch.server.jobs.rollups import RollupJob
 from fleetwatch.server.judge import assessor as assessor_module
 from fleetwatch.server.judge.assessment import FEATURES_SINCE, FleetAssessment
 from fleetwatch.server.judge.assessor import Assessor
+from fleetwatch.server.upkeep.rollups import RollupJob
 
 START = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=20)
 MINUTES = 15

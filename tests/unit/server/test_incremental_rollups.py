@@ -18,9 +18,9 @@ from tests.unit.server.conftest import Push
 from fleetwatch.rules.xid_catalog import XidCatalog
 from fleetwatch.server.db.session import Database
 from fleetwatch.server.db.tables import gpu_hourly
-from fleetwatch.server.jobs import rollups as rollups_module
-from fleetwatch.server.jobs.recent_rollups import RecentHours
-from fleetwatch.server.jobs.rollups import RollupJob, refresh_rollups
+from fleetwatch.server.upkeep import rollups as rollups_module
+from fleetwatch.server.upkeep.recent_rollups import RecentHours
+from fleetwatch.server.upkeep.rollups import RollupJob, refresh_rollups
 
 CATALOG = XidCatalog.load()
 # Half past an hour, a few hours ago: every time below is within the ingest's accepted past.

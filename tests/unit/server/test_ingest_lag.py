@@ -21,10 +21,10 @@ from tests.factories import make_batch
 from tests.unit.server.conftest import Push
 from tests.unit.server.test_fleet_silence import _alert, _evictions, _firing, _fleet, _plan
 
+from fleetwatch.server.concepts.ingest_lag import MIN_NODES, WINDOW, fleet_lag_s
 from fleetwatch.server.db.base import utcnow
 from fleetwatch.server.db.session import Database
 from fleetwatch.server.db.tables import evictions, nodes
-from fleetwatch.server.judge.ingest_lag import MIN_NODES, WINDOW, fleet_lag_s
 
 T0 = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
 LAG = 200.0

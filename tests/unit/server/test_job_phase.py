@@ -13,11 +13,11 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from fleetwatch.config import ServerSettings
+from fleetwatch.server.background import BackgroundJobs
+from fleetwatch.server.db.secret_box import SecretBox
 from fleetwatch.server.db.session import Database, make_engine
-from fleetwatch.server.jobs.registry import BackgroundJobs
-from fleetwatch.server.jobs.scheduler import Waker, next_pause, periodic
-from fleetwatch.server.metrics.families import ServerMetrics
-from fleetwatch.server.secret_box import SecretBox
+from fleetwatch.server.runtime.metric_families import ServerMetrics
+from fleetwatch.server.runtime.scheduler import Waker, next_pause, periodic
 
 
 def test_the_next_pass_comes_the_rest_of_the_interval_after() -> None:

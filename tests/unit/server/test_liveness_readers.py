@@ -18,10 +18,10 @@ from tests.unit.server.conftest import Push
 
 from fleetwatch.config import ServerSettings
 from fleetwatch.server.app import create_app
+from fleetwatch.server.concepts.liveness import Liveness
 from fleetwatch.server.db.base import utcnow
 from fleetwatch.server.db.session import Database
 from fleetwatch.server.db.tables import nodes
-from fleetwatch.server.judge.liveness import Liveness
 
 INTERVAL_S = 10.0  # make_batch's interval; unreachable after 3 of them (the default)
 

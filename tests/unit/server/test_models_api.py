@@ -12,8 +12,8 @@ from tests.unit.server.test_refit import NOW, _Blocking, insert_weibull_lifetime
 from fleetwatch.config import ServerSettings
 from fleetwatch.models.registry import RiskBundle
 from fleetwatch.server.db.session import Database
-from fleetwatch.server.jobs.refit import Refitter
 from fleetwatch.server.repo.models import store_model
+from fleetwatch.server.upkeep.refit import Refitter
 
 FIT = {"lambda": 400.0, "rho": 1.2, "rho_ci": [1.1, 1.3]}
 

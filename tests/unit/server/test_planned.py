@@ -7,13 +7,13 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from fleetwatch.server.judge.judging import Verdict
-from fleetwatch.server.judge.planned import (
+from fleetwatch.server.concepts.planned import (
     Planned,
     WindowRow,
     parse_selector,
     stands_in_maintenance,
 )
+from fleetwatch.server.judge.judging import Verdict
 
 T0 = datetime(2026, 12, 1, 8, 0, tzinfo=UTC)
 H = timedelta(hours=1)

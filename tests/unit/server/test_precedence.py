@@ -19,15 +19,15 @@ from tests.unit.server.test_lifecycle import T0, _gpu, _report
 
 from fleetwatch.config import ServerSettings
 from fleetwatch.rules.xid import XidCatalog
+from fleetwatch.server.background import BackgroundJobs
+from fleetwatch.server.db.secret_box import SecretBox
 from fleetwatch.server.db.session import Database, make_engine
 from fleetwatch.server.db.tables import gpu_lifetimes
-from fleetwatch.server.jobs import lifecycle as lifecycle_module
-from fleetwatch.server.jobs.lifecycle import LifecycleCounts, sync_lifetimes
-from fleetwatch.server.jobs.precedence import MIN_RUN_S, Precedence
-from fleetwatch.server.jobs.registry import BackgroundJobs
-from fleetwatch.server.metrics.families import ServerMetrics
 from fleetwatch.server.operations import _render
-from fleetwatch.server.secret_box import SecretBox
+from fleetwatch.server.runtime.metric_families import ServerMetrics
+from fleetwatch.server.runtime.precedence import MIN_RUN_S, Precedence
+from fleetwatch.server.upkeep import lifecycle as lifecycle_module
+from fleetwatch.server.upkeep.lifecycle import LifecycleCounts, sync_lifetimes
 
 
 @pytest.fixture(scope="module")

@@ -14,15 +14,15 @@ import pandas as pd
 import pytest
 from sqlalchemy import Connection, insert, select
 
-import fleetwatch.server.jobs.refit as refit_module
+import fleetwatch.server.upkeep.refit as refit_module
 from fleetwatch.config import ServerSettings
 from fleetwatch.errors import InvalidInput
 from fleetwatch.models.base import ModelFitError
 from fleetwatch.models.registry import RiskBundle
 from fleetwatch.server.db.session import Database
 from fleetwatch.server.db.tables import events, gpu_lifetimes
-from fleetwatch.server.jobs.refit import Refitter, run_refit
 from fleetwatch.server.repo.models import get_model, latest_ok_model, list_models, store_model
+from fleetwatch.server.upkeep.refit import Refitter, run_refit
 
 NOW = datetime(2025, 6, 1, tzinfo=UTC)
 
@@ -198,7 +198,7 @@ def test_refitter_logs_a_failed_refit_and_recovers(
     job = _Blocking(fail=True)
     job.release.set()
     refitter = Refitter(db, settings, refit=job)
-    with caplog.at_level(logging.ERROR, logger="fleetwatch.server.jobs.refit"):
+    with caplog.at_level(logging.ERROR, logger="fleetwatch.server.upkeep.refit"):
         assert refitter.request() is True
         assert refitter.wait(10)
     assert any("background refit (manual) failed" in r.message for r in caplog.records)

@@ -24,10 +24,10 @@ from fleetwatch.server.db import partitions
 from fleetwatch.server.db.migrate import upgrade
 from fleetwatch.server.db.session import Database, make_engine
 from fleetwatch.server.db.tables import gpu_hourly, ingest_batches
-from fleetwatch.server.jobs.retention import RetentionJob
 from fleetwatch.server.repo.ingest import store_batch
 from fleetwatch.server.repo.sample_reader import count_samples, read_samples, to_us
 from fleetwatch.server.repo.sample_writer import write_sample_rows
+from fleetwatch.server.upkeep.retention import RetentionJob
 from fleetwatch.telemetry import Batch
 
 NOW = datetime(2026, 6, 15, 12, tzinfo=UTC)
@@ -324,9 +324,9 @@ def test_retention_settings_defaults_environment_and_bounds(
 def test_the_leader_runs_the_retention_pass(settings: ServerSettings) -> None:
     from prometheus_client import CollectorRegistry
 
-    from fleetwatch.server.jobs.registry import BackgroundJobs
-    from fleetwatch.server.metrics.families import ServerMetrics
-    from fleetwatch.server.secret_box import SecretBox
+    from fleetwatch.server.background import BackgroundJobs
+    from fleetwatch.server.db.secret_box import SecretBox
+    from fleetwatch.server.runtime.metric_families import ServerMetrics
 
     db = Database(make_engine(settings))
     jobs = BackgroundJobs(

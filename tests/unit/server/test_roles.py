@@ -17,7 +17,7 @@ from fleetwatch.cli import main
 from fleetwatch.config import ServerSettings
 from fleetwatch.errors import ConfigError
 from fleetwatch.server.app import create_app
-from fleetwatch.server.jobs.leader import LEADER_LOCK, WAKE_CHANNEL, single_process_problem
+from fleetwatch.server.runtime.leader import LEADER_LOCK, WAKE_CHANNEL, single_process_problem
 
 
 def _settings(database_url: str, **values: object) -> ServerSettings:

@@ -13,7 +13,7 @@ from fleetwatch.models.telemetry_features import GPU_CATEGORIES, HourRollup, win
 from fleetwatch.rules.xid_catalog import XidCatalog
 from fleetwatch.server.db.session import Database
 from fleetwatch.server.db.tables import gpu_hourly
-from fleetwatch.server.jobs.rollups import (
+from fleetwatch.server.upkeep.rollups import (
     RollupJob,
     fleet_window_features,
     refresh_rollups,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import threading
 
-from fleetwatch.server.jobs.scheduler import InFlight, Job, Scheduler
+from fleetwatch.server.runtime.scheduler import InFlight, Job, Scheduler
 
 
 class _Count:

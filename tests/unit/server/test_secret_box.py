@@ -20,9 +20,9 @@ from fleetwatch.config import ServerSettings
 from fleetwatch.notify.webhooks import verify_signature
 from fleetwatch.server.app import create_app
 from fleetwatch.server.db.base import utcnow
+from fleetwatch.server.db.secret_box import PREFIX, SecretBox, key_file_for, load_secret_box
 from fleetwatch.server.db.session import Database
 from fleetwatch.server.db.tables import webhook_subscriptions
-from fleetwatch.server.secret_box import PREFIX, SecretBox, key_file_for, load_secret_box
 from fleetwatch.server.tell.outbox import OutboxWorker
 
 SECRET = "hmac-key-for-the-receiver"

@@ -17,13 +17,13 @@ from tests.unit.server.test_risk_api import _xid_batch
 from tests.unit.server.test_snapshot_codec import _assessor, _view
 
 from fleetwatch.config import ServerSettings
+from fleetwatch.server.background import BackgroundJobs
+from fleetwatch.server.db.secret_box import SecretBox
 from fleetwatch.server.db.session import Database
 from fleetwatch.server.db.tables import fleet_snapshots
-from fleetwatch.server.jobs.registry import BackgroundJobs
 from fleetwatch.server.judge.assessor import Assessor
 from fleetwatch.server.judge.snapshot_sharing import SnapshotSharing
-from fleetwatch.server.metrics.families import ServerMetrics
-from fleetwatch.server.secret_box import SecretBox
+from fleetwatch.server.runtime.metric_families import ServerMetrics
 
 pytestmark = pytest.mark.postgres
 

@@ -13,7 +13,7 @@ from fleetwatch.inventory import TITAN_LOCATION_PATTERN
 from fleetwatch.models.telemetry_features import FEATURE_NAMES, HourRollup
 from fleetwatch.server.db.session import Database
 from fleetwatch.server.db.tables import gpu_hourly, gpu_lifetimes
-from fleetwatch.server.jobs.training import training_frame
+from fleetwatch.server.upkeep.training_frame import training_frame
 
 NOW = datetime(2025, 6, 1, tzinfo=UTC)
 

@@ -27,7 +27,10 @@ from tests.unit.server.test_risk_api import _xid_batch
 from fleetwatch.config import ServerSettings
 from fleetwatch.rules.thresholds import HealthThresholds
 from fleetwatch.rules.xid_catalog import XidCatalog
+from fleetwatch.server import background as registry_module
 from fleetwatch.server.act.planner import EvictionPlanner, PlannerState
+from fleetwatch.server.background import BackgroundJobs
+from fleetwatch.server.db.secret_box import SecretBox
 from fleetwatch.server.db.session import Database, make_engine
 from fleetwatch.server.db.tables import (
     alerts,
@@ -37,22 +40,19 @@ from fleetwatch.server.db.tables import (
     webhook_outbox,
     webhook_subscriptions,
 )
-from fleetwatch.server.jobs import registry as registry_module
-from fleetwatch.server.jobs.leader import (
+from fleetwatch.server.judge import assessor as assessor_module
+from fleetwatch.server.judge.assessment import FleetAssessment, GpuAssessment
+from fleetwatch.server.judge.assessor import Assessor
+from fleetwatch.server.judge.judging import FleetJudge
+from fleetwatch.server.runtime.leader import (
     MAX_PAYLOAD_BYTES,
     WAKE_CHANNEL,
     notify_wake,
     parse_wake,
     wake_payload,
 )
-from fleetwatch.server.jobs.registry import BackgroundJobs
-from fleetwatch.server.jobs.urgent import UrgentNodes
-from fleetwatch.server.judge import assessor as assessor_module
-from fleetwatch.server.judge.assessment import FleetAssessment, GpuAssessment
-from fleetwatch.server.judge.assessor import Assessor
-from fleetwatch.server.judge.judging import FleetJudge
-from fleetwatch.server.metrics.families import ServerMetrics
-from fleetwatch.server.secret_box import SecretBox
+from fleetwatch.server.runtime.metric_families import ServerMetrics
+from fleetwatch.server.runtime.urgent import UrgentNodes
 from fleetwatch.server.tell.alerting import Alerter
 
 

@@ -42,8 +42,8 @@ from fleetwatch.config import ServerSettings
 from fleetwatch.server.db.base import utcnow
 from fleetwatch.server.db.session import Database
 from fleetwatch.server.db.tables import evictions, job_notices, jobs
-from fleetwatch.server.jobs.locks import LockKey, transaction_lock
 from fleetwatch.server.judge.assessment import FleetAssessment, GpuAssessment, GpuRisk
+from fleetwatch.server.runtime.locks import LockKey, transaction_lock
 
 __all__ = [
     "CHANNEL",

@@ -61,7 +61,7 @@ Dry run (``planner_dry_run``): evictions are created ``recommended`` with ``dry_
 Every change is written to ``eviction_audit`` (actor ``planner``). With several workers or
 replicas, one pass at a time runs: the pass holds a PostgreSQL advisory lock.
 
-The urgent lane (:mod:`fleetwatch.server.jobs.urgent`) plans for a few nodes at once with
+The urgent lane (:mod:`fleetwatch.server.runtime.urgent`) plans for a few nodes at once with
 :meth:`EvictionPlanner.run_for`: their rule evictions only, under the same lock, dedup, cooldown
 and budget; everything else waits for the whole-fleet pass. Evidence times are per node
 (:meth:`FleetAssessment.judged_at`): a snapshot patched for those nodes is as old as its
@@ -82,16 +82,13 @@ from typing import Any
 from sqlalchemy import Connection, Row, func, insert, select
 
 from fleetwatch.config import ServerSettings
+from fleetwatch.server.concepts.liveness import unreachable_deadline
+from fleetwatch.server.concepts.planned import Planned, stands_in_maintenance
 from fleetwatch.server.db.session import Database
 from fleetwatch.server.db.tables import events, evictions, nodes, stragglers
-from fleetwatch.server.jobs.isolation import ItemGuard
-from fleetwatch.server.jobs.locks import LockKey, try_transaction_lock
-from fleetwatch.server.jobs.state import load_state, save_state
 from fleetwatch.server.judge.assessment import FleetAssessment, GpuAssessment
 from fleetwatch.server.judge.assessor import Assessor
 from fleetwatch.server.judge.judging import Verdict
-from fleetwatch.server.judge.liveness import unreachable_deadline
-from fleetwatch.server.judge.planned import Planned, stands_in_maintenance
 from fleetwatch.server.judge.silence import (
     RECENT,
     NodeClock,
@@ -109,6 +106,9 @@ from fleetwatch.server.repo.evictions import (
 from fleetwatch.server.repo.maintenance import load_planned
 from fleetwatch.server.repo.nodes import unheard_nodes
 from fleetwatch.server.repo.validations import HARDWARE_KINDS, needs_validation, repeat_of
+from fleetwatch.server.runtime.isolation import ItemGuard
+from fleetwatch.server.runtime.locks import LockKey, try_transaction_lock
+from fleetwatch.server.runtime.state import load_state, save_state
 
 __all__ = ["Candidate", "DrainCosts", "EvictionPlanner", "PlanResult", "PlannerState", "made_from"]
 
@@ -678,7 +678,7 @@ class EvictionPlanner:
             cancelled = False
             if not reason_left and not unknown and not unseen:
                 # One eviction per item (a savepoint each; cancellations are few): a failing one
-                # stays open and is logged, the others are still planned (server.jobs.isolation).
+                # stays open and is logged, the others are still planned (server.runtime.isolation).
                 with self.guard.item(conn, f"eviction {row.id}"):
                     cancelled = cancel_eviction(conn, row, why="reason cleared", now=now)
             if cancelled:

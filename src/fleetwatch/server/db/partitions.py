@@ -6,7 +6,7 @@ midnight, so all its ticks lie in that day), one partition per UTC day named
 ``gpu_sample_blocks_default``, the DEFAULT partition, which takes any block no day partition
 covers: ingest never fails for want of
 a partition (a spool replayed after a long outage, a clock far off). The retention job
-(:mod:`fleetwatch.server.jobs.retention`) creates days ahead, moves rows out of the DEFAULT
+(:mod:`fleetwatch.server.upkeep.retention`) creates days ahead, moves rows out of the DEFAULT
 partition into their day's partition, and drops days past retention.
 
 Creating a day moves its rows out of the DEFAULT partition in the same transaction: PostgreSQL

@@ -13,7 +13,7 @@ fails when a column falls short.
 :data:`fleetwatch.telemetry.SAMPLE_FIELDS`, so that the wire schema and the store cannot drift). It
 is the one table that grows with the fleet, so its columns are chosen for size
 (:mod:`fleetwatch.server.db.sample_columns`) and, on PostgreSQL, it is partitioned by day and
-aged out whole (:mod:`fleetwatch.server.db.partitions`, :mod:`fleetwatch.server.jobs.retention`).
+aged out whole (:mod:`fleetwatch.server.db.partitions`, :mod:`fleetwatch.server.upkeep.retention`).
 """
 
 from __future__ import annotations

@@ -29,9 +29,9 @@ from fleetwatch.models.registry import Factor, RiskBundle
 from fleetwatch.models.telemetry_features import FEATURE_NAMES
 from fleetwatch.server.db.raw_rows import psycopg_rows
 from fleetwatch.server.db.tables import gpu_lifetimes, gpus, nodes
-from fleetwatch.server.jobs.precedence import NO_PRECEDENCE
-from fleetwatch.server.jobs.rollups import fleet_window_features
 from fleetwatch.server.judge.judging import FleetJudge, Verdict
+from fleetwatch.server.runtime.precedence import NO_PRECEDENCE
+from fleetwatch.server.upkeep.rollups import fleet_window_features
 
 __all__ = [
     "FEATURES_SINCE",
@@ -375,7 +375,7 @@ def assess_fleet(
 
     ``features``: the covariates :func:`fleet_window_features` gives for ``feature_window``
     and :data:`FEATURES_SINCE` at ``now``, when the caller has them already. ``give_way``:
-    called between steps, to let this process's urgent lane run first (jobs/precedence.py)."""
+    called between steps, to let this process's urgent lane run first (runtime/precedence.py)."""
     verdicts = judge.judge(conn, now)
     give_way()
     if features is None:

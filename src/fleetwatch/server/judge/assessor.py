@@ -21,10 +21,6 @@ from fleetwatch.models.registry import RiskBundle
 from fleetwatch.rules.thresholds import HealthThresholds
 from fleetwatch.rules.xid_catalog import XidCatalog
 from fleetwatch.server.db.session import Database
-from fleetwatch.server.jobs.isolation import ItemGuard
-from fleetwatch.server.jobs.precedence import NO_PRECEDENCE, Precedence
-from fleetwatch.server.jobs.rollups import fleet_window_features, floor_hour
-from fleetwatch.server.jobs.state import load_state
 from fleetwatch.server.judge.assessment import (
     FEATURES_SINCE,
     FleetAssessment,
@@ -34,6 +30,10 @@ from fleetwatch.server.judge.assessment import (
 )
 from fleetwatch.server.judge.judging import FleetJudge
 from fleetwatch.server.repo.models import latest_ok_model, ok_model
+from fleetwatch.server.runtime.isolation import ItemGuard
+from fleetwatch.server.runtime.precedence import NO_PRECEDENCE, Precedence
+from fleetwatch.server.runtime.state import load_state
+from fleetwatch.server.upkeep.rollups import fleet_window_features, floor_hour
 
 __all__ = ["Assessor"]
 

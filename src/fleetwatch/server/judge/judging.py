@@ -17,7 +17,7 @@ current GPUs: they all leave service with it, though it does not count against a
 Each rule family of a node is judged apart (:mod:`fleetwatch.server.judge.node_parts`): one
 that raises is logged, counted and named in an ``unjudged_evidence`` verdict on the node's GPUs,
 and the node's other families still give theirs (a fatal Xid is judged whatever else fails).
-Verdicts are in one vocabulary, :class:`~fleetwatch.server.judge.verdict.Verdict`.
+Verdicts are in one vocabulary, :class:`~fleetwatch.server.concepts.verdict.Verdict`.
 
 Verdicts are not sticky: the health rules clear with their evidence, and an Xid verdict whose
 remedy is a reset or reboot clears once its node has booted after the last event (so does a
@@ -47,14 +47,14 @@ from fleetwatch.rules.port_health import PORT_KINDS, judge_port_events
 from fleetwatch.rules.thresholds import HealthThresholds
 from fleetwatch.rules.xid import judge_xids
 from fleetwatch.rules.xid_catalog import XidCatalog
+from fleetwatch.server.concepts.verdict import Verdict
 from fleetwatch.server.db.sample_columns import python_type
 from fleetwatch.server.db.tables import events, gpus, node_boots, nodes
-from fleetwatch.server.jobs.isolation import ItemGuard
-from fleetwatch.server.jobs.precedence import NO_PRECEDENCE
 from fleetwatch.server.judge.node_parts import NodeParts
-from fleetwatch.server.judge.verdict import Verdict
 from fleetwatch.server.judge.windows import EPOCH, SampleWindows
 from fleetwatch.server.repo.sample_reader import SampleChunk, read_samples
+from fleetwatch.server.runtime.isolation import ItemGuard
+from fleetwatch.server.runtime.precedence import NO_PRECEDENCE
 from fleetwatch.telemetry import Event
 
 __all__ = ["FleetJudge", "Verdict"]
@@ -156,7 +156,7 @@ class FleetJudge:
         self.state_wait_s = STATE_WAIT_S
         self.fresh_reads = 0
         # Called by a whole-fleet pass where it holds none of the above, to let this process's
-        # urgent lane run first (jobs/precedence.py); set by the assessor.
+        # urgent lane run first (runtime/precedence.py); set by the assessor.
         self.give_way: Callable[[], None] = NO_PRECEDENCE.give_way
 
     def _load_gpus(self, conn: Connection) -> dict[int, tuple[str, datetime, float]]:
@@ -481,7 +481,7 @@ class FleetJudge:
                 self.give_way()
             # Node by node, and within a node rule family by family (judge.node_parts): what
             # trips one family up is logged, counted and named in a verdict, and the rest of
-            # the node and of the fleet is still judged (server.jobs.isolation).
+            # the node and of the fleet is still judged (server.runtime.isolation).
             parts = NodeParts(self.guard, f"node id {node_id}", [g.uuid for g in members])
             with parts.part("the node as a whole"):  # what the parts leave out: named too
                 self._judge_node(

@@ -1,6 +1,6 @@
 """One node's judgement in parts, each isolated: what one part cannot judge, the others still do.
 
-A node was judged as one item (:mod:`fleetwatch.server.jobs.isolation`): one machine check whose
+A node was judged as one item (:mod:`fleetwatch.server.runtime.isolation`): one machine check whose
 ``details`` the host rules could not read made the whole node fail every pass, so a later Xid 79
 on it gave no verdict, no eviction and no alert (issue 35). Now each rule family is an item of its
 own (the Xid rules, the host-error rules, the port rules, each GPU's telemetry rules, the missing
@@ -16,8 +16,8 @@ from collections import defaultdict
 from collections.abc import Collection, Iterator, Mapping
 from contextlib import contextmanager
 
-from fleetwatch.server.jobs.isolation import ItemGuard
-from fleetwatch.server.judge.verdict import Verdict
+from fleetwatch.server.concepts.verdict import Verdict
+from fleetwatch.server.runtime.isolation import ItemGuard
 
 __all__ = ["UNJUDGED", "Found", "NodeParts", "unjudged_verdict"]
 

@@ -4,7 +4,7 @@ An overloaded server (pushes queued at the agents or the load balancer), a netwo
 a monitoring outage silences a large share of the fleet at once. Draining each node as
 unreachable would then drain healthy nodes and fill the fleet drain budget, so that a real fault
 (a fatal Xid) found meanwhile is paged instead of drained. So, when the nodes unreachable (silent
-past their deadline, by :mod:`fleetwatch.server.judge.liveness`) are more than
+past their deadline, by :mod:`fleetwatch.server.concepts.liveness`) are more than
 ``unreachable_storm_pct`` of the nodes that count, and at least ``unreachable_storm_min_nodes``
 (10), the silence is a *storm*:
 
@@ -21,7 +21,7 @@ silent for longer is decommissioned or long known, as for the planner). The shar
 the database at the pass's ``now``, by the leader's planner and alerter alike: every process
 that reads it gets the same answer for the same ``now`` and start. ``0`` turns the guard off.
 
-The fleet's ingest lag (:mod:`fleetwatch.server.judge.ingest_lag`) is read from the same rows,
+The fleet's ingest lag (:mod:`fleetwatch.server.concepts.ingest_lag`) is read from the same rows,
 once, and moves every node's deadline out alike: :class:`FleetSilence` carries it to the
 planner's and the alerter's per-node questions, and names the nodes past their deadline that only
 the lag holds back (``held_by_lag``): an unreachable eviction or alert already open for one of
@@ -37,11 +37,11 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from sqlalchemy import Connection, select
 
+from fleetwatch.server.concepts.ingest_lag import fleet_lag_s
+from fleetwatch.server.concepts.liveness import node_state
+from fleetwatch.server.concepts.planned import Planned
 from fleetwatch.server.db.raw_rows import psycopg_rows
 from fleetwatch.server.db.tables import nodes
-from fleetwatch.server.judge.ingest_lag import fleet_lag_s
-from fleetwatch.server.judge.liveness import node_state
-from fleetwatch.server.judge.planned import Planned
 
 if TYPE_CHECKING:
     from fleetwatch.config import ServerSettings

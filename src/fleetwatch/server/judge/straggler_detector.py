@@ -32,8 +32,6 @@ from fleetwatch.models.stragglers import (
     judge_window,
 )
 from fleetwatch.server.db.session import Database
-from fleetwatch.server.jobs.isolation import ItemGuard
-from fleetwatch.server.jobs.locks import LockKey, try_transaction_lock
 from fleetwatch.server.repo.jobs import (
     JobRow,
     StoredDetector,
@@ -49,6 +47,8 @@ from fleetwatch.server.repo.jobs import (
     update_slowness,
 )
 from fleetwatch.server.repo.ports import port_evidence
+from fleetwatch.server.runtime.isolation import ItemGuard
+from fleetwatch.server.runtime.locks import LockKey, try_transaction_lock
 
 __all__ = ["StragglerDetector"]
 

@@ -15,7 +15,7 @@ Two pages, disjoint, so that no sum in PromQL counts a series twice:
 
 A host event that carried no severity is counted without the ``severity`` label.
 
-Node liveness follows this process's :class:`~fleetwatch.server.judge.liveness.Liveness`, as the
+Node liveness follows this process's :class:`~fleetwatch.server.concepts.liveness.Liveness`, as the
 alerter and the planner do. An *unheard* node (silent since before the server started, still in
 its grace) has no ``fleetwatch_node_up`` sample: neither 1 nor 0 is known, and a 0 would start
 the ``FleetWatchNodeUnreachable`` rule's clock on every restart. ``fleetwatch_nodes`` counts it
@@ -27,7 +27,7 @@ Fleet-wide silence (:mod:`fleetwatch.server.judge.silence`): ``fleetwatch_fleet_
 the nodes unreachable among those that count (not in maintenance, heard within a day),
 ``fleetwatch_fleet_silence`` is 1 while they are more than ``unreachable_storm_pct`` of those
 (no unreachable evictions meanwhile), else 0. ``fleetwatch_fleet_ingest_lag_seconds`` is how late
-the fleet's pushes are stored (:mod:`fleetwatch.server.judge.ingest_lag`): every node's deadline
+the fleet's pushes are stored (:mod:`fleetwatch.server.concepts.ingest_lag`): every node's deadline
 moves out by it.
 """
 
@@ -38,10 +38,10 @@ from collections import Counter
 from collections.abc import Callable
 from datetime import datetime, timedelta
 
+from fleetwatch.server.concepts.ingest_lag import fleet_lag_s
+from fleetwatch.server.concepts.liveness import Liveness, NodeReading
 from fleetwatch.server.db.base import utcnow
 from fleetwatch.server.db.session import Database
-from fleetwatch.server.judge.ingest_lag import fleet_lag_s
-from fleetwatch.server.judge.liveness import Liveness, NodeReading
 from fleetwatch.server.judge.silence import RECENT, is_storm
 from fleetwatch.server.metrics.fleet_cache import CachedNode, FleetCache
 from fleetwatch.server.metrics.gpu_exposition import load_gpu_rows, render_gpu_families

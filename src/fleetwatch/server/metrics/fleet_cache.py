@@ -21,11 +21,11 @@ from typing import Any
 from sqlalchemy import func, select
 
 from fleetwatch.rules.host_errors import HOST_KINDS
+from fleetwatch.server.concepts.planned import Planned, WindowRow
 from fleetwatch.server.db.base import utcnow
 from fleetwatch.server.db.raw_rows import psycopg_rows
 from fleetwatch.server.db.session import Database
 from fleetwatch.server.db.tables import events, nodes
-from fleetwatch.server.judge.planned import Planned, WindowRow
 from fleetwatch.server.metrics.shards import Shard, node_hash
 from fleetwatch.server.repo.maintenance import ENDED_LOOKBACK, windows_since
 

@@ -36,10 +36,9 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from fleetwatch.errors import BatchConflict, GpuClaimed, InvalidInput
 from fleetwatch.rules.thresholds import HealthThresholds
-from fleetwatch.server.batch_view import BatchView, GpuView, SampleView
+from fleetwatch.server.batch_view import BatchView, GpuView, SampleView, push_lag_s
 from fleetwatch.server.db.session import Database
 from fleetwatch.server.db.tables import events, gpus, ingest_batches, nodes
-from fleetwatch.server.judge.ingest_lag import push_lag_s
 from fleetwatch.server.repo.gpus import LATEST_MIG_KEY
 from fleetwatch.server.repo.ports import port_readings, store_ports
 from fleetwatch.server.repo.sample_writer import write_samples

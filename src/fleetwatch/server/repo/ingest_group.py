@@ -28,9 +28,8 @@ from typing import Any
 from sqlalchemy import Connection, DateTime, bindparam, text
 from sqlalchemy.dialects.postgresql import JSONB
 
-from fleetwatch.server.batch_view import BatchView
+from fleetwatch.server.batch_view import BatchView, push_lag_s
 from fleetwatch.server.db.session import Database
-from fleetwatch.server.judge.ingest_lag import push_lag_s
 from fleetwatch.server.repo.ingest import (
     IngestResult,
     identity_of,

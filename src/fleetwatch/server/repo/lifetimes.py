@@ -19,7 +19,7 @@ from sqlalchemy import Connection, Row, select, update
 from fleetwatch.errors import InvalidInput, NotFound
 from fleetwatch.inventory import EndKind, LifetimeRecord
 from fleetwatch.server.db.tables import gpu_lifetimes, gpus
-from fleetwatch.server.jobs.locks import LockKey, transaction_lock
+from fleetwatch.server.runtime.locks import LockKey, transaction_lock
 from fleetwatch.server.schemas.lifetimes import LifetimePublic
 
 __all__ = [

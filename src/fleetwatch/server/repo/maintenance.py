@@ -24,14 +24,14 @@ from typing import Any
 from sqlalchemy import Connection, Row, and_, insert, or_, select, update
 
 from fleetwatch.errors import Conflict, InvalidInput, NotFound
-from fleetwatch.server.db.tables import maintenance_windows, nodes
-from fleetwatch.server.judge.planned import (
+from fleetwatch.server.concepts.planned import (
     Planned,
     WindowRow,
     effective_end,
     parse_selector,
     window_nodes,
 )
+from fleetwatch.server.db.tables import maintenance_windows, nodes
 from fleetwatch.server.schemas.maintenance import (
     MaintenanceCreate,
     MaintenancePublic,

@@ -8,16 +8,28 @@ from typing import Any
 from sqlalchemy import Connection, Row, func, select
 
 from fleetwatch.errors import NotFound
+from fleetwatch.server.concepts.ingest_lag import WINDOW, fleet_lag_s
+from fleetwatch.server.concepts.liveness import Liveness, is_unheard
+from fleetwatch.server.concepts.planned import Planned
 from fleetwatch.server.db.tables import gpus, nodes
-from fleetwatch.server.judge.ingest_lag import fleet_lag_s, read_fleet_lag_s
-from fleetwatch.server.judge.liveness import Liveness, is_unheard
-from fleetwatch.server.judge.planned import Planned
 from fleetwatch.server.repo.gpus import gpu_summary_query, summary_from_row
 from fleetwatch.server.repo.maintenance import load_planned
 from fleetwatch.server.schemas.fleet import NodeDetail, NodePublic
 from fleetwatch.server.schemas.maintenance import NodeMaintenance
 
-__all__ = ["get_node", "list_nodes", "node_id_of", "unheard_nodes"]
+__all__ = ["get_node", "list_nodes", "node_id_of", "read_fleet_lag_s", "unheard_nodes"]
+
+
+def read_fleet_lag_s(conn: Connection, now: datetime, *, max_s: float) -> float:
+    """:func:`fleet_lag_s` read from the database, for a reader that does not read every node."""
+    if max_s <= 0:
+        return 0.0
+    rows = conn.execute(
+        select(nodes.c.last_seen, nodes.c.lag_s).where(
+            nodes.c.last_seen >= now - WINDOW, nodes.c.lag_s.is_not(None)
+        )
+    )
+    return fleet_lag_s(((row.last_seen, row.lag_s) for row in rows), now, max_s=max_s)
 
 
 def _gpu_counts() -> Any:

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
+from typing import Any
 from urllib.parse import urlsplit
 
 from sqlalchemy import Connection, delete, insert, select
 
 from fleetwatch.errors import Conflict, InvalidInput, NotFound
 from fleetwatch.notify.webhooks import alert_document
+from fleetwatch.server.db.secret_box import SecretBox
 from fleetwatch.server.db.tables import alerts, webhook_outbox, webhook_subscriptions
 from fleetwatch.server.schemas.webhooks import (
     AlertPublic,
@@ -18,12 +20,11 @@ from fleetwatch.server.schemas.webhooks import (
     WebhookCreate,
     WebhookPublic,
 )
-from fleetwatch.server.secret_box import SecretBox
-from fleetwatch.server.tell.outbox import enqueue
 
 __all__ = [
     "create_webhook",
     "delete_webhook",
+    "enqueue",
     "list_alerts",
     "list_deliveries",
     "list_webhooks",
@@ -162,3 +163,38 @@ def list_alerts(conn: Connection, *, state: str | None, limit: int) -> list[Aler
         query = query.where(alerts.c.state == state)
     rows = conn.execute(query.order_by(alerts.c.id.desc()).limit(limit))
     return [AlertPublic.model_validate(alert_document(row._mapping)) for row in rows]
+
+
+def enqueue(
+    conn: Connection,
+    *,
+    subscription_id: int,
+    alert_id: int | None,
+    event: str,
+    key: str,
+    payload: dict[str, Any],
+    now: datetime,
+) -> int | None:
+    """Add a delivery unless one with this idempotency key exists; its id, or None."""
+    found = conn.execute(
+        select(webhook_outbox.c.id).where(webhook_outbox.c.idempotency_key == key)
+    ).first()
+    if found is not None:
+        return None
+    return int(
+        conn.execute(
+            insert(webhook_outbox)
+            .values(
+                subscription_id=subscription_id,
+                alert_id=alert_id,
+                event=event,
+                idempotency_key=key,
+                payload=payload,
+                state="pending",
+                attempts=0,
+                next_attempt_at=now,
+                created_at=now,
+            )
+            .returning(webhook_outbox.c.id)
+        ).scalar_one()
+    )

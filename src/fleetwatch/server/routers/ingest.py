@@ -24,10 +24,10 @@ from fleetwatch.server.db.session import Database
 from fleetwatch.server.deps import IngestAuth
 from fleetwatch.server.errors import status_for
 from fleetwatch.server.ingest_writer import GroupWriter
-from fleetwatch.server.jobs.leader import notify_wake
-from fleetwatch.server.metrics.families import ServerMetrics
 from fleetwatch.server.repo.ingest import IngestResult, store_batch
 from fleetwatch.server.repo.ingest_group import GroupedBatch, is_routine
+from fleetwatch.server.runtime.leader import notify_wake
+from fleetwatch.server.runtime.metric_families import ServerMetrics
 from fleetwatch.server.schemas.common import ErrorResponse, IngestAccepted, IngestResponse
 from fleetwatch.telemetry import BATCH_EXAMPLE
 

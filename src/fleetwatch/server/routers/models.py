@@ -8,11 +8,11 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse
 
 from fleetwatch.server.deps import AdminAuth, DatabaseDep, ReadAuth
-from fleetwatch.server.jobs.refit import Refitter
 from fleetwatch.server.repo.models import get_model, list_models
 from fleetwatch.server.schemas.common import error_body, error_responses
 from fleetwatch.server.schemas.fields import RowId
 from fleetwatch.server.schemas.models import ModelVersionPublic, ModelVersionsPublic, RefitAccepted
+from fleetwatch.server.upkeep.refit import Refitter
 
 __all__ = ["router"]
 

@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
-from fleetwatch.server.judge.planned import parse_selector
+from fleetwatch.server.concepts.planned import parse_selector
 from fleetwatch.server.schemas.fields import AwareInstant, Text
 
 __all__ = [

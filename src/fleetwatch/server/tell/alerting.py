@@ -14,7 +14,7 @@ only on evidence that covers the alert:
   than another's newest pass must not resolve what that pass fired or still saw, and a snapshot
   the urgent lane patched for a few nodes is as old as its whole-fleet pass for the others;
 - an unreachable alert does not resolve while its node is *unheard* (silent, but this process has
-  not been up long enough to tell, see :mod:`fleetwatch.server.judge.liveness`): it resolves when
+  not been up long enough to tell, see :mod:`fleetwatch.server.concepts.liveness`): it resolves when
   the node reports again. One whose node went into a maintenance window resolves (its silence
   is planned now). During a fleet-wide silence (:mod:`fleetwatch.server.judge.silence`) no new
   one fires (one ``fleet_silence`` alert does) and a firing one stays while its node is silent.
@@ -44,22 +44,22 @@ from sqlalchemy import Connection, and_, insert, select, update
 from fleetwatch.config import ServerSettings
 from fleetwatch.notify.webhooks import alert_document
 from fleetwatch.rules.xid_catalog import SEVERITY_RANK
+from fleetwatch.server.concepts.planned import Planned
 from fleetwatch.server.db.session import Database
 from fleetwatch.server.db.tables import alerts, webhook_outbox, webhook_subscriptions
-from fleetwatch.server.jobs.isolation import ItemGuard
-from fleetwatch.server.jobs.locks import LockKey, transaction_lock, try_transaction_lock
 from fleetwatch.server.judge.assessment import FleetAssessment
-from fleetwatch.server.judge.planned import Planned
 from fleetwatch.server.judge.silence import FleetSilence, fleet_silence, node_clocks
 from fleetwatch.server.repo.maintenance import load_planned
 from fleetwatch.server.repo.nodes import unheard_nodes
+from fleetwatch.server.repo.webhooks import enqueue
+from fleetwatch.server.runtime.isolation import ItemGuard
+from fleetwatch.server.runtime.locks import LockKey, transaction_lock, try_transaction_lock
 from fleetwatch.server.tell.conditions import (
     Condition,
     derive_conditions,
     gpu_conditions,
     node_clusters,
 )
-from fleetwatch.server.tell.outbox import enqueue
 
 __all__ = ["AlertPass", "Alerter", "matches"]
 
@@ -237,7 +237,7 @@ class Alerter:
             for row in conn.execute(select(alerts).where(alerts.c.state == "firing"))
         }
         # Each alert, resolve and subscription is an item of its own: one the database refuses
-        # is logged and counted, and every other node still pages (see server.jobs.isolation).
+        # is logged and counted, and every other node still pages (see server.runtime.isolation).
         new_docs, gone_docs = [], []
         opened = self.guard.each(
             conn,

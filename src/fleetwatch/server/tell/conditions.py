@@ -18,10 +18,10 @@
 ====================================  =========================================================
 
 A node is unreachable only after its intervals of silence since this process started listening
-too (:mod:`fleetwatch.server.judge.liveness`). A node in a maintenance window is never
+too (:mod:`fleetwatch.server.concepts.liveness`). A node in a maintenance window is never
 unreachable, and after one only after its intervals since the window's end; inside a window, a
 verdict the planned work causes by itself (a GPU lost or missing, a port down) and a straggler
-are no alert either, while a hardware fault still is (:mod:`fleetwatch.server.judge.planned`).
+are no alert either, while a hardware fault still is (:mod:`fleetwatch.server.concepts.planned`).
 
 During a fleet-wide silence (:mod:`fleetwatch.server.judge.silence`) no node is an unreachable
 condition of its own: the one ``fleet:silence`` condition stands for them all.
@@ -39,11 +39,11 @@ from sqlalchemy import Connection, select
 from fleetwatch.config import ServerSettings
 from fleetwatch.rules.unreadable import UNREADABLE_RULES
 from fleetwatch.rules.xid_catalog import SEVERITY_RANK
+from fleetwatch.server.concepts.liveness import node_state
+from fleetwatch.server.concepts.planned import Planned, caused_by_maintenance
 from fleetwatch.server.db.tables import events, evictions, gpus, nodes, stragglers
 from fleetwatch.server.judge.assessment import FleetAssessment
-from fleetwatch.server.judge.liveness import node_state
 from fleetwatch.server.judge.node_parts import UNJUDGED
-from fleetwatch.server.judge.planned import Planned, caused_by_maintenance
 from fleetwatch.server.judge.silence import FleetSilence, NodeClock, fleet_silence, node_clocks
 from fleetwatch.server.repo.evictions import OPEN_STATES
 
@@ -94,7 +94,7 @@ def derive_conditions(
     clocks: Sequence[NodeClock] | None = None,
 ) -> dict[str, Condition]:
     """Every condition active at ``now``, by dedup key (a node is unreachable only after its
-    intervals of silence since ``heard_since`` too: see :mod:`fleetwatch.server.judge.liveness`;
+    intervals of silence since ``heard_since`` too: see :mod:`fleetwatch.server.concepts.liveness`;
     ``silence``: the fleet's at ``now``, and ``clocks``: every node's, read here when not
     given)."""
     found: dict[str, Condition] = {}

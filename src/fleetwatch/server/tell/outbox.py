@@ -27,20 +27,20 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
-from sqlalchemy import Connection, and_, func, insert, select, update
+from sqlalchemy import Connection, and_, func, select, update
 
 from fleetwatch.config import ServerSettings
 from fleetwatch.notify.webhooks import render
+from fleetwatch.server.db.secret_box import SecretBox
 from fleetwatch.server.db.session import Database
 from fleetwatch.server.db.tables import webhook_outbox, webhook_subscriptions
-from fleetwatch.server.jobs.isolation import ItemGuard
-from fleetwatch.server.secret_box import SecretBox
+from fleetwatch.server.repo.webhooks import enqueue
+from fleetwatch.server.runtime.isolation import ItemGuard
 
 __all__ = [
     "DeliveryPass",
     "OutboxWorker",
     "backoff_s",
-    "enqueue",
     "enqueue_report",
     "report_recipients_waiting",
 ]
@@ -58,41 +58,6 @@ def backoff_s(attempts: int, rng: Callable[[], float] = random.random) -> float:
     """Wait after the ``attempts``-th failure: 1, 2, 4 ... s, capped at 10 min, jittered +-20 %."""
     base = min(2.0 ** max(attempts - 1, 0), _MAX_BACKOFF_S)
     return min(base * (0.8 + 0.4 * rng()), _MAX_BACKOFF_S)
-
-
-def enqueue(
-    conn: Connection,
-    *,
-    subscription_id: int,
-    alert_id: int | None,
-    event: str,
-    key: str,
-    payload: dict[str, Any],
-    now: datetime,
-) -> int | None:
-    """Add a delivery unless one with this idempotency key exists; its id, or None."""
-    found = conn.execute(
-        select(webhook_outbox.c.id).where(webhook_outbox.c.idempotency_key == key)
-    ).first()
-    if found is not None:
-        return None
-    return int(
-        conn.execute(
-            insert(webhook_outbox)
-            .values(
-                subscription_id=subscription_id,
-                alert_id=alert_id,
-                event=event,
-                idempotency_key=key,
-                payload=payload,
-                state="pending",
-                attempts=0,
-                next_attempt_at=now,
-                created_at=now,
-            )
-            .returning(webhook_outbox.c.id)
-        ).scalar_one()
-    )
 
 
 def _storable(error: str) -> str:

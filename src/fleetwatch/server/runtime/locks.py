@@ -26,7 +26,7 @@ __all__ = ["LockKey", "session_lock", "transaction_lock", "try_transaction_lock"
 class LockKey(IntEnum):
     """The advisory lock keys, ASCII tags of their jobs."""
 
-    LEADER = 0x46575F4C454144  # "FW_LEAD": held by the leader's session (jobs/leader.py)
+    LEADER = 0x46575F4C454144  # "FW_LEAD": held by the leader's session (runtime/leader.py)
     ROLLUPS = 0x46575F524F4C  # "FW_ROL"
     LIFETIME_IMPORT = 0x46575F4C4946  # "FW_LIF": imports of lifetime records
     LIFECYCLE_PASS = 0x46575F4C4946 + 1  # the lifecycle job's pass: skipped while one runs

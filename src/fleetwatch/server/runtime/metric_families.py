@@ -15,7 +15,7 @@ Counted as things happen, on the registry each app builds (:class:`ServerMetrics
     fleetwatch_metrics_render_seconds{page}
     fleetwatch_metrics_render_cpu_seconds_total{page}
 
-Set by the leader's retention pass (``jobs/retention.py``)::
+Set by the leader's retention pass (``upkeep/retention.py``)::
 
     fleetwatch_retention_rows_deleted_total{table}
     fleetwatch_retention_partitions_dropped_total{table}
@@ -144,7 +144,7 @@ class ServerMetrics:
             "fleetwatch_background_gave_way_seconds",
             "Seconds the whole-fleet passes (assessment, rollups, lifecycle, snapshot) waited "
             "for this process's urgent lane or a /metrics page to finish "
-            "(server/jobs/precedence.py).",
+            "(server/runtime/precedence.py).",
             registry=registry,
         )
         self.urgent_fresh_reads = Counter(

@@ -2,7 +2,7 @@
 its nodes unreachable.
 
 A node is unreachable after ``unreachable_after_intervals`` of its intervals without a stored
-push (:mod:`fleetwatch.server.judge.liveness`). When the server itself falls behind (more pushes
+push (:mod:`fleetwatch.server.concepts.liveness`). When the server itself falls behind (more pushes
 offered than it stores, pushes queued at the agents, the load balancer or its own event loop),
 every push is stored late, and some later than the others: a node whose push waited 150 s after
 one that waited 10 s looks silent for 200 s though it pushed on time. Measured in the fleet-scale
@@ -12,7 +12,8 @@ fleet-wide silence guard (:mod:`fleetwatch.server.judge.silence`) did not hold t
 moment only a few percent of the nodes were past their deadline.
 
 Only the store can see this lag, by the readings' own timestamps: each stored push records how
-long after its newest reading it was stored (``nodes.lag_s``, the store's clock minus the agent's).
+long after its newest reading it was stored (``nodes.lag_s``, the store's clock minus the agent's:
+:func:`~fleetwatch.server.batch_view.push_lag_s`).
 The fleet's lag is the median over the nodes heard in the last :data:`WINDOW`: a few nodes with
 wrong clocks or an agent replaying its spool after an outage move it little; a server behind on
 the whole fleet moves it by as much as it is behind. Every unreachable deadline is moved out by
@@ -27,12 +28,7 @@ import statistics
 from collections.abc import Iterable
 from datetime import datetime, timedelta
 
-from sqlalchemy import Connection, select
-
-from fleetwatch.server.batch_view import BatchView
-from fleetwatch.server.db.tables import nodes
-
-__all__ = ["MIN_NODES", "WINDOW", "fleet_lag_s", "push_lag_s", "read_fleet_lag_s"]
+__all__ = ["MIN_NODES", "WINDOW", "fleet_lag_s"]
 
 # The nodes whose lag counts: heard this recently. Longer than any push interval in use (60 s by
 # default), shorter than the silence a real backlog would bring before it is noticed.
@@ -40,16 +36,6 @@ WINDOW = timedelta(minutes=10)
 # Fewer nodes heard: no fleet lag. A few nodes do not load a server, and their median is one
 # node's own lag (its clock, its spool, readings it took long before pushing them).
 MIN_NODES = 10
-
-
-def push_lag_s(batch: BatchView, now: datetime) -> float | None:
-    """Seconds from ``batch``'s newest reading (sample or event) to ``now``, when it is stored
-    (None: it has no reading)."""
-    newest = max(
-        (*(s.ts for s in batch.samples), *(e.ts for e in batch.events)),
-        default=None,
-    )
-    return None if newest is None else (now - newest).total_seconds()
 
 
 def fleet_lag_s(
@@ -65,15 +51,3 @@ def fleet_lag_s(
     if len(lags) < MIN_NODES:
         return 0.0
     return min(max(statistics.median(lags), 0.0), max_s)
-
-
-def read_fleet_lag_s(conn: Connection, now: datetime, *, max_s: float) -> float:
-    """:func:`fleet_lag_s` read from the database, for a reader that does not read every node."""
-    if max_s <= 0:
-        return 0.0
-    rows = conn.execute(
-        select(nodes.c.last_seen, nodes.c.lag_s).where(
-            nodes.c.last_seen >= now - WINDOW, nodes.c.lag_s.is_not(None)
-        )
-    )
-    return fleet_lag_s(((row.last_seen, row.lag_s) for row in rows), now, max_s=max_s)

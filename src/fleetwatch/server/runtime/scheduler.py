@@ -3,9 +3,9 @@
 Each pass runs in a worker thread (``asyncio.to_thread``) so that requests keep being served. A
 failing pass is logged, counted and retried at the next tick, never fatal to the server. A
 :class:`Waker` cuts the wait short (a fatal Xid should not sit until the next tick). Jobs that
-write run on the one leader (:mod:`fleetwatch.server.jobs.leader`): :class:`Scheduler` starts them
-when this process becomes the leader and cancels them when it stops being it. The jobs themselves
-are listed in :mod:`fleetwatch.server.jobs.registry`.
+write run on the one leader (:mod:`fleetwatch.server.runtime.leader`): :class:`Scheduler` starts
+them when this process becomes the leader and cancels them when it stops being it. The jobs
+themselves are listed in :mod:`fleetwatch.server.background`.
 """
 
 from __future__ import annotations

@@ -49,11 +49,11 @@ from fleetwatch.rules.xid import XidCatalog, XidVerdict, judge_xids
 from fleetwatch.server.db.sample_blocks import MAX_BLOCK_SPAN_US
 from fleetwatch.server.db.session import Database
 from fleetwatch.server.db.tables import events, gpu_lifetimes, gpu_sample_blocks, gpus, nodes
-from fleetwatch.server.jobs.isolation import ItemGuard
-from fleetwatch.server.jobs.locks import LockKey, transaction_lock, try_transaction_lock
-from fleetwatch.server.jobs.precedence import NO_PRECEDENCE
 from fleetwatch.server.repo.maintenance import maintenance_intervals
 from fleetwatch.server.repo.sample_reader import from_us, read_samples
+from fleetwatch.server.runtime.isolation import ItemGuard
+from fleetwatch.server.runtime.locks import LockKey, transaction_lock, try_transaction_lock
+from fleetwatch.server.runtime.precedence import NO_PRECEDENCE
 
 __all__ = ["LifecycleCounts", "run_lifecycle", "sync_lifetimes"]
 
@@ -131,7 +131,7 @@ def run_lifecycle(
 ) -> LifecycleCounts | None:
     """The leader's lifecycle job: one sync, skipped (None) while another process runs one.
     ``give_way``: called between chunks, to let this process's urgent lane run first
-    (jobs/precedence.py)."""
+    (runtime/precedence.py)."""
     with db.write() as conn:
         if not try_transaction_lock(conn, LockKey.LIFECYCLE_PASS):
             return None

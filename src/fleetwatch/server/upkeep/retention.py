@@ -41,8 +41,8 @@ from fleetwatch.config import ServerSettings
 from fleetwatch.server.db import partitions
 from fleetwatch.server.db.session import Database
 from fleetwatch.server.db.tables import gpu_hourly, gpu_sample_blocks, ingest_batches
-from fleetwatch.server.jobs.locks import LockKey, session_lock
-from fleetwatch.server.metrics.families import ServerMetrics
+from fleetwatch.server.runtime.locks import LockKey, session_lock
+from fleetwatch.server.runtime.metric_families import ServerMetrics
 
 __all__ = ["CHUNK_ROWS", "DAYS_AHEAD", "RetentionJob", "RetentionPass", "delete_in_chunks"]
 

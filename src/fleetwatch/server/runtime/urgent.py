@@ -2,9 +2,9 @@
 port event) wait for a targeted pass, rather than for a pass over the whole fleet.
 
 Ingest adds a node (here, or on any replica through the leader's NOTIFY: see
-:mod:`fleetwatch.server.jobs.leader`); the ``urgent`` job takes the nodes waiting, judges their GPUs
-alone, patches the newest snapshot, and on the leader plans and alerts at once (see
-:mod:`fleetwatch.server.jobs.registry`), without waiting for a whole-fleet pass in progress. More
+:mod:`fleetwatch.server.runtime.leader`); the ``urgent`` job takes the nodes waiting, judges their
+GPUs alone, patches the newest snapshot, and on the leader plans and alerts at once (see
+:mod:`fleetwatch.server.background`), without waiting for a whole-fleet pass in progress. More
 than :data:`MAX_URGENT_NODES` waiting at once (an Xid storm) ask for the whole fleet's pass
 instead, which costs less per node.
 """
@@ -14,7 +14,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterable
 
-from fleetwatch.server.jobs.scheduler import Waker
+from fleetwatch.server.runtime.scheduler import Waker
 
 __all__ = ["MAX_URGENT_NODES", "UrgentNodes"]
 

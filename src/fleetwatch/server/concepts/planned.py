@@ -14,7 +14,7 @@ covers a node:
   window ends.
 
 After a window ends, silence counts from its end (:meth:`Planned.listen_from`), as it counts from
-a server's start (``server.judge.liveness``): a node that was down throughout gets its usual
+a server's start (``server.concepts.liveness``): a node that was down throughout gets its usual
 ``unreachable_after_intervals`` before it is called unreachable, not an instant verdict.
 """
 
@@ -24,10 +24,9 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from fleetwatch.server.judge.judging import Verdict
+from fleetwatch.server.concepts.verdict import Verdict
 
 __all__ = [
     "PLANNED_RULES",

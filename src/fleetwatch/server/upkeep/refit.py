@@ -1,6 +1,6 @@
 """Refitting the risk models in the background, one version per refit.
 
-A refit reads the training frame (:mod:`fleetwatch.server.jobs.training`), fits a
+A refit reads the training frame (:mod:`fleetwatch.server.upkeep.training_frame`), fits a
 :class:`~fleetwatch.models.registry.RiskBundle` and stores it as a new version in ``risk_models``.
 A fit that fails is stored too, with status ``failed`` and its error, and the error is raised to
 the caller (the background loop logs it): a refit is never lost silently. When a group (or the
@@ -30,9 +30,9 @@ from fleetwatch.models.wear_out import wear_out_onsets
 from fleetwatch.server.db.base import utcnow
 from fleetwatch.server.db.session import Database
 from fleetwatch.server.db.tables import events, risk_models
-from fleetwatch.server.jobs.locks import LockKey, session_lock
-from fleetwatch.server.jobs.training import training_frame
 from fleetwatch.server.repo.models import Trigger, latest_ok_model, store_model
+from fleetwatch.server.runtime.locks import LockKey, session_lock
+from fleetwatch.server.upkeep.training_frame import training_frame
 
 __all__ = ["STARTUP_DELAY_S", "Refitter", "run_refit"]
 

@@ -23,8 +23,8 @@ from fleetwatch.config import ServerSettings
 from fleetwatch.reports.weeks import IsoWeek
 from fleetwatch.rules.xid_catalog import XidCatalog
 from fleetwatch.server.db.session import Database
-from fleetwatch.server.jobs.isolation import ItemGuard
 from fleetwatch.server.repo.report_rows import compute_weekly
+from fleetwatch.server.runtime.isolation import ItemGuard
 from fleetwatch.server.tell.outbox import enqueue_report, report_recipients_waiting
 
 __all__ = ["WeeklyReportJob", "summary"]

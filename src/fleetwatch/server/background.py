@@ -32,7 +32,7 @@ refit          ``refit_interval_s`` (0: never)  leader    on ``POST /v1/models/r
 =============  ===============================  ========  =======================================
 
 With ``background_jobs`` off nothing runs; with ``--role api`` a process never leads. The urgent
-lane (:mod:`fleetwatch.server.jobs.urgent`) patches the newest snapshot with the nodes of urgent
+lane (:mod:`fleetwatch.server.runtime.urgent`) patches the newest snapshot with the nodes of urgent
 events and, on the leader, plans and alerts for those nodes (:meth:`EvictionPlanner.run_for`,
 :meth:`Alerter.run_for`) at once, in a thread of its own, beside a whole-fleet pass in progress
 (its plan waits for a whole-fleet plan in progress). Its passes are counted and timed as job
@@ -60,25 +60,25 @@ from fleetwatch.config import ServerSettings
 from fleetwatch.rules.overrides import load_rules
 from fleetwatch.server.act.notices import JobNotices
 from fleetwatch.server.act.planner import EvictionPlanner
+from fleetwatch.server.db.secret_box import SecretBox
 from fleetwatch.server.db.session import Database
-from fleetwatch.server.jobs.isolation import ItemGuard
-from fleetwatch.server.jobs.leader import LeaderElector
-from fleetwatch.server.jobs.lifecycle import run_lifecycle
-from fleetwatch.server.jobs.precedence import Precedence
-from fleetwatch.server.jobs.refit import Refitter
-from fleetwatch.server.jobs.retention import RetentionJob
-from fleetwatch.server.jobs.rollups import RollupJob
-from fleetwatch.server.jobs.scheduler import Job, Scheduler, Waker
-from fleetwatch.server.jobs.urgent import UrgentNodes
-from fleetwatch.server.jobs.weekly_report import WeeklyReportJob
 from fleetwatch.server.judge.assessment import FleetAssessment
 from fleetwatch.server.judge.assessor import Assessor
 from fleetwatch.server.judge.snapshot_sharing import SnapshotSharing
 from fleetwatch.server.judge.straggler_detector import StragglerDetector
-from fleetwatch.server.metrics.families import ServerMetrics
-from fleetwatch.server.secret_box import SecretBox
+from fleetwatch.server.runtime.isolation import ItemGuard
+from fleetwatch.server.runtime.leader import LeaderElector
+from fleetwatch.server.runtime.metric_families import ServerMetrics
+from fleetwatch.server.runtime.precedence import Precedence
+from fleetwatch.server.runtime.scheduler import Job, Scheduler, Waker
+from fleetwatch.server.runtime.urgent import UrgentNodes
 from fleetwatch.server.tell.alerting import Alerter
 from fleetwatch.server.tell.outbox import OutboxWorker
+from fleetwatch.server.tell.weekly_report import WeeklyReportJob
+from fleetwatch.server.upkeep.lifecycle import run_lifecycle
+from fleetwatch.server.upkeep.refit import Refitter
+from fleetwatch.server.upkeep.retention import RetentionJob
+from fleetwatch.server.upkeep.rollups import RollupJob
 
 __all__ = ["WEEKLY_REPORT_INTERVAL_S", "BackgroundJobs"]
 

@@ -18,7 +18,7 @@ window covers reads ``maintenance``, and after the window its silence counts fro
 end, as from a start (an ended window is a start too: ``unheard`` during the grace).
 
 While the fleet's pushes are stored late (the server behind on ingest), every deadline moves out
-by that lag, ``lag_s`` (:mod:`fleetwatch.server.judge.ingest_lag`): a late push is not silence.
+by that lag, ``lag_s`` (:mod:`fleetwatch.server.concepts.ingest_lag`): a late push is not silence.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Literal
 
-from fleetwatch.server.judge.planned import Planned
+from fleetwatch.server.concepts.planned import Planned
 
 __all__ = ["Liveness", "NodeReading", "is_unheard", "node_state", "unreachable_deadline"]
 

@@ -26,20 +26,20 @@ from fleetwatch.models.telemetry_features import GPU_CATEGORIES, rollup_hour
 from fleetwatch.rules.xid_catalog import XidCatalog
 from fleetwatch.server.db.session import Database
 from fleetwatch.server.db.tables import events, gpu_hourly, gpu_sample_blocks, gpus
-from fleetwatch.server.jobs.isolation import ItemGuard
-from fleetwatch.server.jobs.locks import LockKey, try_transaction_lock
-from fleetwatch.server.jobs.precedence import NO_PRECEDENCE
-from fleetwatch.server.jobs.recent_rollups import (
-    EVENT_ID_OVERLAP,
-    SAMPLE_ID_OVERLAP,
-    RecentHours,
-)
-from fleetwatch.server.jobs.state import load_state, save_state
 from fleetwatch.server.repo.sample_reader import (
     SampleChunk,
     from_us,
     newest_block_id,
     read_samples,
+)
+from fleetwatch.server.runtime.isolation import ItemGuard
+from fleetwatch.server.runtime.locks import LockKey, try_transaction_lock
+from fleetwatch.server.runtime.precedence import NO_PRECEDENCE
+from fleetwatch.server.runtime.state import load_state, save_state
+from fleetwatch.server.upkeep.recent_rollups import (
+    EVENT_ID_OVERLAP,
+    SAMPLE_ID_OVERLAP,
+    RecentHours,
 )
 
 __all__ = [
@@ -322,7 +322,7 @@ class RollupJob:
     arrived since that pass (an agent's spool after an outage).
 
     Its first pass recomputes what :func:`refresh_rollups` would, and keeps the recent hours
-    folded (:class:`~fleetwatch.server.jobs.recent_rollups.RecentHours`); later passes fold in
+    folded (:class:`~fleetwatch.server.upkeep.recent_rollups.RecentHours`); later passes fold in
     only the samples stored since and rewrite only the GPU-hours that changed. When another
     process ran a pass in between (the stored pass count is not this job's own), it starts
     over."""
@@ -339,7 +339,7 @@ class RollupJob:
     ) -> None:
         self.db = db
         # Called between chunks of samples, to let this process's urgent lane run first
-        # (jobs/precedence.py).
+        # (runtime/precedence.py).
         self.give_way = give_way or NO_PRECEDENCE.give_way
         self.catalog = catalog
         self.guard = guard or ItemGuard("rollups")

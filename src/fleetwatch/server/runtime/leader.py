@@ -9,7 +9,7 @@ if the lock may still look held to the database for a moment.
 The same connection LISTENs on :data:`WAKE_CHANNEL`: any replica that stores a fatal Xid sends
 ``NOTIFY`` after its commit, and the leader pokes its waker, so the drain and the alert do not
 wait for the next tick. The payload names the nodes (a JSON list, :func:`wake_payload`), for the
-urgent lane's targeted pass (:mod:`fleetwatch.server.jobs.urgent`); an empty one (too many names
+urgent lane's targeted pass (:mod:`fleetwatch.server.runtime.urgent`); an empty one (too many names
 for NOTIFY's 8000 bytes, or a sender that names none) wakes the whole fleet's pass. On SQLite
 there is one process, which is always the leader.
 """
@@ -27,7 +27,7 @@ from sqlalchemy import Engine, text
 
 from fleetwatch.config import ServerSettings
 from fleetwatch.server.db.session import own_conninfo
-from fleetwatch.server.jobs.locks import LockKey
+from fleetwatch.server.runtime.locks import LockKey
 
 if TYPE_CHECKING:
     import psycopg

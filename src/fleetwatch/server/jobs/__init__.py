@@ -1,1 +1,0 @@
-"""Background work: the scheduler, leader election, and the jobs that keep the database current."""
