@@ -24,7 +24,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from fleetwatch.server.concepts.verdict import Verdict
 
@@ -33,12 +33,16 @@ __all__ = [
     "Planned",
     "WindowRef",
     "WindowRow",
+    "WindowState",
     "caused_by_maintenance",
     "effective_end",
     "parse_selector",
     "stands_in_maintenance",
     "window_nodes",
 ]
+
+# Where a window stands at a given now.
+WindowState = Literal["upcoming", "active", "ended", "cancelled"]
 
 # Verdicts a planned reboot, reset or power-off produces by itself.
 PLANNED_RULES = frozenset({"gpu_lost", "gpu_missing", "gpu_silent", "node_unreachable"})

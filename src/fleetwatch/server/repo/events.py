@@ -1,4 +1,4 @@
-"""Reading events (Xid and others)."""
+"""Reading events (Xid and others), as records the API's ``EventPublic`` validates."""
 
 from __future__ import annotations
 
@@ -8,26 +8,25 @@ from typing import Any
 from sqlalchemy import Connection, Row, select
 
 from fleetwatch.server.db.tables import events, nodes
-from fleetwatch.server.schemas.fleet import EventPublic
 
 __all__ = ["event_from_row", "list_events"]
 
 
-def event_from_row(row: Row[Any]) -> EventPublic:
-    return EventPublic(
-        id=row.id,
-        node=row.node_name,
-        kind=row.kind,
-        ts=row.ts,
-        received_at=row.received_at,
-        gpu_uuid=row.gpu_uuid,
-        pci_bus_id=row.pci_bus_id,
-        xid=row.xid,
-        message=row.message,
-        pid=row.pid,
-        process=row.process,
-        details=row.details,
-    )
+def event_from_row(row: Row[Any]) -> dict[str, Any]:
+    return {
+        "id": row.id,
+        "node": row.node_name,
+        "kind": row.kind,
+        "ts": row.ts,
+        "received_at": row.received_at,
+        "gpu_uuid": row.gpu_uuid,
+        "pci_bus_id": row.pci_bus_id,
+        "xid": row.xid,
+        "message": row.message,
+        "pid": row.pid,
+        "process": row.process,
+        "details": row.details,
+    }
 
 
 def list_events(
@@ -40,7 +39,7 @@ def list_events(
     xid: int | None = None,
     gpu_uuid: str | None = None,
     limit: int = 1000,
-) -> list[EventPublic]:
+) -> list[dict[str, Any]]:
     """Newest first."""
     # Outer join: fleet-wide events (a model's wear-out onset) have no node.
     query = select(events, nodes.c.name.label("node_name")).outerjoin(

@@ -33,7 +33,6 @@ from sqlalchemy import Connection, Row, and_, func, insert, or_, select, text, u
 from fleetwatch.errors import Conflict, NotFound
 from fleetwatch.server.db.tables import eviction_audit, evictions
 from fleetwatch.server.repo.validations import return_blocker
-from fleetwatch.server.schemas.evictions import AuditPublic, EvictionDetail, EvictionPublic
 
 __all__ = [
     "DRAINING_STATES",
@@ -44,7 +43,6 @@ __all__ = [
     "complete_eviction",
     "create_eviction",
     "eviction_cursor",
-    "eviction_from_row",
     "expire_leases",
     "get_eviction",
     "list_evictions",
@@ -60,10 +58,6 @@ _CANCELLABLE = ("pending", "paged", "recommended")
 _REJECTABLE = ("pending", "acked", "paged", "recommended")
 
 
-def eviction_from_row(row: Row[Any]) -> EvictionPublic:
-    return EvictionPublic.model_validate(dict(row._mapping))
-
-
 def eviction_cursor(conn: Connection) -> int:
     """The id of the newest eviction change (0 before the first)."""
     return int(conn.execute(select(func.max(eviction_audit.c.id))).scalar() or 0)
@@ -76,7 +70,7 @@ def list_evictions(
     node: str | None = None,
     changed_after: int | None = None,
     limit: int = 1000,
-) -> list[EvictionPublic]:
+) -> list[Row[Any]]:
     """Newest first; ``changed_after`` (a cursor) keeps those whose state changed since."""
     query = select(evictions)
     if states:
@@ -87,7 +81,7 @@ def list_evictions(
         changed = select(eviction_audit.c.eviction_id).where(eviction_audit.c.id > changed_after)
         query = query.where(evictions.c.id.in_(changed))
     query = query.order_by(evictions.c.id.desc()).limit(limit)
-    return [eviction_from_row(row) for row in conn.execute(query)]
+    return list(conn.execute(query))
 
 
 def _announce(conn: Connection) -> None:
@@ -104,20 +98,15 @@ def _row(conn: Connection, eviction_id: int) -> Row[Any]:
     return row
 
 
-def get_eviction(conn: Connection, eviction_id: int) -> EvictionDetail:
+def get_eviction(conn: Connection, eviction_id: int) -> tuple[Row[Any], list[Row[Any]]]:
+    """The eviction and its audit trail, oldest change first."""
     row = _row(conn, eviction_id)
     trail = conn.execute(
         select(eviction_audit)
         .where(eviction_audit.c.eviction_id == eviction_id)
         .order_by(eviction_audit.c.ts, eviction_audit.c.id)
     )
-    audit = [
-        AuditPublic(
-            ts=a.ts, from_state=a.from_state, to_state=a.to_state, actor=a.actor, detail=a.detail
-        )
-        for a in trail
-    ]
-    return EvictionDetail(**eviction_from_row(row).model_dump(), audit=audit)
+    return row, list(trail)
 
 
 def _audit(
@@ -242,7 +231,7 @@ def _refuse(row: Row[Any], action: str, now: datetime) -> Conflict:
 
 def ack_eviction(
     conn: Connection, eviction_id: int, *, claimer: str, lease_s: float, now: datetime
-) -> EvictionPublic:
+) -> Row[Any]:
     """Claim a pending eviction (or renew one's own claim, or take over an expired one)."""
     seen = _row(conn, eviction_id)
     claimable = seen.state == "pending" or (
@@ -274,16 +263,16 @@ def ack_eviction(
     )
     if not won:
         raise _refuse(_row(conn, eviction_id), "acked", now)
-    return eviction_from_row(_row(conn, eviction_id))
+    return _row(conn, eviction_id)
 
 
 def complete_eviction(
     conn: Connection, eviction_id: int, *, claimer: str, now: datetime
-) -> EvictionPublic:
+) -> Row[Any]:
     """The claimer drained the node. Completing twice is harmless."""
     seen = _row(conn, eviction_id)
     if seen.state == "completed" and seen.claimed_by == claimer:
-        return eviction_from_row(seen)
+        return seen
     if seen.state != "acked":
         raise Conflict(
             f"eviction {eviction_id} is {seen.state}; only an acked eviction can be completed "
@@ -305,12 +294,12 @@ def complete_eviction(
     )
     if not won:
         raise _refuse(_row(conn, eviction_id), "completed", now)
-    return eviction_from_row(_row(conn, eviction_id))
+    return _row(conn, eviction_id)
 
 
 def reject_eviction(
     conn: Connection, eviction_id: int, *, actor: str, reason: str, now: datetime
-) -> EvictionPublic:
+) -> Row[Any]:
     """The scheduler refuses the drain; the node is not proposed again during the cooldown."""
     seen = _row(conn, eviction_id)
     if seen.state not in _REJECTABLE or (
@@ -335,12 +324,12 @@ def reject_eviction(
     )
     if not won:
         raise _refuse(_row(conn, eviction_id), "rejected", now)
-    return eviction_from_row(_row(conn, eviction_id))
+    return _row(conn, eviction_id)
 
 
 def approve_eviction(
     conn: Connection, eviction_id: int, *, actor: str, note: str, now: datetime
-) -> EvictionPublic:
+) -> Row[Any]:
     """A person lets a paged eviction (past the drain budget) or a dry-run recommendation drain:
     it becomes pending, over the budget, with who decided and why in the audit log."""
     seen = _row(conn, eviction_id)
@@ -361,7 +350,7 @@ def approve_eviction(
     )
     if not won:
         raise _refuse(_row(conn, eviction_id), "approved", now)
-    return eviction_from_row(_row(conn, eviction_id))
+    return _row(conn, eviction_id)
 
 
 def return_node(
@@ -372,7 +361,7 @@ def return_node(
     note: str | None,
     now: datetime,
     force_reason: str | None = None,
-) -> EvictionPublic:
+) -> Row[Any]:
     """The node is back in service: its completed eviction gets ``returned_at`` (MTTR).
 
     A hardware eviction returns only after a passing validation newer than it
@@ -408,7 +397,7 @@ def return_node(
     )
     if not won:
         raise _refuse(_row(conn, seen.id), "returned", now)
-    return eviction_from_row(_row(conn, seen.id))
+    return _row(conn, seen.id)
 
 
 def cancel_eviction(

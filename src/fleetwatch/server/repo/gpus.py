@@ -1,4 +1,5 @@
-"""Reading GPUs and their samples."""
+"""Reading GPUs and their samples, as records the API's ``GpuSummary``, ``GpuDetail`` and
+``SamplesPublic`` validate."""
 
 from __future__ import annotations
 
@@ -12,13 +13,6 @@ from fleetwatch.rules.rates import CounterReading, counter_rates
 from fleetwatch.server.db.tables import gpus, node_boots, nodes
 from fleetwatch.server.repo.events import list_events
 from fleetwatch.server.repo.sample_reader import newest_samples, sample_rows
-from fleetwatch.server.schemas.fleet import (
-    GpuDetail,
-    GpuSummary,
-    LatestSample,
-    SamplePoint,
-    SamplesPublic,
-)
 from fleetwatch.telemetry import SAMPLE_FIELD_NAMES, SAMPLE_FIELDS
 
 __all__ = [
@@ -41,44 +35,43 @@ def gpu_summary_query() -> Select[Any]:
     return select(gpus, nodes.c.name.label("node_name")).join(nodes, nodes.c.id == gpus.c.node_id)
 
 
-def summary_from_row(row: Row[Any]) -> GpuSummary:
+def summary_from_row(row: Row[Any]) -> dict[str, Any]:
     values = dict(row.latest or {})
     mig = values.pop(LATEST_MIG_KEY, None)
-    latest = LatestSample(ts=row.latest_ts, values=values) if row.latest_ts else None
-    return GpuSummary(
-        uuid=row.uuid,
-        index=row.index,
-        serial=row.serial,
-        pci_bus_id=row.pci_bus_id,
-        name=row.name,
-        driver_version=row.driver_version,
-        vbios_version=row.vbios_version,
-        node=row.node_name,
-        first_seen=row.first_seen,
-        last_seen=row.last_seen,
-        latest=latest,
-        mig=mig,
-    )
+    latest = {"ts": row.latest_ts, "values": values} if row.latest_ts else None
+    return {
+        "uuid": row.uuid,
+        "index": row.index,
+        "serial": row.serial,
+        "pci_bus_id": row.pci_bus_id,
+        "name": row.name,
+        "driver_version": row.driver_version,
+        "vbios_version": row.vbios_version,
+        "node": row.node_name,
+        "first_seen": row.first_seen,
+        "last_seen": row.last_seen,
+        "latest": latest,
+        "mig": mig,
+    }
 
 
 def list_gpus(
     conn: Connection, *, node: str | None = None, limit: int = 10_000
-) -> list[GpuSummary]:
+) -> list[dict[str, Any]]:
     query = gpu_summary_query().order_by(nodes.c.name, gpus.c.index).limit(limit)
     if node is not None:
         query = query.where(nodes.c.name == node)
     return [summary_from_row(row) for row in conn.execute(query)]
 
 
-def get_gpu(conn: Connection, *, uuid: str, recent_events: int = 20) -> GpuDetail:
+def get_gpu(conn: Connection, *, uuid: str, recent_events: int = 20) -> dict[str, Any]:
     row = conn.execute(gpu_summary_query().where(gpus.c.uuid == uuid)).first()
     if row is None:
         raise NotFound("GPU", uuid)
-    summary = summary_from_row(row)
-    return GpuDetail(
-        **summary.model_dump(),
-        recent_events=list_events(conn, gpu_uuid=uuid, limit=recent_events),
-    )
+    return {
+        **summary_from_row(row),
+        "recent_events": list_events(conn, gpu_uuid=uuid, limit=recent_events),
+    }
 
 
 def parse_fields(raw: str | None) -> list[str]:
@@ -111,7 +104,7 @@ def list_samples(
     until: datetime | None,
     limit: int,
     rates: bool,
-) -> SamplesPublic:
+) -> dict[str, Any]:
     """Oldest first, so that rates read naturally; ``limit`` keeps the newest samples."""
     gpu_id = conn.execute(select(gpus.c.id).where(gpus.c.uuid == uuid)).scalar()
     if gpu_id is None:
@@ -120,18 +113,20 @@ def list_samples(
     rows = [] if chunk is None else sample_rows(chunk)
     boot_ids = _boot_ids(conn, {row[3] for row in rows if row[3] is not None})
     points = [
-        SamplePoint(
-            ts=row[0],
-            boot_id=None if row[3] is None else boot_ids.get(row[3]),
-            values={f: v for f, v in zip(fields, row[4:], strict=True) if v is not None},
-        )
+        {
+            "ts": row[0],
+            "boot_id": None if row[3] is None else boot_ids.get(row[3]),
+            "values": {f: v for f, v in zip(fields, row[4:], strict=True) if v is not None},
+        }
         for row in rows
     ]
     derived = None
     if rates:
         derived = {
-            f: counter_rates([CounterReading(p.ts, p.boot_id, p.values.get(f)) for p in points])
+            f: counter_rates(
+                [CounterReading(p["ts"], p["boot_id"], p["values"].get(f)) for p in points]
+            )
             for f in fields
             if f in _COUNTERS
         }
-    return SamplesPublic(uuid=uuid, fields=fields, data=points, count=len(points), rates=derived)
+    return {"uuid": uuid, "fields": fields, "data": points, "count": len(points), "rates": derived}

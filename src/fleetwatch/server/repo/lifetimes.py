@@ -20,7 +20,6 @@ from fleetwatch.errors import InvalidInput, NotFound
 from fleetwatch.inventory import EndKind, LifetimeRecord
 from fleetwatch.server.db.tables import gpu_lifetimes, gpus
 from fleetwatch.server.runtime.locks import LockKey, transaction_lock
-from fleetwatch.server.schemas.lifetimes import LifetimePublic
 
 __all__ = [
     "ImportCounts",
@@ -36,10 +35,6 @@ CHUNK_ROWS = 1000
 class ImportCounts:
     inserted: int
     already_stored: int
-
-
-def _lifetime(row: Row[Any]) -> LifetimePublic:
-    return LifetimePublic(**{name: getattr(row, name) for name in LifetimePublic.model_fields})
 
 
 def _stored_keys(
@@ -104,7 +99,7 @@ def list_lifetimes(
     serial: str | None = None,
     end_kind: str | None = None,
     limit: int = 1000,
-) -> list[LifetimePublic]:
+) -> list[Row[Any]]:
     """Lifetimes in install order (oldest first), optionally for one serial or one end kind."""
     query = select(gpu_lifetimes)
     if serial is not None:
@@ -114,7 +109,7 @@ def list_lifetimes(
     query = query.order_by(
         gpu_lifetimes.c.serial, gpu_lifetimes.c.installed_at, gpu_lifetimes.c.id
     ).limit(limit)
-    return [_lifetime(row) for row in conn.execute(query)]
+    return list(conn.execute(query))
 
 
 def record_lifetime_end(
@@ -126,7 +121,7 @@ def record_lifetime_end(
     cause: str | None = None,
     installed_at: datetime | None = None,
     evidence: dict[str, Any] | None = None,
-) -> LifetimePublic:
+) -> Row[Any]:
     """End a GPU's current stint with an operator's failure, repair or retirement.
 
     The stint closed is the serial's newest open lifetime installed at or before ``at``. Without
@@ -181,5 +176,4 @@ def record_lifetime_end(
             )
             .returning(gpu_lifetimes.c.id)
         ).scalar_one()
-    row = conn.execute(select(gpu_lifetimes).where(gpu_lifetimes.c.id == lifetime_id)).one()
-    return _lifetime(row)
+    return conn.execute(select(gpu_lifetimes).where(gpu_lifetimes.c.id == lifetime_id)).one()

@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 from sqlalchemy import Connection, Row, and_, insert, or_, select, update
 
@@ -27,18 +28,16 @@ from fleetwatch.errors import Conflict, InvalidInput, NotFound
 from fleetwatch.server.concepts.planned import (
     Planned,
     WindowRow,
+    WindowState,
     effective_end,
     parse_selector,
     window_nodes,
 )
 from fleetwatch.server.db.tables import maintenance_windows, nodes
-from fleetwatch.server.schemas.maintenance import (
-    MaintenanceCreate,
-    MaintenancePublic,
-    MaintenanceState,
-)
 
 __all__ = [
+    "Window",
+    "WindowRequest",
     "create_window",
     "end_window",
     "get_window",
@@ -52,14 +51,50 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 mw = maintenance_windows.c
-# An ended window still matters for this long: silence counts from its end (judge.planned).
+# An ended window still matters for this long: silence counts from its end (concepts.planned).
 # Past it, judging from the node's last report gives the same answer for any node whose
 # unreachable deadline (a few intervals) is shorter.
 ENDED_LOOKBACK = timedelta(days=1)
 _FAR = datetime.max.replace(tzinfo=UTC) - timedelta(days=1)
 
 
-def _state(row: Any, now: datetime) -> MaintenanceState:
+class WindowRequest(Protocol):
+    """What opens a window (the API's ``MaintenanceCreate``)."""
+
+    @property
+    def nodes(self) -> list[str] | None: ...
+    @property
+    def selector(self) -> str | None: ...
+    @property
+    def starts_at(self) -> datetime | None: ...
+    @property
+    def ends_at(self) -> datetime | None: ...
+    @property
+    def reason(self) -> str: ...
+    @property
+    def key(self) -> str | None: ...
+
+
+@dataclass(frozen=True)
+class Window:
+    """A stored window with its state at a given now and the nodes it covers then."""
+
+    id: int
+    state: WindowState
+    nodes: list[str] | None
+    selector: dict[str, str] | None
+    covered: list[str]
+    starts_at: datetime
+    ends_at: datetime | None
+    reason: str
+    key: str | None
+    created_by: str
+    created_at: datetime
+    ended_at: datetime | None
+    ended_by: str | None
+
+
+def _state(row: Any, now: datetime) -> WindowState:
     end = effective_end(row.ends_at, row.ended_at)
     if end is not None and end <= row.starts_at:
         return "cancelled"
@@ -73,9 +108,9 @@ def _labels(conn: Connection) -> dict[str, dict[str, Any]]:
     return {row.name: row.labels or {} for row in rows}
 
 
-def _public(row: Any, now: datetime, labels: dict[str, dict[str, Any]] | None) -> MaintenancePublic:
+def _window(row: Any, now: datetime, labels: dict[str, dict[str, Any]] | None) -> Window:
     covered = window_nodes(WindowRow.from_row(row), labels or {})
-    return MaintenancePublic(
+    return Window(
         id=row.id,
         state=_state(row, now),
         nodes=row.nodes,
@@ -100,9 +135,7 @@ def _open(now: datetime) -> Any:
     )
 
 
-def create_window(
-    conn: Connection, body: MaintenanceCreate, *, actor: str, now: datetime
-) -> MaintenancePublic:
+def create_window(conn: Connection, body: WindowRequest, *, actor: str, now: datetime) -> Window:
     """Open a window; InvalidInput naming the field, or Conflict for a key already open."""
     if (body.nodes is None) == (body.selector is None):
         raise InvalidInput(
@@ -159,9 +192,9 @@ def _row(conn: Connection, window_id: int) -> Row[Any]:
     return row
 
 
-def get_window(conn: Connection, window_id: int, *, now: datetime) -> MaintenancePublic:
+def get_window(conn: Connection, window_id: int, *, now: datetime) -> Window:
     row = _row(conn, window_id)
-    return _public(row, now, _labels(conn) if row.selector is not None else None)
+    return _window(row, now, _labels(conn) if row.selector is not None else None)
 
 
 def list_windows(
@@ -172,7 +205,7 @@ def list_windows(
     node: str | None = None,
     key_prefix: str | None = None,
     limit: int = 1000,
-) -> list[MaintenancePublic]:
+) -> list[Window]:
     """Newest first; ``node`` keeps the windows that cover it (by name or by its labels)."""
     query = select(maintenance_windows).order_by(mw.id.desc())
     if key_prefix is not None:
@@ -184,7 +217,7 @@ def list_windows(
     labels = _labels(conn) if any(r.selector is not None for r in rows) else None
     found = []
     for row in rows:
-        window = _public(row, now, labels)
+        window = _window(row, now, labels)
         if wanted is not None and window.state not in wanted:
             continue
         if node is not None and node not in window.covered:
@@ -195,7 +228,7 @@ def list_windows(
     return found
 
 
-def end_window(conn: Connection, window_id: int, *, actor: str, now: datetime) -> MaintenancePublic:
+def end_window(conn: Connection, window_id: int, *, actor: str, now: datetime) -> Window:
     """End a window now (cancel it, if it has not begun); Conflict if it has ended already."""
     row = _row(conn, window_id)
     if _state(row, now) in ("ended", "cancelled"):

@@ -10,7 +10,6 @@ from sqlalchemy import Connection, Row, insert, select
 
 from fleetwatch.errors import NotFound
 from fleetwatch.server.db.tables import risk_models
-from fleetwatch.server.schemas.models import ModelVersionPublic
 
 if TYPE_CHECKING:
     from fleetwatch.models.registry import RiskBundle
@@ -70,25 +69,29 @@ def store_model(
     return int(key[0])
 
 
-_PUBLIC = [getattr(risk_models.c, name) for name in ModelVersionPublic.model_fields]
+# What a version's listing shows: everything but the fitted parameters.
+_LISTED = [
+    risk_models.c.version,
+    risk_models.c.trained_at,
+    risk_models.c.trigger,
+    risk_models.c.status,
+    risk_models.c.metrics,
+    risk_models.c.error,
+]
 
 
-def _public(row: Row[Any]) -> ModelVersionPublic:
-    return ModelVersionPublic(**row._mapping)
-
-
-def list_models(conn: Connection, limit: int = 100) -> list[ModelVersionPublic]:
+def list_models(conn: Connection, limit: int = 100) -> list[Row[Any]]:
     """Versions, newest first."""
-    query = select(*_PUBLIC).order_by(risk_models.c.version.desc()).limit(limit)
-    return [_public(row) for row in conn.execute(query)]
+    query = select(*_LISTED).order_by(risk_models.c.version.desc()).limit(limit)
+    return list(conn.execute(query))
 
 
-def get_model(conn: Connection, version: int) -> ModelVersionPublic:
+def get_model(conn: Connection, version: int) -> Row[Any]:
     """One version; :class:`NotFound` naming it if absent."""
-    row = conn.execute(select(*_PUBLIC).where(risk_models.c.version == version)).first()
+    row = conn.execute(select(*_LISTED).where(risk_models.c.version == version)).first()
     if row is None:
         raise NotFound("model version", str(version))
-    return _public(row)
+    return row
 
 
 def latest_ok_model(conn: Connection) -> StoredModel | None:

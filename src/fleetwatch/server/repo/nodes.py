@@ -1,4 +1,5 @@
-"""Reading nodes, with their liveness computed at read time."""
+"""Reading nodes, with their liveness computed at read time, as records the API's ``NodePublic``
+and ``NodeDetail`` validate."""
 
 from __future__ import annotations
 
@@ -14,8 +15,6 @@ from fleetwatch.server.concepts.planned import Planned
 from fleetwatch.server.db.tables import gpus, nodes
 from fleetwatch.server.repo.gpus import gpu_summary_query, summary_from_row
 from fleetwatch.server.repo.maintenance import load_planned
-from fleetwatch.server.schemas.fleet import NodeDetail, NodePublic
-from fleetwatch.server.schemas.maintenance import NodeMaintenance
 
 __all__ = ["get_node", "list_nodes", "node_id_of", "read_fleet_lag_s", "unheard_nodes"]
 
@@ -54,7 +53,7 @@ def _public(
         "interval_s": row.interval_s,
         "agent_version": row.agent_version,
         "gpu_count": row.gpu_count or 0,
-        "maintenance": NodeMaintenance(**window.__dict__) if window is not None else None,
+        "maintenance": dict(window.__dict__) if window is not None else None,
     }
 
 
@@ -67,7 +66,7 @@ def list_nodes(
     labels: dict[str, str] | None = None,
     limit: int = 10_000,
     offset: int = 0,
-) -> list[NodePublic]:
+) -> list[dict[str, Any]]:
     counts = _gpu_counts()
     query = (
         select(nodes, counts.c.gpu_count)
@@ -81,13 +80,13 @@ def list_nodes(
     for row in rows:
         if labels and any(row.labels.get(k) != v for k, v in labels.items()):
             continue
-        node = NodePublic(**_public(row, liveness=liveness, now=now, planned=planned, lag_s=lag))
-        if state is None or node.state == state:
+        node = _public(row, liveness=liveness, now=now, planned=planned, lag_s=lag)
+        if state is None or node["state"] == state:
             found.append(node)
     return found[offset : offset + limit]
 
 
-def get_node(conn: Connection, *, name: str, now: datetime, liveness: Liveness) -> NodeDetail:
+def get_node(conn: Connection, *, name: str, now: datetime, liveness: Liveness) -> dict[str, Any]:
     counts = _gpu_counts()
     row = conn.execute(
         select(nodes, counts.c.gpu_count)
@@ -100,11 +99,11 @@ def get_node(conn: Connection, *, name: str, now: datetime, liveness: Liveness) 
         gpu_summary_query().where(gpus.c.node_id == row.id).order_by(gpus.c.index)
     )
     lag = read_fleet_lag_s(conn, now, max_s=liveness.lag_max_s)
-    return NodeDetail(
+    return {
         **_public(row, liveness=liveness, now=now, planned=load_planned(conn, now), lag_s=lag),
-        boot_id=row.boot_id,
-        gpus=[summary_from_row(g) for g in gpu_rows],
-    )
+        "boot_id": row.boot_id,
+        "gpus": [summary_from_row(g) for g in gpu_rows],
+    }
 
 
 def node_id_of(conn: Connection, *, name: str) -> int:

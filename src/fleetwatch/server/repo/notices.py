@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-from sqlalchemy import Connection, func, select
+from typing import Any
+
+from sqlalchemy import Connection, Row, func, select
 
 from fleetwatch.server.db.tables import job_notices
-from fleetwatch.server.schemas.notices import NoticePublic
 
 __all__ = ["list_notices", "open_job_notices", "open_notices"]
 
 
-def list_notices(conn: Connection, job_id: str, *, after: int, limit: int) -> list[NoticePublic]:
+def list_notices(conn: Connection, job_id: str, *, after: int, limit: int) -> list[Row[Any]]:
     """The job's notices with ``id > after``, oldest first. Ids are handed out at insert and the
     deriving job is the one writer (an advisory lock), so a later read never finds a smaller id."""
     query = (
@@ -19,7 +20,7 @@ def list_notices(conn: Connection, job_id: str, *, after: int, limit: int) -> li
         .order_by(job_notices.c.id)
         .limit(limit)
     )
-    return [NoticePublic.model_validate(dict(row._mapping)) for row in conn.execute(query)]
+    return list(conn.execute(query))
 
 
 def open_notices(conn: Connection, job_id: str) -> int:
@@ -31,7 +32,7 @@ def open_notices(conn: Connection, job_id: str) -> int:
     return int(conn.execute(query).scalar_one())
 
 
-def open_job_notices(conn: Connection, job_id: str) -> list[NoticePublic]:
+def open_job_notices(conn: Connection, job_id: str) -> list[Row[Any]]:
     """The job's notices open now, oldest first."""
     query = (
         select(job_notices)
@@ -42,4 +43,4 @@ def open_job_notices(conn: Connection, job_id: str) -> list[NoticePublic]:
         )
         .order_by(job_notices.c.id)
     )
-    return [NoticePublic.model_validate(dict(row._mapping)) for row in conn.execute(query)]
+    return list(conn.execute(query))

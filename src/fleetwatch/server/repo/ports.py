@@ -26,7 +26,6 @@ from fleetwatch.rules.port_health import is_urgent_port_event
 from fleetwatch.rules.rates import CounterReading, counter_rates
 from fleetwatch.rules.thresholds import HealthThresholds
 from fleetwatch.server.db.tables import events, node_ports, nodes
-from fleetwatch.server.schemas.ports import PortPublic
 
 __all__ = [
     "COUNTER_KINDS",
@@ -202,7 +201,8 @@ def _rates(before: dict[str, Any], after: dict[str, Any], kind: str) -> dict[str
     return out
 
 
-def list_ports(conn: Connection, *, node_id: int) -> list[PortPublic]:
+def list_ports(conn: Connection, *, node_id: int) -> list[dict[str, Any]]:
+    """The node's ports as the API's ``PortPublic`` validates them: health flattened."""
     rows = conn.execute(
         select(node_ports)
         .where(node_ports.c.node_id == node_id)
@@ -214,7 +214,7 @@ def list_ports(conn: Connection, *, node_id: int) -> list[PortPublic]:
         health = values.pop("health", None) or {}
         for name in ("normal_rate_gbps", "normal_width", "degraded"):
             values[name] = health.get(name)
-        out.append(PortPublic.model_validate(values))
+        out.append(values)
     return out
 
 

@@ -27,7 +27,6 @@ from typing import Any
 from sqlalchemy import Connection, Row, insert, select
 
 from fleetwatch.server.db.tables import evictions, node_validations
-from fleetwatch.server.schemas.validations import ValidationPublic
 from fleetwatch.validation_wire import ValidationReport, failed_checks
 
 __all__ = [
@@ -50,13 +49,10 @@ def needs_validation(reason_kind: str, reason: str) -> bool:
     return not any(reason.startswith(rule) for rule in _NOT_HARDWARE_RULES)
 
 
-def _public(row: Row[Any]) -> ValidationPublic:
-    return ValidationPublic.model_validate(dict(row._mapping))
-
-
 def store_validation(
     conn: Connection, report: ValidationReport, *, pushed_by: str, now: datetime
-) -> ValidationPublic:
+) -> Row[Any]:
+    """Store a node's validation result; its stored row."""
     new_id = conn.execute(
         insert(node_validations)
         .values(
@@ -74,11 +70,10 @@ def store_validation(
         )
         .returning(node_validations.c.id)
     ).scalar_one()
-    row = conn.execute(select(node_validations).where(node_validations.c.id == new_id)).one()
-    return _public(row)
+    return conn.execute(select(node_validations).where(node_validations.c.id == new_id)).one()
 
 
-def list_validations(conn: Connection, node: str, *, limit: int = 20) -> list[ValidationPublic]:
+def list_validations(conn: Connection, node: str, *, limit: int = 20) -> list[Row[Any]]:
     """Newest first."""
     rows = conn.execute(
         select(node_validations)
@@ -86,7 +81,7 @@ def list_validations(conn: Connection, node: str, *, limit: int = 20) -> list[Va
         .order_by(node_validations.c.received_at.desc(), node_validations.c.id.desc())
         .limit(limit)
     )
-    return [_public(row) for row in rows]
+    return list(rows)
 
 
 def return_blocker(conn: Connection, eviction: Row[Any]) -> str | None:

@@ -3,25 +3,22 @@
 from __future__ import annotations
 
 import uuid
+from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import urlsplit
 
-from sqlalchemy import Connection, delete, insert, select
+from sqlalchemy import Connection, Row, delete, insert, select
 
 from fleetwatch.errors import Conflict, InvalidInput, NotFound
 from fleetwatch.notify.webhooks import alert_document
 from fleetwatch.server.db.secret_box import SecretBox
 from fleetwatch.server.db.tables import alerts, webhook_outbox, webhook_subscriptions
-from fleetwatch.server.schemas.webhooks import (
-    AlertPublic,
-    DeliveryPublic,
-    TestQueued,
-    WebhookCreate,
-    WebhookPublic,
-)
 
 __all__ = [
+    "QueuedTest",
+    "Webhook",
+    "WebhookRequest",
     "create_webhook",
     "delete_webhook",
     "enqueue",
@@ -32,23 +29,61 @@ __all__ = [
 ]
 
 
-def _public(row: object) -> WebhookPublic:
-    m = row._mapping  # type: ignore[attr-defined]
-    return WebhookPublic(
-        id=m["id"],
-        name=m["name"],
-        kind=m["kind"],
-        url=m["url"],
-        has_secret=bool(m["secret"]),
-        filters=m["filters"] or {},
-        enabled=m["enabled"],
-        created_at=m["created_at"],
+class _Filters(Protocol):
+    def model_dump(self, *, exclude_none: bool) -> dict[str, Any]: ...
+
+
+class WebhookRequest(Protocol):
+    """What subscribes a webhook (the API's ``WebhookCreate``)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def kind(self) -> str: ...
+    @property
+    def url(self) -> str: ...
+    @property
+    def secret(self) -> str | None: ...
+    @property
+    def filters(self) -> _Filters: ...
+
+
+@dataclass(frozen=True)
+class Webhook:
+    """A subscription as it may be shown: whether it has a secret, never the secret."""
+
+    id: int
+    name: str
+    kind: str
+    url: str
+    has_secret: bool
+    filters: dict[str, Any]
+    enabled: bool
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class QueuedTest:
+    delivery_id: int
+    idempotency_key: str
+
+
+def _webhook(row: Row[Any]) -> Webhook:
+    return Webhook(
+        id=row.id,
+        name=row.name,
+        kind=row.kind,
+        url=row.url,
+        has_secret=bool(row.secret),
+        filters=row.filters or {},
+        enabled=row.enabled,
+        created_at=row.created_at,
     )
 
 
 def create_webhook(
-    conn: Connection, body: WebhookCreate, *, now: datetime, secrets: SecretBox
-) -> WebhookPublic:
+    conn: Connection, body: WebhookRequest, *, now: datetime, secrets: SecretBox
+) -> Webhook:
     """Store a subscription; its secret encrypted with the server's newest key."""
     parts = urlsplit(body.url)
     if parts.scheme not in ("http", "https") or not parts.netloc:
@@ -83,21 +118,21 @@ def create_webhook(
     return get_webhook(conn, new_id)
 
 
-def get_webhook(conn: Connection, webhook_id: int) -> WebhookPublic:
+def get_webhook(conn: Connection, webhook_id: int) -> Webhook:
     row = conn.execute(
         select(webhook_subscriptions).where(webhook_subscriptions.c.id == webhook_id)
     ).first()
     if row is None:
         raise NotFound("webhook", str(webhook_id))
-    return _public(row)
+    return _webhook(row)
 
 
-def list_webhooks(conn: Connection) -> list[WebhookPublic]:
+def list_webhooks(conn: Connection) -> list[Webhook]:
     rows = conn.execute(select(webhook_subscriptions).order_by(webhook_subscriptions.c.id))
-    return [_public(row) for row in rows]
+    return [_webhook(row) for row in rows]
 
 
-def delete_webhook(conn: Connection, webhook_id: int) -> WebhookPublic:
+def delete_webhook(conn: Connection, webhook_id: int) -> Webhook:
     """Remove the subscription and its deliveries, pending ones included."""
     found = get_webhook(conn, webhook_id)
     conn.execute(delete(webhook_outbox).where(webhook_outbox.c.subscription_id == webhook_id))
@@ -105,7 +140,7 @@ def delete_webhook(conn: Connection, webhook_id: int) -> WebhookPublic:
     return found
 
 
-def queue_test(conn: Connection, webhook_id: int, *, now: datetime) -> TestQueued:
+def queue_test(conn: Connection, webhook_id: int, *, now: datetime) -> QueuedTest:
     """Queue a test alert (kind ``test``, severity info) to this subscription, whatever its
     filters."""
     get_webhook(conn, webhook_id)
@@ -141,28 +176,28 @@ def queue_test(conn: Connection, webhook_id: int, *, now: datetime) -> TestQueue
         now=now,
     )
     assert made is not None  # a fresh uuid
-    return TestQueued(delivery_id=made, idempotency_key=key)
+    return QueuedTest(delivery_id=made, idempotency_key=key)
 
 
 def list_deliveries(
     conn: Connection, webhook_id: int, *, state: str | None, limit: int
-) -> list[DeliveryPublic]:
+) -> list[Row[Any]]:
     """Newest first."""
     get_webhook(conn, webhook_id)
     query = select(webhook_outbox).where(webhook_outbox.c.subscription_id == webhook_id)
     if state is not None:
         query = query.where(webhook_outbox.c.state == state)
     rows = conn.execute(query.order_by(webhook_outbox.c.id.desc()).limit(limit))
-    return [DeliveryPublic.model_validate(dict(row._mapping)) for row in rows]
+    return list(rows)
 
 
-def list_alerts(conn: Connection, *, state: str | None, limit: int) -> list[AlertPublic]:
-    """Newest first."""
+def list_alerts(conn: Connection, *, state: str | None, limit: int) -> list[dict[str, Any]]:
+    """Newest first, as alert documents (:func:`~fleetwatch.notify.webhooks.alert_document`)."""
     query = select(alerts)
     if state is not None:
         query = query.where(alerts.c.state == state)
     rows = conn.execute(query.order_by(alerts.c.id.desc()).limit(limit))
-    return [AlertPublic.model_validate(alert_document(row._mapping)) for row in rows]
+    return [alert_document(row._mapping) for row in rows]
 
 
 def enqueue(

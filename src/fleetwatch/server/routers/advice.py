@@ -140,7 +140,10 @@ def get_checkpoint_advice(
     raised: list[int] = []
     if job is not None:
         with db.read() as conn:
-            notices = open_job_notices(conn, job)
+            notices = [
+                NoticePublic.model_validate(row, from_attributes=True)
+                for row in open_job_notices(conn, job)
+            ]
         hazards, raised = elevate(hazards, notices)
     advice = advise(hazards, checkpoint_cost_s=checkpoint_cost_s, restart_cost_s=restart_cost_s)
     if advice is None:

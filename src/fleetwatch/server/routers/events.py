@@ -11,7 +11,7 @@ from fleetwatch.server.deps import DatabaseDep, ReadAuth
 from fleetwatch.server.repo.events import list_events
 from fleetwatch.server.routers.gpus import TimeArg
 from fleetwatch.server.schemas.fields import INT32_MAX, Text
-from fleetwatch.server.schemas.fleet import EventsPublic
+from fleetwatch.server.schemas.fleet import EventPublic, EventsPublic
 from fleetwatch.server.timeparse import parse_instant
 
 __all__ = ["router"]
@@ -44,4 +44,4 @@ def read_events(
             gpu_uuid=uuid,
             limit=limit,
         )
-    return EventsPublic(data=found, count=len(found))
+    return EventsPublic(data=[EventPublic.model_validate(e) for e in found], count=len(found))

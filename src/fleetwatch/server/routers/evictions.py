@@ -12,10 +12,11 @@ it acts on, e.g. a return as well as a new drain, and not again of what it has a
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Query, Request
 from fastapi.concurrency import run_in_threadpool
+from sqlalchemy import Row
 
 from fleetwatch.server.act.eviction_watch import EvictionWatch, long_poll
 from fleetwatch.server.auth import Permission, check_permission
@@ -36,6 +37,7 @@ from fleetwatch.server.schemas.common import error_responses
 from fleetwatch.server.schemas.evictions import (
     AckBody,
     ApproveBody,
+    AuditPublic,
     EvictionDetail,
     EvictionPublic,
     EvictionsPublic,
@@ -70,6 +72,10 @@ _CHANGED_AFTER_DESCRIPTION = (
     "With `wait`, the long-poll answers on the next change to a listed state instead of at once "
     "for evictions already in it."
 )
+
+
+def _public(row: Row[Any]) -> EvictionPublic:
+    return EvictionPublic.model_validate(row, from_attributes=True)
 
 
 @router.get(
@@ -117,7 +123,7 @@ def _matching(
         found = list_evictions(
             conn, states=states, node=node, changed_after=changed_after, limit=limit
         )
-        return found, cursor
+    return [_public(row) for row in found], cursor
 
 
 @router.get(
@@ -128,7 +134,11 @@ def _matching(
 )
 def read_eviction(eviction_id: RowId, db: DatabaseDep, _token: ReadAuth) -> EvictionDetail:
     with db.read() as conn:
-        return get_eviction(conn, eviction_id)
+        row, trail = get_eviction(conn, eviction_id)
+    return EvictionDetail(
+        **_public(row).model_dump(),
+        audit=[AuditPublic.model_validate(a, from_attributes=True) for a in trail],
+    )
 
 
 @router.post(
@@ -147,7 +157,8 @@ def ack(
     renews the lease; an expired lease may be taken over."""
     lease_s = (body or AckBody()).lease_s
     with db.write() as conn:
-        return ack_eviction(conn, eviction_id, claimer=token.name, lease_s=lease_s, now=utcnow())
+        changed = ack_eviction(conn, eviction_id, claimer=token.name, lease_s=lease_s, now=utcnow())
+    return _public(changed)
 
 
 @router.post(
@@ -158,7 +169,8 @@ def ack(
 )
 def complete(eviction_id: RowId, db: DatabaseDep, token: SchedulerAuth) -> EvictionPublic:
     with db.write() as conn:
-        return complete_eviction(conn, eviction_id, claimer=token.name, now=utcnow())
+        changed = complete_eviction(conn, eviction_id, claimer=token.name, now=utcnow())
+    return _public(changed)
 
 
 @router.post(
@@ -171,9 +183,10 @@ def reject(
     eviction_id: RowId, body: RejectBody, db: DatabaseDep, token: SchedulerAuth
 ) -> EvictionPublic:
     with db.write() as conn:
-        return reject_eviction(
+        changed = reject_eviction(
             conn, eviction_id, actor=token.name, reason=body.reason, now=utcnow()
         )
+    return _public(changed)
 
 
 @router.post(
@@ -188,7 +201,10 @@ def approve(
     """On-call, paged because the fleet drain budget was exhausted, decides this node must drain
     anyway: the eviction becomes pending for the schedulers, and the audit log says who and why."""
     with db.write() as conn:
-        return approve_eviction(conn, eviction_id, actor=token.name, note=body.note, now=utcnow())
+        changed = approve_eviction(
+            conn, eviction_id, actor=token.name, note=body.note, now=utcnow()
+        )
+    return _public(changed)
 
 
 _RETURN_ERRORS = error_responses(
@@ -222,7 +238,7 @@ def return_to_service(
     if body.force:
         check_permission(token.scope, Permission.ADMIN)
     with db.write() as conn:
-        return return_node(
+        returned = return_node(
             conn,
             name,
             actor=token.name,
@@ -230,3 +246,4 @@ def return_to_service(
             now=utcnow(),
             force_reason=body.reason if body.force else None,
         )
+    return _public(returned)

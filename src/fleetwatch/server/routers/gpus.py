@@ -36,7 +36,8 @@ def read_gpus(
 ) -> list[GpuSummary]:
     """GPUs sorted by node and index."""
     with db.read() as conn:
-        return list_gpus(conn, node=node, limit=limit)
+        found = list_gpus(conn, node=node, limit=limit)
+    return [GpuSummary.model_validate(gpu) for gpu in found]
 
 
 @router.get(
@@ -48,7 +49,8 @@ def read_gpus(
 def read_gpu(uuid: Text, db: DatabaseDep, _token: ReadAuth) -> GpuDetail:
     """The GPU's identity, its newest sample and its 20 most recent events."""
     with db.read() as conn:
-        return get_gpu(conn, uuid=uuid)
+        found = get_gpu(conn, uuid=uuid)
+    return GpuDetail.model_validate(found)
 
 
 @router.get(
@@ -73,7 +75,7 @@ def read_samples(
     now = utcnow()
     wanted = parse_fields(fields)
     with db.read() as conn:
-        return list_samples(
+        found = list_samples(
             conn,
             uuid=uuid,
             fields=wanted,
@@ -82,3 +84,4 @@ def read_samples(
             limit=limit,
             rates=rates,
         )
+    return SamplesPublic.model_validate(found)

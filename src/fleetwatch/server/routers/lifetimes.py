@@ -181,7 +181,7 @@ def post_lifetime_event(
             installed_at=installed,
             evidence={"recorded_by": token.name, "recorded_at": utcnow().isoformat()},
         )
-    return lifetime
+    return LifetimePublic.model_validate(lifetime, from_attributes=True)
 
 
 @router.get("/lifetimes", response_model=LifetimesPublic, summary="List GPU lifetimes")
@@ -197,4 +197,7 @@ def get_lifetimes(
     """Lifetimes by serial, then install time."""
     with db.read() as conn:
         found = list_lifetimes(conn, serial=serial, end_kind=end_kind, limit=limit)
-    return LifetimesPublic(data=found, count=len(found))
+    return LifetimesPublic(
+        data=[LifetimePublic.model_validate(row, from_attributes=True) for row in found],
+        count=len(found),
+    )

@@ -14,7 +14,13 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 
 from fleetwatch.server.deps import DatabaseDep, LivenessDep, ReadAuth, SchedulerAuth
-from fleetwatch.server.repo.maintenance import create_window, end_window, get_window, list_windows
+from fleetwatch.server.repo.maintenance import (
+    Window,
+    create_window,
+    end_window,
+    get_window,
+    list_windows,
+)
 from fleetwatch.server.schemas.common import error_responses
 from fleetwatch.server.schemas.fields import RowId, Text
 from fleetwatch.server.schemas.maintenance import (
@@ -27,6 +33,10 @@ from fleetwatch.server.schemas.maintenance import (
 __all__ = ["router"]
 
 router = APIRouter(prefix="/maintenance", tags=["maintenance"])
+
+
+def _public(window: Window) -> MaintenancePublic:
+    return MaintenancePublic.model_validate(window, from_attributes=True)
 
 
 @router.post(
@@ -43,7 +53,8 @@ def open_window(
     the field: both or neither of nodes and selector, a selector that is not
     ``label=value[,...]``, ``ends_at`` not after ``starts_at``, an empty or too long reason."""
     with db.write() as conn:
-        return create_window(conn, body, actor=token.name, now=liveness.clock())
+        made = create_window(conn, body, actor=token.name, now=liveness.clock())
+    return _public(made)
 
 
 @router.get(
@@ -74,7 +85,7 @@ def read_windows(
             key_prefix=key_prefix,
             limit=limit,
         )
-    return MaintenancesPublic(count=len(found), data=found)
+    return MaintenancesPublic(count=len(found), data=[_public(w) for w in found])
 
 
 @router.get(
@@ -87,7 +98,8 @@ def read_window(
     window_id: RowId, db: DatabaseDep, liveness: LivenessDep, _token: ReadAuth
 ) -> MaintenancePublic:
     with db.read() as conn:
-        return get_window(conn, window_id, now=liveness.clock())
+        found = get_window(conn, window_id, now=liveness.clock())
+    return _public(found)
 
 
 @router.delete(
@@ -102,4 +114,5 @@ def close_window(
     """Nothing is deleted: the window records ``ended_at`` and ``ended_by``. Its nodes' silence
     counts again from now, after their usual unreachable intervals."""
     with db.write() as conn:
-        return end_window(conn, window_id, actor=token.name, now=liveness.clock())
+        ended = end_window(conn, window_id, actor=token.name, now=liveness.clock())
+    return _public(ended)

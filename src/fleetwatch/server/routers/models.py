@@ -26,7 +26,10 @@ def get_models(
     """Versions newest first, fitted and failed, with their metrics or error."""
     with db.read() as conn:
         found = list_models(conn, limit)
-    return ModelVersionsPublic(data=found, count=len(found))
+    return ModelVersionsPublic(
+        data=[ModelVersionPublic.model_validate(row, from_attributes=True) for row in found],
+        count=len(found),
+    )
 
 
 @router.get(
@@ -38,7 +41,8 @@ def get_models(
 def get_model_version(version: RowId, db: DatabaseDep, _token: ReadAuth) -> ModelVersionPublic:
     """The version's trigger, status, metrics and error."""
     with db.read() as conn:
-        return get_model(conn, version)
+        found = get_model(conn, version)
+    return ModelVersionPublic.model_validate(found, from_attributes=True)
 
 
 @router.post(

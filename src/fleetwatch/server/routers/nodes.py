@@ -12,8 +12,8 @@ from fleetwatch.server.repo.nodes import get_node, list_nodes, node_id_of
 from fleetwatch.server.repo.ports import list_ports
 from fleetwatch.server.schemas.common import error_responses
 from fleetwatch.server.schemas.fields import INT32_MAX, Text
-from fleetwatch.server.schemas.fleet import NodeDetail, NodesPublic, NodeState
-from fleetwatch.server.schemas.ports import NodePortsPublic
+from fleetwatch.server.schemas.fleet import NodeDetail, NodePublic, NodesPublic, NodeState
+from fleetwatch.server.schemas.ports import NodePortsPublic, PortPublic
 
 __all__ = ["router"]
 
@@ -56,7 +56,7 @@ def read_nodes(
             limit=limit,
             offset=offset,
         )
-    return NodesPublic(data=found, count=len(found))
+    return NodesPublic(data=[NodePublic.model_validate(n) for n in found], count=len(found))
 
 
 @router.get(
@@ -68,7 +68,8 @@ def read_nodes(
 def read_node(name: Text, db: DatabaseDep, liveness: LivenessDep, _token: ReadAuth) -> NodeDetail:
     """The node's state, labels and boot id, with each GPU's identity and latest sample."""
     with db.read() as conn:
-        return get_node(conn, name=name, now=liveness.clock(), liveness=liveness)
+        found = get_node(conn, name=name, now=liveness.clock(), liveness=liveness)
+    return NodeDetail.model_validate(found)
 
 
 @router.get(
@@ -83,4 +84,6 @@ def read_node_ports(name: Text, db: DatabaseDep, _token: ReadAuth) -> NodePortsP
     a node that sends no ports."""
     with db.read() as conn:
         ports = list_ports(conn, node_id=node_id_of(conn, name=name))
-    return NodePortsPublic(node=name, data=ports, count=len(ports))
+    return NodePortsPublic(
+        node=name, data=[PortPublic.model_validate(p) for p in ports], count=len(ports)
+    )

@@ -65,4 +65,6 @@ async def read_notices(
 
 def _read(db: Database, job_id: str, after: int, limit: int) -> tuple[list[NoticePublic], int]:
     with db.read() as conn:
-        return list_notices(conn, job_id, after=after, limit=limit), open_notices(conn, job_id)
+        found = list_notices(conn, job_id, after=after, limit=limit)
+        open_count = open_notices(conn, job_id)
+    return [NoticePublic.model_validate(row, from_attributes=True) for row in found], open_count

@@ -43,7 +43,8 @@ def push_validation(
             [{"loc": ["body", "node"], "msg": f"must be {name!r}, the node in the path"}],
         )
     with db.write() as conn:
-        return store_validation(conn, report, pushed_by=token.name, now=utcnow())
+        stored = store_validation(conn, report, pushed_by=token.name, now=utcnow())
+    return ValidationPublic.model_validate(stored, from_attributes=True)
 
 
 @router.get(
@@ -63,4 +64,7 @@ def read_validations(
         found = list_validations(conn, name, limit=limit)
         if not found:
             node_id_of(conn, name=name)
-    return ValidationsPublic(count=len(found), data=found)
+    return ValidationsPublic(
+        count=len(found),
+        data=[ValidationPublic.model_validate(v, from_attributes=True) for v in found],
+    )

@@ -9,6 +9,7 @@ from fastapi import APIRouter, Query, Request
 from fleetwatch.server.db.base import utcnow
 from fleetwatch.server.deps import AdminAuth, DatabaseDep, ReadAuth
 from fleetwatch.server.repo.webhooks import (
+    Webhook,
     create_webhook,
     delete_webhook,
     list_alerts,
@@ -19,8 +20,10 @@ from fleetwatch.server.repo.webhooks import (
 from fleetwatch.server.schemas.common import error_responses
 from fleetwatch.server.schemas.fields import RowId
 from fleetwatch.server.schemas.webhooks import (
+    AlertPublic,
     AlertsPublic,
     DeliveriesPublic,
+    DeliveryPublic,
     TestQueued,
     WebhookCreate,
     WebhookPublic,
@@ -38,6 +41,10 @@ def _wake_outbox(request: Request) -> None:
         waker.poke()
 
 
+def _public(webhook: Webhook) -> WebhookPublic:
+    return WebhookPublic.model_validate(webhook, from_attributes=True)
+
+
 @router.post(
     "/webhooks",
     response_model=WebhookPublic,
@@ -50,7 +57,8 @@ def add_webhook(
     body: WebhookCreate, request: Request, db: DatabaseDep, _token: AdminAuth
 ) -> WebhookPublic:
     with db.write() as conn:
-        return create_webhook(conn, body, now=utcnow(), secrets=request.app.state.secret_box)
+        made = create_webhook(conn, body, now=utcnow(), secrets=request.app.state.secret_box)
+    return _public(made)
 
 
 @router.get(
@@ -62,7 +70,7 @@ def add_webhook(
 def read_webhooks(db: DatabaseDep, _token: AdminAuth) -> WebhooksPublic:
     with db.read() as conn:
         found = list_webhooks(conn)
-    return WebhooksPublic(count=len(found), data=found)
+    return WebhooksPublic(count=len(found), data=[_public(w) for w in found])
 
 
 @router.delete(
@@ -74,7 +82,8 @@ def read_webhooks(db: DatabaseDep, _token: AdminAuth) -> WebhooksPublic:
 )
 def remove_webhook(webhook_id: RowId, db: DatabaseDep, _token: AdminAuth) -> WebhookPublic:
     with db.write() as conn:
-        return delete_webhook(conn, webhook_id)
+        removed = delete_webhook(conn, webhook_id)
+    return _public(removed)
 
 
 @router.post(
@@ -91,7 +100,7 @@ def test_webhook(
     with db.write() as conn:
         queued = queue_test(conn, webhook_id, now=utcnow())
     _wake_outbox(request)
-    return queued
+    return TestQueued.model_validate(queued, from_attributes=True)
 
 
 @router.get(
@@ -110,7 +119,10 @@ def read_deliveries(
 ) -> DeliveriesPublic:
     with db.read() as conn:
         found = list_deliveries(conn, webhook_id, state=state, limit=limit)
-    return DeliveriesPublic(count=len(found), data=found)
+    return DeliveriesPublic(
+        count=len(found),
+        data=[DeliveryPublic.model_validate(row, from_attributes=True) for row in found],
+    )
 
 
 @router.get(
@@ -127,4 +139,4 @@ def read_alerts(
 ) -> AlertsPublic:
     with db.read() as conn:
         found = list_alerts(conn, state=state, limit=limit)
-    return AlertsPublic(count=len(found), data=found)
+    return AlertsPublic(count=len(found), data=[AlertPublic.model_validate(a) for a in found])

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Literal
+from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
-from fleetwatch.server.concepts.planned import parse_selector
+from fleetwatch.server.concepts.planned import WindowState, parse_selector
 from fleetwatch.server.schemas.fields import AwareInstant, Text
 
 __all__ = [
@@ -20,7 +20,7 @@ __all__ = [
 ]
 
 MAX_REASON = 500
-MaintenanceState = Literal["upcoming", "active", "ended", "cancelled"]
+MaintenanceState = WindowState
 # As the wire names nodes (telemetry.NodeInfo.name).
 NodeName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$")]
 
