@@ -76,9 +76,9 @@ from fleetwatch.server.db.tables import (  # noqa: E402
     webhook_outbox,
     webhook_subscriptions,
 )
-from fleetwatch.server.repo.ingest import store_batch  # noqa: E402
+from fleetwatch.server.ingest.sample_writer import copy_blocks  # noqa: E402
+from fleetwatch.server.ingest.store import store_batch  # noqa: E402
 from fleetwatch.server.repo.sample_reader import count_samples, from_us, to_us  # noqa: E402
-from fleetwatch.server.repo.sample_writer import copy_blocks  # noqa: E402
 from fleetwatch.server.runtime.metric_families import ServerMetrics  # noqa: E402
 from fleetwatch.telemetry import SAMPLE_FIELD_NAMES, Batch  # noqa: E402
 

@@ -59,16 +59,16 @@ from sqlalchemy.engine import make_url
 
 from fleetwatch.config import ServerSettings
 from fleetwatch.server.auth import authenticate
-from fleetwatch.server.batch_decoder import decode_batch, ingest_limits
 from fleetwatch.server.db.sample_blocks import encode_blocks
 from fleetwatch.server.db.session import Database, make_engine
-from fleetwatch.server.repo.ingest import store_batch
-from fleetwatch.server.repo.sample_reader import from_us, to_us
-from fleetwatch.server.repo.sample_writer import (
+from fleetwatch.server.ingest.batch_decoder import decode_batch, ingest_limits
+from fleetwatch.server.ingest.sample_writer import (
     BLOCK_COLUMNS,
     BLOCK_COPY_STATEMENT,
     BLOCK_COPY_TYPES,
 )
+from fleetwatch.server.ingest.store import store_batch
+from fleetwatch.server.repo.sample_reader import from_us, to_us
 from fleetwatch.server.token_cache import TokenCache
 from fleetwatch.telemetry import SAMPLE_FIELD_NAMES, SAMPLE_FIELDS
 

@@ -32,8 +32,8 @@ import msgspec
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from ingest import encode, machine, make_fleet  # noqa: E402  (the same batches as the ingest benchmark)
 
-from fleetwatch.server.batch_decoder import decode_batch, decode_fast  # noqa: E402
-from fleetwatch.server.batch_structs import BatchStruct  # noqa: E402
+from fleetwatch.server.ingest.batch_decoder import decode_batch, decode_fast  # noqa: E402
+from fleetwatch.server.ingest.batch_structs import BatchStruct  # noqa: E402
 from fleetwatch.telemetry import Batch, IngestLimits  # noqa: E402
 
 

@@ -320,7 +320,7 @@ def test_migration_0017_keeps_every_sample_as_blocks(
 
     from fleetwatch.server.db import partitions
     from fleetwatch.server.db.migrate import alembic_config
-    from fleetwatch.server.repo.ingest import store_batch
+    from fleetwatch.server.ingest.store import store_batch
     from fleetwatch.server.repo.sample_reader import count_samples, newest_block_id
     from fleetwatch.telemetry import SAMPLE_FIELD_NAMES, Batch
     from tests.factories import make_batch

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from fleetwatch.server.ingest_checks import locate_unreadable
+from fleetwatch.server.ingest.checks import locate_unreadable
 from fleetwatch.storable import json_value_problem, shown, text_problem
 
 

@@ -17,7 +17,7 @@ How nothing is lost or stored twice:
   there the spool's guarantees hold as for any batch: its exact bytes are replayed until the
   server acknowledges them, and the server stores a ``batch_id`` once. The server does not
   deduplicate a (GPU, ts) sample across batches (only within one, see
-  ``server/ingest_checks.py``), so exactly-once rests on this transaction.
+  ``server/ingest/checks.py``), so exactly-once rests on this transaction.
 - **Critical events never wait.** Events that may take a GPU out of service (:func:`is_critical`:
   the kinds in :data:`CRITICAL_KINDS`, as the server's urgent kinds, and a fatal NVSwitch SXid or
   fatal PCIe AER error) are spooled at once as a critical batch, as a watcher's are, while the

@@ -38,7 +38,7 @@ from fleetwatch.server.http_guard import (
     ConnectionLimits,
     open_files_limit,
 )
-from fleetwatch.server.ingest_writer import GroupWriter
+from fleetwatch.server.ingest.group_writer import GroupWriter
 from fleetwatch.server.metrics.availability_exposition import AvailabilityExposition
 from fleetwatch.server.metrics.exposition import FleetExposition
 from fleetwatch.server.metrics.page_prefetch import PagePrefetch

@@ -23,7 +23,7 @@ from fleetwatch.server.db.tables import (
     risk_models,
     stragglers,
 )
-from fleetwatch.server.repo.sample_writer import write_sample_rows
+from fleetwatch.server.ingest.sample_writer import write_sample_rows
 
 WEEK = "2026-W48"
 START = datetime(2026, 11, 23, tzinfo=UTC)

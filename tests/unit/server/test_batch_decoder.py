@@ -33,13 +33,13 @@ from tests.unit.server.wire_corpus import (
 )
 
 from fleetwatch.errors import InvalidInput
-from fleetwatch.server.batch_decoder import (
+from fleetwatch.server.ingest.batch_decoder import (
     decode_batch,
     decode_fast,
     structs_of,
     validate_with_models,
 )
-from fleetwatch.server.ingest_checks import collapse_duplicate_samples
+from fleetwatch.server.ingest.checks import collapse_duplicate_samples
 from fleetwatch.telemetry import IngestLimits
 
 LIMITS = IngestLimits(now=NOW)
@@ -217,7 +217,7 @@ def test_a_batch_declaring_a_mig_layout_is_left_to_pydantic_and_keeps_its_layout
     from datetime import UTC, datetime
 
     from fleetwatch.config import ServerSettings
-    from fleetwatch.server.batch_decoder import decode_batch, decode_fast, ingest_limits
+    from fleetwatch.server.ingest.batch_decoder import decode_batch, decode_fast, ingest_limits
     from fleetwatch.telemetry import BATCH_EXAMPLE
 
     batch = json.loads(json.dumps(BATCH_EXAMPLE))

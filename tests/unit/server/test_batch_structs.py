@@ -15,7 +15,7 @@ import pytest
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
-from fleetwatch.server.batch_structs import (
+from fleetwatch.server.ingest.batch_structs import (
     SAMPLE_UUID_PATTERN,
     BatchStruct,
     EventStruct,
@@ -84,7 +84,7 @@ def test_structs_have_the_models_fields_defaults_kinds_and_bounds(
         assert (mi.NoneType() in types) == nullable, field.name
         (kind,) = [t for t in types if not isinstance(t, mi.NoneType)]
         if arm.get("format") == "date-time":
-            # Decoded as text, parsed by fleetwatch.server.wire_time (see batch_structs).
+            # Decoded as text, parsed by fleetwatch.server.ingest.wire_time (see batch_structs).
             assert isinstance(kind, mi.StrType), field.name
             continue
         if "$ref" in arm and field.name == "mig":

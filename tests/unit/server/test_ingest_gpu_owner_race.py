@@ -27,10 +27,10 @@ from tests.faults.waiting import wait_for
 
 from fleetwatch.config import ServerSettings
 from fleetwatch.errors import GpuClaimed
-from fleetwatch.server.batch_decoder import decode_batch, ingest_limits
 from fleetwatch.server.db.session import Database, make_engine
 from fleetwatch.server.db.tables import events, gpu_sample_blocks, gpus, nodes
-from fleetwatch.server.repo.ingest import store_batch
+from fleetwatch.server.ingest.batch_decoder import decode_batch, ingest_limits
+from fleetwatch.server.ingest.store import store_batch
 
 pytestmark = pytest.mark.postgres
 

@@ -1,4 +1,4 @@
-"""Group commit of routine pushes on PostgreSQL (server/repo/ingest_group.py, ingest_writer.py).
+"""Group commit of routine pushes on PostgreSQL (server/ingest/group_store.py, ingest_writer.py).
 
 Real PostgreSQL throughout: the group path exists only there. The proof that a group stores what
 each push's own transaction stores is a comparison: the same pushes for two fleets that differ
@@ -26,12 +26,12 @@ from fleetwatch.config import ServerSettings
 from fleetwatch.errors import GpuClaimed
 from fleetwatch.server.app import create_app
 from fleetwatch.server.auth import create_token
-from fleetwatch.server.batch_decoder import decode_batch, ingest_limits
-from fleetwatch.server.batch_structs import BatchStruct
 from fleetwatch.server.db.session import Database, make_engine
-from fleetwatch.server.ingest_writer import GroupWriter
-from fleetwatch.server.repo.ingest import store_batch
-from fleetwatch.server.repo.ingest_group import GroupedBatch, is_routine, store_group
+from fleetwatch.server.ingest.batch_decoder import decode_batch, ingest_limits
+from fleetwatch.server.ingest.batch_structs import BatchStruct
+from fleetwatch.server.ingest.group_store import GroupedBatch, is_routine, store_group
+from fleetwatch.server.ingest.group_writer import GroupWriter
+from fleetwatch.server.ingest.store import store_batch
 from fleetwatch.server.repo.sample_reader import count_samples
 
 pytestmark = pytest.mark.postgres

@@ -12,7 +12,7 @@ from tests.factories import make_batch
 from tests.unit.server.conftest import Push
 
 from fleetwatch.config import ServerSettings
-from fleetwatch.server.batch_decoder import decode_batch, decode_fast, ingest_limits
+from fleetwatch.server.ingest.batch_decoder import decode_batch, decode_fast, ingest_limits
 from fleetwatch.telemetry import Batch, PortSample
 
 

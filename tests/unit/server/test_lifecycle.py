@@ -14,7 +14,7 @@ from tests.factories import make_batch, make_gpu, make_sample
 from fleetwatch.rules.xid import XidCatalog
 from fleetwatch.server.db.session import Database
 from fleetwatch.server.db.tables import gpu_lifetimes, gpus
-from fleetwatch.server.repo.ingest import store_batch
+from fleetwatch.server.ingest.store import store_batch
 from fleetwatch.server.upkeep.lifecycle import LifecycleCounts, sync_lifetimes
 from fleetwatch.telemetry import Batch
 

@@ -23,7 +23,7 @@ from fleetwatch.server.act.planner import EvictionPlanner
 from fleetwatch.server.db.base import utcnow
 from fleetwatch.server.db.session import Database
 from fleetwatch.server.db.tables import alerts, evictions, gpu_lifetimes, stragglers
-from fleetwatch.server.repo.ingest import store_batch
+from fleetwatch.server.ingest.store import store_batch
 from fleetwatch.server.repo.maintenance import create_window, end_window
 from fleetwatch.server.schemas.maintenance import MaintenanceCreate
 from fleetwatch.server.tell.alerting import Alerter

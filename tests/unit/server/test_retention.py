@@ -24,9 +24,9 @@ from fleetwatch.server.db import partitions
 from fleetwatch.server.db.migrate import upgrade
 from fleetwatch.server.db.session import Database, make_engine
 from fleetwatch.server.db.tables import gpu_hourly, ingest_batches
-from fleetwatch.server.repo.ingest import store_batch
+from fleetwatch.server.ingest.sample_writer import write_sample_rows
+from fleetwatch.server.ingest.store import store_batch
 from fleetwatch.server.repo.sample_reader import count_samples, read_samples, to_us
-from fleetwatch.server.repo.sample_writer import write_sample_rows
 from fleetwatch.server.upkeep.retention import RetentionJob
 from fleetwatch.telemetry import Batch
 

@@ -21,10 +21,10 @@ from fleetwatch.server.db.real_values import as_printed
 from fleetwatch.server.db.sample_columns import python_type
 from fleetwatch.server.db.session import Database
 from fleetwatch.server.db.tables import gpu_sample_blocks, gpus
+from fleetwatch.server.ingest.sample_writer import write_sample_rows
 from fleetwatch.server.judge.judging import FleetJudge
 from fleetwatch.server.judge.windows import SampleWindows
 from fleetwatch.server.repo.sample_reader import newest_samples, read_samples, sample_rows, to_us
-from fleetwatch.server.repo.sample_writer import write_sample_rows
 
 START = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=10)
 BIG = 2**60 + 7  # a counter float64 cannot hold exactly

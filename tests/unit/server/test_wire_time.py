@@ -15,7 +15,7 @@ from datetime import UTC, datetime, timedelta, timezone
 import pytest
 from pydantic import ValidationError
 
-from fleetwatch.server.wire_time import parse_timestamp
+from fleetwatch.server.ingest.wire_time import parse_timestamp
 from fleetwatch.telemetry import GpuSample, IngestLimits
 
 NOW = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)

@@ -13,7 +13,7 @@ moment only a few percent of the nodes were past their deadline.
 
 Only the store can see this lag, by the readings' own timestamps: each stored push records how
 long after its newest reading it was stored (``nodes.lag_s``, the store's clock minus the agent's:
-:func:`~fleetwatch.server.batch_view.push_lag_s`).
+:func:`~fleetwatch.server.ingest.batch_view.push_lag_s`).
 The fleet's lag is the median over the nodes heard in the last :data:`WINDOW`: a few nodes with
 wrong clocks or an agent replaying its spool after an outage move it little; a server behind on
 the whole fleet moves it by as much as it is behind. Every unreachable deadline is moved out by

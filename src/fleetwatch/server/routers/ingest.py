@@ -17,15 +17,15 @@ from fleetwatch.errors import InvalidInput, PayloadTooLarge, UnsupportedMediaTyp
 from fleetwatch.rules.host_errors import is_urgent_host_event
 from fleetwatch.rules.thresholds import HealthThresholds
 from fleetwatch.rules.xid import XidCatalog, may_take_gpu_out
-from fleetwatch.server.batch_decoder import decode_batch, ingest_limits
-from fleetwatch.server.batch_structs import BatchStruct, EventStruct
 from fleetwatch.server.db.base import utcnow
 from fleetwatch.server.db.session import Database
 from fleetwatch.server.deps import IngestAuth
 from fleetwatch.server.errors import status_for
-from fleetwatch.server.ingest_writer import GroupWriter
-from fleetwatch.server.repo.ingest import IngestResult, store_batch
-from fleetwatch.server.repo.ingest_group import GroupedBatch, is_routine
+from fleetwatch.server.ingest.batch_decoder import decode_batch, ingest_limits
+from fleetwatch.server.ingest.batch_structs import BatchStruct, EventStruct
+from fleetwatch.server.ingest.group_store import GroupedBatch, is_routine
+from fleetwatch.server.ingest.group_writer import GroupWriter
+from fleetwatch.server.ingest.store import IngestResult, store_batch
 from fleetwatch.server.runtime.leader import notify_wake
 from fleetwatch.server.runtime.metric_families import ServerMetrics
 from fleetwatch.server.schemas.common import ErrorResponse, IngestAccepted, IngestResponse

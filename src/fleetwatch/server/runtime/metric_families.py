@@ -79,7 +79,7 @@ class ServerMetrics:
             ["status"],
             registry=registry,
         )
-        # Group commit (server/ingest_writer.py, PostgreSQL): how many pushes shared a
+        # Group commit (server/ingest/group_writer.py, PostgreSQL): how many pushes shared a
         # transaction, and how many a group left to be stored alone (new nodes, reboots, ...).
         self.ingest_group_batches = Histogram(
             "fleetwatch_ingest_group_batches",

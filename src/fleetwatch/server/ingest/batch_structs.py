@@ -8,8 +8,9 @@ read from the pydantic models' JSON schema, so the two cannot drift apart in the
 ``tests/unit/server/test_batch_structs.py`` checks names, types and defaults too.
 
 msgspec checks what a struct can say. The rest (stored text, timestamps, PCI slots, label keys,
-an event's ``details``, per-batch limits) is checked by :mod:`fleetwatch.server.batch_decoder`,
-which also turns each timestamp's text into a ``datetime``.
+an event's ``details``, per-batch limits) is checked by
+:mod:`fleetwatch.server.ingest.batch_decoder`, which also turns each timestamp's text into a
+``datetime``.
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """What storing a validated batch reads of it: a read-only view, whichever validator made it.
 
-The server's hot path hands storage the msgspec structs of :mod:`fleetwatch.server.batch_structs`;
-tools, benchmarks and tests may hand it the pydantic models of :mod:`fleetwatch.telemetry`. Both
-have these attributes, with these names and types, so storage works with either. Sample values
+The server's hot path hands storage the msgspec structs of
+:mod:`fleetwatch.server.ingest.batch_structs`; tools, benchmarks and tests may hand it the pydantic
+models of :mod:`fleetwatch.telemetry`. Both have these attributes, with these names and types, so
+storage works with either. Sample values
 beyond ``uuid`` and ``ts`` are read by name (``getattr(sample, name)`` for each name of
 :data:`fleetwatch.telemetry.SAMPLE_FIELD_NAMES`).
 """

@@ -23,10 +23,10 @@ from sqlalchemy import Connection, bindparam, insert, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
-from fleetwatch.server.batch_view import SampleView
 from fleetwatch.server.db.sample_blocks import encode_blocks
 from fleetwatch.server.db.session import Database
 from fleetwatch.server.db.tables import gpu_sample_blocks, gpus, node_boots
+from fleetwatch.server.ingest.batch_view import SampleView
 from fleetwatch.server.repo.sample_reader import from_us, to_us
 from fleetwatch.telemetry import SAMPLE_FIELD_NAMES
 

@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 from msgspec import structs
 
 from fleetwatch.errors import InvalidInput
-from fleetwatch.server.batch_structs import BatchStruct, GpuStruct, SampleStruct
+from fleetwatch.server.ingest.batch_structs import BatchStruct, GpuStruct, SampleStruct
 from fleetwatch.storable import INT64_MAX, INT64_MIN, text_problem
 
 __all__ = ["collapse_duplicate_samples", "locate_unreadable"]

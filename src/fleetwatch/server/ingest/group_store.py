@@ -7,7 +7,7 @@ statement; that, not the rows, is most of what a push costs. The pushes waiting 
 share one transaction here instead, every stage running once for the whole group: one statement
 locks the nodes, one claims the batch ids, one reads the GPUs, one COPY writes every sample
 block, one updates every node and one every GPU's latest state. What is stored is what each
-push's own :func:`~fleetwatch.server.repo.ingest.store_batch` would have stored, row for row.
+push's own :func:`~fleetwatch.server.ingest.store.store_batch` would have stored, row for row.
 
 A batch that is not routine is left out: a node or GPU new to the database, a reboot, a GPU
 whose identity changed or that another node owns, an unknown GPU, a batch id already stored or
@@ -28,20 +28,20 @@ from typing import Any
 from sqlalchemy import Connection, DateTime, bindparam, text
 from sqlalchemy.dialects.postgresql import JSONB
 
-from fleetwatch.server.batch_view import BatchView, push_lag_s
 from fleetwatch.server.db.session import Database
-from fleetwatch.server.repo.ingest import (
-    IngestResult,
-    identity_of,
-    mig_layouts,
-    update_latest,
-)
-from fleetwatch.server.repo.sample_writer import (
+from fleetwatch.server.ingest.batch_view import BatchView, push_lag_s
+from fleetwatch.server.ingest.sample_writer import (
     LearnedKeys,
     block_rows,
     boot_key,
     copy_blocks,
     keys_of,
+)
+from fleetwatch.server.ingest.store import (
+    IngestResult,
+    identity_of,
+    mig_layouts,
+    update_latest,
 )
 
 __all__ = ["GroupedBatch", "is_routine", "store_group"]
@@ -102,7 +102,7 @@ def store_group(
     db: Database, items: Sequence[GroupedBatch], *, now: datetime
 ) -> list[IngestResult | None]:
     """Store the routine batches of ``items`` in one transaction and commit; per item, its
-    result, or None for a batch left to :func:`~fleetwatch.server.repo.ingest.store_batch`.
+    result, or None for a batch left to :func:`~fleetwatch.server.ingest.store.store_batch`.
 
     Raises whatever the transaction raised, having stored nothing: the caller then stores every
     item on its own. PostgreSQL only."""

@@ -1,7 +1,7 @@
 """Storing one validated batch, atomically: all of it or none of it.
 
 Order inside the transaction: node, then the batch id (so a replay stops before writing anything),
-then GPU identities, samples (bulk, :mod:`~fleetwatch.server.repo.sample_writer`), latest state,
+then GPU identities, samples (bulk, :mod:`~fleetwatch.server.ingest.sample_writer`), latest state,
 events, network adapter ports (:mod:`~fleetwatch.server.repo.ports`). A duplicate batch rolls
 back whatever it touched, so a replay changes nothing, not even the node's last_seen.
 
@@ -17,7 +17,7 @@ the GPU rows are locked as they are read, and a GPU that a concurrent push regis
 others get the 409 of a sequential claim and store nothing.
 
 On PostgreSQL routine pushes are usually stored several at once by
-:mod:`~fleetwatch.server.repo.ingest_group`, which leaves everything unusual to this function.
+:mod:`~fleetwatch.server.ingest.group_store`, which leaves everything unusual to this function.
 """
 
 from __future__ import annotations
@@ -36,12 +36,12 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from fleetwatch.errors import BatchConflict, GpuClaimed, InvalidInput
 from fleetwatch.rules.thresholds import HealthThresholds
-from fleetwatch.server.batch_view import BatchView, GpuView, SampleView, push_lag_s
 from fleetwatch.server.db.session import Database
 from fleetwatch.server.db.tables import events, gpus, ingest_batches, nodes
+from fleetwatch.server.ingest.batch_view import BatchView, GpuView, SampleView, push_lag_s
+from fleetwatch.server.ingest.sample_writer import write_samples
 from fleetwatch.server.repo.gpus import LATEST_MIG_KEY
 from fleetwatch.server.repo.ports import port_readings, store_ports
-from fleetwatch.server.repo.sample_writer import write_samples
 
 __all__ = ["IngestResult", "store_batch"]
 

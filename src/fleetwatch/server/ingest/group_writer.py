@@ -1,5 +1,5 @@
 """The thread that stores routine pushes in groups (PostgreSQL): one transaction for the pushes
-that wait at one moment (:mod:`fleetwatch.server.repo.ingest_group`).
+that wait at one moment (:mod:`fleetwatch.server.ingest.group_store`).
 
 The writer takes every push queued while it stored the last group, then waits up to
 ``linger_s`` for more before it stores: under load groups grow up to ``max_batches`` (or
@@ -26,8 +26,8 @@ from dataclasses import dataclass
 
 from fleetwatch.server.db.base import utcnow
 from fleetwatch.server.db.session import Database
-from fleetwatch.server.repo.ingest import IngestResult
-from fleetwatch.server.repo.ingest_group import GroupedBatch, store_group
+from fleetwatch.server.ingest.group_store import GroupedBatch, store_group
+from fleetwatch.server.ingest.store import IngestResult
 
 __all__ = ["GroupWriter"]
 

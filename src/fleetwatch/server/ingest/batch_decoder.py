@@ -1,7 +1,7 @@
 """Decoding and validating an ingest body: msgspec on the hot path, pydantic for every answer.
 
 :func:`decode_batch` first decodes the body with msgspec into
-:mod:`fleetwatch.server.batch_structs` and checks what the structs cannot say (stored text,
+:mod:`fleetwatch.server.ingest.batch_structs` and checks what the structs cannot say (stored text,
 timestamps, PCI slots, event details: storable, and readable where the rules read them,
 :mod:`fleetwatch.event_details`; the batch's limits), in C or once per distinct value, never
 once per sample field in Python. That path only ever says yes: for a body it cannot vouch for,
@@ -26,7 +26,7 @@ from pydantic import ValidationError
 from fleetwatch.config import ServerSettings
 from fleetwatch.errors import InvalidInput
 from fleetwatch.event_details import details_problem
-from fleetwatch.server.batch_structs import (
+from fleetwatch.server.ingest.batch_structs import (
     SAMPLE_UUID_PATTERN,
     BatchStruct,
     EventStruct,
@@ -34,8 +34,8 @@ from fleetwatch.server.batch_structs import (
     NodeStruct,
     SampleStruct,
 )
-from fleetwatch.server.ingest_checks import collapse_duplicate_samples, locate_unreadable
-from fleetwatch.server.wire_time import parse_timestamp
+from fleetwatch.server.ingest.checks import collapse_duplicate_samples, locate_unreadable
+from fleetwatch.server.ingest.wire_time import parse_timestamp
 from fleetwatch.storable import json_value_problem, text_problem
 from fleetwatch.telemetry import Batch, IngestLimits, normalize_pci_bus_id
 
