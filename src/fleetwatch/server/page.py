@@ -30,7 +30,7 @@ from fastapi import APIRouter, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials
-from sqlalchemy import Connection, func, select
+from sqlalchemy import Connection
 
 from fleetwatch.config import ServerSettings
 from fleetwatch.errors import AuthError, Forbidden, Unauthenticated
@@ -48,10 +48,16 @@ from fleetwatch.server.concepts.liveness import Liveness
 from fleetwatch.server.csp import PAGE_HEADERS
 from fleetwatch.server.db.base import utcnow
 from fleetwatch.server.db.session import Database
-from fleetwatch.server.db.tables import events, evictions, gpus, nodes, stragglers
 from fleetwatch.server.deps import check_credentials
 from fleetwatch.server.judge.assessment import FleetAssessment, GpuRisk, risk_order
 from fleetwatch.server.judge.assessor import Assessor
+from fleetwatch.server.repo.fleet_page import (
+    active_stragglers,
+    fatal_xid_events,
+    gpu_count,
+    node_clocks,
+    waiting_evictions,
+)
 from fleetwatch.server.repo.maintenance import load_planned
 
 __all__ = ["COOKIE", "authenticate_page", "router"]
@@ -309,10 +315,10 @@ def _build_view(request: Request, horizon: str, top: int) -> FleetView:
     now = liveness.clock()
     with db.read() as conn:
         racks = _racks(conn, now, liveness)
-        gpu_count = conn.execute(select(func.count()).select_from(gpus)).scalar_one()
+        gpus = gpu_count(conn)
         fatal = _fatal_events(conn, assessor.judge.catalog, now - timedelta(hours=24))
-        waiting = _waiting_evictions(conn)
-        slow = _active_stragglers(conn)
+        waiting = waiting_evictions(conn, limit=_LIST_LIMIT)
+        slow = active_stragglers(conn, limit=_LIST_LIMIT)
     risks = _ranked(snap, _HORIZON_DAYS[horizon])
     return FleetView(
         now=now,
@@ -324,7 +330,7 @@ def _build_view(request: Request, horizon: str, top: int) -> FleetView:
         nodes_unreachable=sum(len(r.unreachable) for r in racks),
         nodes_unheard=sum(len(r.unheard) for r in racks),
         nodes_maintenance=sum(len(r.maintenance) for r in racks),
-        gpu_count=gpu_count,
+        gpu_count=gpus,
         gpus_out=sum(1 for g in snap.gpus if g.out_of_service),
         risks=[_risk_row(r) for r in risks[:top]],
         risk_total=len(risks),
@@ -338,10 +344,7 @@ def _build_view(request: Request, horizon: str, top: int) -> FleetView:
 def _racks(conn: Connection, now: datetime, liveness: Liveness) -> list[RackRow]:
     grouped: dict[str, RackRow] = {}
     planned = load_planned(conn, now)
-    query = select(
-        nodes.c.name, nodes.c.labels, nodes.c.last_seen, nodes.c.interval_s, nodes.c.lag_s
-    )
-    rows = conn.execute(query.order_by(nodes.c.name)).all()
+    rows = node_clocks(conn)
     lag = fleet_lag_s(((r.last_seen, r.lag_s) for r in rows), now, max_s=liveness.lag_max_s)
     for row in rows:
         labels: Mapping[str, Any] = row.labels or {}
@@ -399,59 +402,11 @@ def _fatal_events(conn: Connection, catalog: XidCatalog, since: datetime) -> lis
     codes = {entry.xid: entry for entry in catalog if entry.severity in _FATAL}
     if not codes:
         return []
-    query = (
-        select(
-            events.c.ts,
-            events.c.xid,
-            events.c.gpu_uuid,
-            events.c.pci_bus_id,
-            events.c.message,
-            nodes.c.name.label("node"),
-        )
-        .select_from(events.outerjoin(nodes, events.c.node_id == nodes.c.id))
-        .where(events.c.kind == "xid", events.c.ts >= since, events.c.xid.in_(sorted(codes)))
-        .order_by(events.c.ts.desc(), events.c.id.desc())
-        .limit(_LIST_LIMIT)
-    )
     out = []
-    for row in conn.execute(query):
+    for row in fatal_xid_events(conn, codes, since=since, limit=_LIST_LIMIT):
         entry = codes[row.xid]
         out.append({**row._asdict(), "mnemonic": entry.mnemonic, "severity": entry.severity})
     return out
-
-
-def _waiting_evictions(conn: Connection) -> list[dict[str, Any]]:
-    query = (
-        select(
-            evictions.c.id,
-            evictions.c.node,
-            evictions.c.state,
-            evictions.c.reason_kind,
-            evictions.c.reason,
-            evictions.c.dry_run,
-            evictions.c.created_at,
-        )
-        .where(evictions.c.state.in_(("pending", "paged")))
-        .order_by(evictions.c.created_at.desc(), evictions.c.id.desc())
-        .limit(_LIST_LIMIT)
-    )
-    return [row._asdict() for row in conn.execute(query)]
-
-
-def _active_stragglers(conn: Connection) -> list[dict[str, Any]]:
-    query = (
-        select(
-            stragglers.c.job_id,
-            stragglers.c.node,
-            stragglers.c.kind,
-            stragglers.c.ratio,
-            stragglers.c.started_at,
-        )
-        .where(stragglers.c.ended_at.is_(None))
-        .order_by(stragglers.c.ratio.desc(), stragglers.c.id)
-        .limit(_LIST_LIMIT)
-    )
-    return [row._asdict() for row in conn.execute(query)]
 
 
 def _weekly_report_link(request: Request) -> str | None:

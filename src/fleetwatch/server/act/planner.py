@@ -79,13 +79,13 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, Row, func, insert, select
+from sqlalchemy import Connection, Row, insert, select
 
 from fleetwatch.config import ServerSettings
 from fleetwatch.server.concepts.liveness import unreachable_deadline
 from fleetwatch.server.concepts.planned import Planned, stands_in_maintenance
 from fleetwatch.server.db.session import Database
-from fleetwatch.server.db.tables import events, evictions, nodes, stragglers
+from fleetwatch.server.db.tables import events, stragglers
 from fleetwatch.server.judge.assessment import FleetAssessment, GpuAssessment
 from fleetwatch.server.judge.assessor import Assessor
 from fleetwatch.server.judge.judging import Verdict
@@ -98,13 +98,15 @@ from fleetwatch.server.judge.silence import (
 )
 from fleetwatch.server.repo.evictions import (
     DRAINING_STATES,
-    OPEN_STATES,
     cancel_eviction,
+    cooling_nodes,
     create_eviction,
     expire_leases,
+    last_returns,
+    open_evictions,
 )
 from fleetwatch.server.repo.maintenance import load_planned
-from fleetwatch.server.repo.nodes import unheard_nodes
+from fleetwatch.server.repo.nodes import count_nodes, unheard_nodes
 from fleetwatch.server.repo.validations import HARDWARE_KINDS, needs_validation, repeat_of
 from fleetwatch.server.runtime.isolation import ItemGuard
 from fleetwatch.server.runtime.locks import LockKey, try_transaction_lock
@@ -542,29 +544,15 @@ class EvictionPlanner:
         kept = PlannerState.load(conn)
         stored = kept.as_json()
         result = PlanResult()
-        returned: dict[str, datetime] = {
-            row.node: row.at
-            for row in conn.execute(
-                select(evictions.c.node, func.max(evictions.c.returned_at).label("at"))
-                .where(evictions.c.returned_at.is_not(None), evictions.c.node.in_(sorted(names)))
-                .group_by(evictions.c.node)
-            )
-        }
+        returned = last_returns(conn, names)
         # A node in a maintenance window drains for a hardware fault only, as in the full pass.
         planned = load_planned(conn, now)
         rules = rule_candidates(snapshot, self.costs, returned, planned, only=names)
-        open_rows = conn.execute(select(evictions).where(evictions.c.state.in_(OPEN_STATES))).all()
-        cooling = set(
-            conn.execute(
-                select(evictions.c.node).where(
-                    evictions.c.node.in_(sorted(names)),
-                    evictions.c.state.in_(("rejected", "returned")),
-                    evictions.c.updated_at
-                    > now - timedelta(seconds=self.settings.eviction_cooldown_s),
-                )
-            ).scalars()
+        open_rows = open_evictions(conn)
+        cooling = cooling_nodes(
+            conn, since=now - timedelta(seconds=self.settings.eviction_cooldown_s), nodes=names
         )
-        known = conn.execute(select(func.count()).select_from(nodes)).scalar_one()
+        known = count_nodes(conn)
         result.budget = max(1, math.floor(known * self.settings.drain_budget_pct / 100.0))
         result.draining = sum(1 for row in open_rows if row.state in DRAINING_STATES)
         paged_open = any(row.state == "paged" for row in open_rows)
@@ -614,14 +602,7 @@ class EvictionPlanner:
             conn, now=now, factor=factor, heard_since=heard, planned=planned, lag_s=lag
         )
         result.silent, result.silence_storm = len(silence.silent), silence.storm
-        returned: dict[str, datetime] = {
-            row.node: row.at
-            for row in conn.execute(
-                select(evictions.c.node, func.max(evictions.c.returned_at).label("at"))
-                .where(evictions.c.returned_at.is_not(None))
-                .group_by(evictions.c.node)
-            )
-        }
+        returned = last_returns(conn)
         gpu_count = Counter(g.node for g in snapshot.gpus)
         # A fleet-wide silence is the server's or the network's, not each node's: no new
         # unreachable evictions (server.judge.silence); rule evictions go on.
@@ -657,7 +638,7 @@ class EvictionPlanner:
             )
         candidates: dict[str, Candidate] = {**risky, **slow, **rules}  # stronger reasons win
 
-        open_rows = conn.execute(select(evictions).where(evictions.c.state.in_(OPEN_STATES))).all()
+        open_rows = open_evictions(conn)
         still_open = set()
         for row in open_rows:
             reason_left = row.node in rules or row.node in slow or row.node in risky_now
@@ -685,15 +666,8 @@ class EvictionPlanner:
                 result.cancelled += 1
                 continue
             still_open.add(row.node)
-        cooling = set(
-            conn.execute(
-                select(evictions.c.node).where(
-                    evictions.c.state.in_(("rejected", "returned")),
-                    evictions.c.updated_at > now - timedelta(seconds=settings.eviction_cooldown_s),
-                )
-            ).scalars()
-        )
-        known = conn.execute(select(func.count()).select_from(nodes)).scalar_one()
+        cooling = cooling_nodes(conn, since=now - timedelta(seconds=settings.eviction_cooldown_s))
+        known = count_nodes(conn)
         result.budget = max(1, math.floor(known * settings.drain_budget_pct / 100.0))
         result.draining = sum(
             1 for row in open_rows if row.state in DRAINING_STATES and row.node in still_open

@@ -41,11 +41,14 @@ __all__ = [
     "approve_eviction",
     "cancel_eviction",
     "complete_eviction",
+    "cooling_nodes",
     "create_eviction",
     "eviction_cursor",
     "expire_leases",
     "get_eviction",
+    "last_returns",
     "list_evictions",
+    "open_evictions",
     "reject_eviction",
     "return_node",
 ]
@@ -82,6 +85,33 @@ def list_evictions(
         query = query.where(evictions.c.id.in_(changed))
     query = query.order_by(evictions.c.id.desc()).limit(limit)
     return list(conn.execute(query))
+
+
+def open_evictions(conn: Connection) -> list[Row[Any]]:
+    """Every eviction in one of :data:`OPEN_STATES`."""
+    return list(conn.execute(select(evictions).where(evictions.c.state.in_(OPEN_STATES))))
+
+
+def last_returns(conn: Connection, nodes: Collection[str] | None = None) -> dict[str, datetime]:
+    """When each node (of ``nodes``, else every node) last returned to service."""
+    query = select(evictions.c.node, func.max(evictions.c.returned_at).label("at")).where(
+        evictions.c.returned_at.is_not(None)
+    )
+    if nodes is not None:
+        query = query.where(evictions.c.node.in_(sorted(nodes)))
+    return {row.node: row.at for row in conn.execute(query.group_by(evictions.c.node))}
+
+
+def cooling_nodes(
+    conn: Connection, *, since: datetime, nodes: Collection[str] | None = None
+) -> set[str]:
+    """Nodes (of ``nodes``, else any) whose eviction was rejected or returned after ``since``."""
+    query = select(evictions.c.node).where(
+        evictions.c.state.in_(("rejected", "returned")), evictions.c.updated_at > since
+    )
+    if nodes is not None:
+        query = query.where(evictions.c.node.in_(sorted(nodes)))
+    return set(conn.execute(query).scalars())
 
 
 def _announce(conn: Connection) -> None:

@@ -16,7 +16,14 @@ from fleetwatch.server.db.tables import gpus, nodes
 from fleetwatch.server.repo.gpus import gpu_summary_query, summary_from_row
 from fleetwatch.server.repo.maintenance import load_planned
 
-__all__ = ["get_node", "list_nodes", "node_id_of", "read_fleet_lag_s", "unheard_nodes"]
+__all__ = [
+    "count_nodes",
+    "get_node",
+    "list_nodes",
+    "node_id_of",
+    "read_fleet_lag_s",
+    "unheard_nodes",
+]
 
 
 def read_fleet_lag_s(conn: Connection, now: datetime, *, max_s: float) -> float:
@@ -104,6 +111,11 @@ def get_node(conn: Connection, *, name: str, now: datetime, liveness: Liveness) 
         "boot_id": row.boot_id,
         "gpus": [summary_from_row(g) for g in gpu_rows],
     }
+
+
+def count_nodes(conn: Connection) -> int:
+    """How many nodes the server knows."""
+    return int(conn.execute(select(func.count()).select_from(nodes)).scalar_one())
 
 
 def node_id_of(conn: Connection, *, name: str) -> int:
