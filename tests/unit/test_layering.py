@@ -1,9 +1,11 @@
-"""The package's layers: pure logic never reaches up into the server, and no line is hand-packed.
+"""The package's layers: pure logic never reaches up into the server, the server's own layers
+import in one direction only, and no line is hand-packed.
 
 ``rules/``, ``models/``, ``reports/``, ``notify/`` and the modules beside them compute from what
 they are given; only the server itself, the CLI, the demo and the migrations import
-``fleetwatch.server``. Imports are read from each module's syntax tree, so an import inside a
-function counts as much as one at the top.
+``fleetwatch.server``. Inside the server, :data:`SERVER_LAYERS` orders every package and module
+from the web down to the pure concepts. Imports are read from each module's syntax tree, so an
+import inside a function (or under ``TYPE_CHECKING``) counts as much as one at the top.
 """
 
 from __future__ import annotations
@@ -20,6 +22,47 @@ PACKAGE = SRC / "fleetwatch"
 
 # Parts that may import the server: the server itself and what starts or migrates it.
 MAY_IMPORT_SERVER = ("server", "cli", "demo.py", "__main__.py", "migrations")
+
+SERVER = PACKAGE / "server"
+# The server's packages and modules, top to bottom: each imports its own layer and those below it,
+# never one above. The stages are ordered among themselves too.
+SERVER_LAYERS: tuple[tuple[str, ...], ...] = (
+    # web: the app, its routes, page and schemas, and what serves a request or starts the process
+    (
+        "__init__",
+        "access_log",
+        "app",
+        "auth",
+        "csp",
+        "deps",
+        "docs",
+        "errors",
+        "http_guard",
+        "http_protocol",
+        "log_config",
+        "log_throttle",
+        "malloc_arenas",
+        "malloc_mmap",
+        "mallopt",
+        "operations",
+        "page",
+        "routers",
+        "schemas",
+        "timeparse",
+        "token_cache",
+    ),
+    ("background",),  # the registry of background jobs: wires up and starts the stages below
+    ("metrics",),  # stages: /metrics renders what the judge and the data layer know
+    ("tell",),  # alerts, the webhook outbox, the weekly report's delivery
+    ("act",),  # evictions and job notices, from the judge's verdicts
+    ("judge",),  # the fleet's assessment: rule verdicts, risk, stragglers
+    ("upkeep",),  # hourly rollups (the judge's covariates), retention, lifetimes, refits
+    ("ingest",),  # a push from the wire to the store
+    ("repo",),  # data access: queries, returning rows, records and dataclasses
+    ("runtime",),  # locks, leader, precedence, isolation, scheduler, leader state, metric families
+    ("db",),  # tables, engine, the sample blocks' format, secrets at rest
+    ("concepts",),  # pure: maintenance windows, liveness, ingest lag, verdicts
+)
 
 
 def _modules(root: Path) -> list[Path]:
@@ -68,6 +111,36 @@ def test_lower_layers_never_import_the_server() -> None:
         for path in lower
     }
     assert {path: names for path, names in reaching_up.items() if names} == {}
+
+
+def _server_part(name: str) -> str | None:
+    """The server package or module ``name`` (a dotted module path) lies in, or None."""
+    parts = name.split(".")
+    if parts[:2] != ["fleetwatch", "server"] or len(parts) < 3:
+        return None
+    return parts[2]
+
+
+def test_every_server_part_has_a_layer() -> None:
+    placed = [name for layer in SERVER_LAYERS for name in layer]
+    assert len(placed) == len(set(placed))
+    parts = {path.relative_to(SERVER).with_suffix("").parts[0] for path in _modules(SERVER)}
+    assert parts == set(placed)
+
+
+def test_server_imports_run_downward_only() -> None:
+    rank = {name: depth for depth, layer in enumerate(SERVER_LAYERS) for name in layer}
+    upward = {}
+    for path in _modules(SERVER):
+        here = path.relative_to(SERVER).with_suffix("").parts[0]
+        above = sorted(
+            name
+            for name in _imported(path)
+            if (part := _server_part(name)) is not None and rank[part] < rank[here]
+        )
+        if above:
+            upward[str(path.relative_to(SERVER))] = above
+    assert upward == {}
 
 
 def test_import_resolution_sees_relative_and_nested_imports(tmp_path: Path) -> None:
