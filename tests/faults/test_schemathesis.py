@@ -19,9 +19,9 @@ Excluded, each with its reason:
 - ``DELETE /v1/tokens/{key}`` for the admin run: schemathesis feeds values it read from earlier
   responses (``GET /v1/tokens`` lists token ids) into later parameters, so it would revoke the
   very tokens the run uses and leave the rest of the run answering 401. Its hostile keys are
-  covered by ``tests/unit/server/test_hostile_params.py``; revocation by
-  ``tests/unit/server/test_auth_matrix.py``. After the runs every token must still work, so no
-  revocation can silently narrow a run.
+  covered by ``tests/unit/server/routers/test_hostile_params.py``; revocation by
+  ``tests/unit/server/routers/test_auth_matrix.py``. After the runs every token must still work,
+  so no revocation can silently narrow a run.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from tests.conftest import TEST_SECRET_KEY
 from tests.faults.waiting import wait_for
 from tests.integration.cluster import push, start, the_leader
 from tests.integration.live import create_token
-from tests.unit.server.test_risk_api import _xid_batch
+from tests.unit.server.routers.test_risk_api import _xid_batch
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres]
 

@@ -122,7 +122,7 @@ def _steps(start: datetime) -> list[dict[str, Any]]:
 
 
 def _store_model(db: Database) -> int:
-    """A model fitted on synthetic lifetimes (as tests/unit/server/test_risk_api.py does)."""
+    """A model fitted on synthetic lifetimes, as tests/unit/server/routers/test_risk_api.py does."""
     rng = np.random.default_rng(7)
     sbe = rng.exponential(5.0, 600)
     life = 400.0 * np.exp(-0.15 * sbe) * rng.weibull(1.4, 600)

@@ -161,7 +161,7 @@ PORT = {"device": "mlx5_0", "port": 1, "state": "ACTIVE", "counters": {"symbol_e
 def _pre_ports_answer(batch: dict[str, Any]) -> httpx.Response:
     """A server from before ``Batch.ports`` refuses the top-level key as it refuses any extra
     (the same loc shape the server gives today for an unknown top-level key, see
-    tests/unit/server/test_ingest_ports.py); it knows ``mig`` already."""
+    tests/unit/server/ingest/test_ingest_ports.py); it knows ``mig`` already."""
     extra = sorted(batch.keys() - OLD_BATCH_KEYS)
     if not extra:
         return _old_server_answer({**batch, "gpus": [{k: v for k, v in g.items() if k != "mig"}

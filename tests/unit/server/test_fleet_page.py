@@ -12,7 +12,7 @@ from sqlalchemy import insert
 from tests.conftest import bearer
 from tests.factories import make_batch
 from tests.unit.server.conftest import Push
-from tests.unit.server.test_risk_api import _xid_batch
+from tests.unit.server.routers.test_risk_api import _xid_batch
 
 from fleetwatch.server.auth import revoke_token
 from fleetwatch.server.db.base import utcnow

@@ -19,10 +19,10 @@ from sqlalchemy import insert, select
 from tests.conftest import bearer
 from tests.factories import gpu_uuid, make_batch
 from tests.faults.waiting import wait_for
+from tests.unit.server.act.test_planner import _budget_events
 from tests.unit.server.conftest import Push
-from tests.unit.server.test_incremental_assessment import MINUTES, START, _push_minutes
-from tests.unit.server.test_planner import _budget_events
-from tests.unit.server.test_risk_api import _xid_batch
+from tests.unit.server.judge.test_incremental_assessment import MINUTES, START, _push_minutes
+from tests.unit.server.routers.test_risk_api import _xid_batch
 
 from fleetwatch.config import ServerSettings
 from fleetwatch.rules.thresholds import HealthThresholds

@@ -5,7 +5,7 @@ GPU UUIDs 124, label values 256, ...); a column whose value the server derives f
 (alert dedup keys, an observed location ``node/slot``) or whose length means nothing (a webhook
 secret, possibly encrypted) is ``Text``. Nothing a client may send can then overflow a column
 in a background job, which would fail that job for the whole fleet on PostgreSQL;
-``tests/unit/server/test_column_lengths.py`` derives the bounds from the wire validation and
+``tests/unit/server/db/test_column_lengths.py`` derives the bounds from the wire validation and
 fails when a column falls short.
 
 ``gpu_sample_blocks`` holds the samples: one row per GPU per push, the ticks' fields compressed

@@ -5,7 +5,7 @@ builds them, the OpenAPI document shows them, and every 422 is theirs); these st
 field for field, with the same names, types and defaults, so that msgspec can decode and check a
 batch in C, without a Python object per value. Every bound (minimum, maximum, length, pattern) is
 read from the pydantic models' JSON schema, so the two cannot drift apart in their numbers;
-``tests/unit/server/test_batch_structs.py`` checks names, types and defaults too.
+``tests/unit/server/ingest/test_batch_structs.py`` checks names, types and defaults too.
 
 msgspec checks what a struct can say. The rest (stored text, timestamps, PCI slots, label keys,
 an event's ``details``, per-batch limits) is checked by

@@ -5,8 +5,8 @@ with a time zone (``2026-11-30T05:00:00Z``, ``2026-11-30T05:00:00.123456+02:00``
 ``t``, space or ``_`` between date and time, ``,`` before the fraction, ``z``, or ``+0200``. It
 gives the same value: the instant in UTC, the fraction past microseconds truncated (msgspec's own
 parser would round it), within the server's clock limits. Anything else gets None, and pydantic
-decides: it refuses the text, or accepts a form left to it. ``tests/unit/server/test_wire_time.py``
-compares the two on generated timestamps.
+decides: it refuses the text, or accepts a form left to it.
+``tests/unit/server/ingest/test_wire_time.py`` compares the two on generated timestamps.
 """
 
 from __future__ import annotations

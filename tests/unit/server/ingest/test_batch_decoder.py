@@ -1,6 +1,6 @@
 """The ingest hot path against the wire format's pydantic models, on a generated corpus.
 
-For every body, valid or hostile (tests/unit/server/wire_corpus.py):
+For every body, valid or hostile (tests/unit/server/ingest/wire_corpus.py):
 
 - the fast path (msgspec + checks) never accepts a body the pydantic models refuse, and what it
   accepts decodes to the same values, type for type (an int is not a float, -0.0 is not 0.0, a
@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 from msgspec import Struct
 from pydantic import BaseModel
-from tests.unit.server.wire_corpus import (
+from tests.unit.server.ingest.wire_corpus import (
     BYTE_MUTATIONS,
     MUTATIONS,
     NOW,

@@ -215,7 +215,7 @@ def test_node_return_records_returned_at_and_the_full_trail(
     client: TestClient, db: Database, sched: dict[str, str]
 ) -> None:
     # A straggler drain: not a hardware reason, so no validation gates its return
-    # (tests/unit/server/test_return_gate.py has the gated ones).
+    # (tests/unit/server/routers/test_return_gate.py has the gated ones).
     eviction = _seed(db, reason_kind="straggler", reason="straggler: 1.4x the job median")
     nothing = client.post("/v1/nodes/node-a/return", json={"note": "x"}, headers=sched)
     assert nothing.status_code == 404, nothing.text

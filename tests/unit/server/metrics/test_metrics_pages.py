@@ -21,7 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.conftest import bearer
 from tests.factories import make_batch
 from tests.unit.server.conftest import Push
-from tests.unit.server.test_risk_api import _store_model
+from tests.unit.server.routers.test_risk_api import _store_model
 from tests.unit.test_prometheus_rules import RULES
 
 from fleetwatch.dashboards import build_all, panel_queries, template_variables

@@ -21,8 +21,8 @@ from fleetwatch.agent.parsers import KernelEvent
 from fleetwatch.agent.parsers.kernel_events import parse_kernel_events
 from fleetwatch.server.routers import ingest as ingest_route
 
-CAPTURES = Path(__file__).resolve().parents[2] / "fixtures" / "kernel_log_captures"
-SHARED = Path(__file__).resolve().parents[3].parent / "shared" / "fixtures"
+CAPTURES = Path(__file__).resolve().parents[3] / "fixtures" / "kernel_log_captures"
+SHARED = Path(__file__).resolve().parents[4].parent / "shared" / "fixtures"
 SXID_LOG = SHARED / "nvswitch_fabric" / "gpud__dmesg_Xid79-with-SXid20034-LTSSM-multi-switch.log"
 FM_LOG = (
     SHARED / "nvswitch_fabric" / "gpud__fabricmanager-log_ERROR-lines_SXid20034-12028-multicast.log"

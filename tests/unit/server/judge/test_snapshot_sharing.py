@@ -13,8 +13,8 @@ from sqlalchemy import text, update
 from tests.conftest import _truncate
 from tests.factories import make_batch
 from tests.unit.server.conftest import Push
-from tests.unit.server.test_risk_api import _xid_batch
-from tests.unit.server.test_snapshot_codec import _assessor, _view
+from tests.unit.server.judge.test_snapshot_codec import _assessor, _view
+from tests.unit.server.routers.test_risk_api import _xid_batch
 
 from fleetwatch.config import ServerSettings
 from fleetwatch.server.background import BackgroundJobs

@@ -15,7 +15,7 @@ from sqlalchemy import func, select
 from tests.conftest import bearer
 from tests.factories import gpu_uuid, make_batch
 from tests.unit.server.conftest import Push
-from tests.unit.server.test_risk_api import _store_model, _xid_batch
+from tests.unit.server.routers.test_risk_api import _store_model, _xid_batch
 
 from fleetwatch.server.act.notices import JobNotices
 from fleetwatch.server.db.session import Database

@@ -18,8 +18,8 @@ from tests.stored_samples import stored_samples
 from fleetwatch.config import ServerSettings
 from fleetwatch.server.db.migrate import upgrade
 from fleetwatch.server.db.session import Database, make_engine
-from fleetwatch.server.ingest.store import store_batch
 from fleetwatch.server.ingest import store as ingest
+from fleetwatch.server.ingest.store import store_batch
 from fleetwatch.telemetry import SAMPLE_FIELDS, Batch
 
 NOW = datetime(2026, 6, 15, 12, tzinfo=UTC)

@@ -35,7 +35,7 @@ from fleetwatch.server.tell.outbox import OutboxWorker
 from fleetwatch.server.upkeep.lifecycle import run_lifecycle
 from fleetwatch.server.upkeep.rollups import RollupJob
 
-# The longest values the wire accepts (tests/unit/server/test_column_lengths.py probes them).
+# The longest values the wire accepts (tests/unit/server/db/test_column_lengths.py probes them).
 LONG_NODE = "n" + "x" * 252  # 253
 LONG_UUID = "GPU-" + "a" * 120  # 124
 LONG_CLUSTER = "c" * 256

@@ -13,8 +13,8 @@ from fastapi.testclient import TestClient
 from sqlalchemy import func, select, update
 from tests.conftest import bearer
 from tests.factories import make_batch
+from tests.unit.server.concepts.test_liveness_readers import SteppedClock
 from tests.unit.server.conftest import Push
-from tests.unit.server.test_liveness_readers import SteppedClock
 
 from fleetwatch.config import ServerSettings
 from fleetwatch.server.app import create_app

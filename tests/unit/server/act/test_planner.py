@@ -18,7 +18,7 @@ from sqlalchemy import insert, select
 from tests.conftest import bearer
 from tests.factories import gpu_uuid, make_batch, make_validation
 from tests.unit.server.conftest import Push
-from tests.unit.server.test_risk_api import _store_model, _xid_batch
+from tests.unit.server.routers.test_risk_api import _store_model, _xid_batch
 
 from fleetwatch.config import ServerSettings
 from fleetwatch.rules.overrides import load_rules

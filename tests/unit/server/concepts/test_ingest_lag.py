@@ -19,7 +19,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import select, update
 from tests.factories import make_batch
 from tests.unit.server.conftest import Push
-from tests.unit.server.test_fleet_silence import _alert, _evictions, _firing, _fleet, _plan
+from tests.unit.server.judge.test_fleet_silence import _alert, _evictions, _firing, _fleet, _plan
 
 from fleetwatch.server.concepts.ingest_lag import MIN_NODES, WINDOW, fleet_lag_s
 from fleetwatch.server.db.base import utcnow

@@ -20,7 +20,7 @@ from tests.unit.server.conftest import Push
 from fleetwatch.agent.collectors.infiniband import InfinibandCollector
 from fleetwatch.server.routers import ingest as ingest_route
 
-SHARED = Path(__file__).resolve().parents[3].parent / "shared" / "fixtures"
+SHARED = Path(__file__).resolve().parents[4].parent / "shared" / "fixtures"
 
 DOWN = {"state": "DOWN", "state_code": 1, "phys_state": "Polling", "phys_state_code": 2}
 

@@ -14,7 +14,7 @@ from sqlalchemy import select
 from tests.conftest import bearer
 from tests.factories import make_batch, make_validation
 from tests.unit.server.conftest import Push
-from tests.unit.server.test_risk_api import _xid_batch
+from tests.unit.server.routers.test_risk_api import _xid_batch
 
 from fleetwatch.config import ServerSettings
 from fleetwatch.reports.weekly import _repeat_offenders

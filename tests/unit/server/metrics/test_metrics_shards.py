@@ -24,7 +24,7 @@ from fleetwatch.metrics import GPU_METRICS
 from fleetwatch.server.metrics.gpu_exposition import GPU_FAMILIES
 from fleetwatch.server.metrics.shards import Shard, node_hash
 
-SRC = Path(__file__).resolve().parents[3] / "src"
+SRC = Path(__file__).resolve().parents[4] / "src"
 NODES = [f"node-{i:03d}" for i in range(40)]
 
 Scrape = Callable[..., str]

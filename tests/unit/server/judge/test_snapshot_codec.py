@@ -15,7 +15,7 @@ import pytest
 from fastapi.testclient import TestClient
 from tests.factories import make_batch
 from tests.unit.server.conftest import Push
-from tests.unit.server.test_risk_api import _store_model, _xid_batch
+from tests.unit.server.routers.test_risk_api import _store_model, _xid_batch
 
 from fleetwatch.config import ServerSettings
 from fleetwatch.rules.thresholds import HealthThresholds

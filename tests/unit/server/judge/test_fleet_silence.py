@@ -14,7 +14,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import select, update
 from tests.factories import make_batch
 from tests.unit.server.conftest import Push
-from tests.unit.server.test_alerts_webhooks import _xid79
+from tests.unit.server.tell.test_alerts_webhooks import _xid79
 
 from fleetwatch.config import ServerSettings
 from fleetwatch.server.act.planner import EvictionPlanner, PlanResult

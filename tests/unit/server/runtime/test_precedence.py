@@ -15,7 +15,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 from sqlalchemy import func, select
 from tests.faults.waiting import wait_for
-from tests.unit.server.test_lifecycle import T0, _gpu, _report
+from tests.unit.server.upkeep.test_lifecycle import T0, _gpu, _report
 
 from fleetwatch.config import ServerSettings
 from fleetwatch.rules.xid import XidCatalog

@@ -7,7 +7,7 @@ from datetime import timedelta
 
 from fastapi.testclient import TestClient
 from tests.conftest import bearer
-from tests.unit.server.test_refit import NOW, _Blocking, insert_weibull_lifetimes
+from tests.unit.server.upkeep.test_refit import NOW, _Blocking, insert_weibull_lifetimes
 
 from fleetwatch.config import ServerSettings
 from fleetwatch.models.registry import RiskBundle

@@ -16,7 +16,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import insert, select
 from tests.factories import gpu_uuid, make_batch, make_gpu, make_sample
 from tests.unit.server.conftest import Push
-from tests.unit.server.test_risk_api import _xid_batch
+from tests.unit.server.routers.test_risk_api import _xid_batch
 
 from fleetwatch.rules.xid import XidCatalog
 from fleetwatch.server.act.planner import EvictionPlanner
