@@ -8,9 +8,9 @@ once per sample field in Python. That path only ever says yes: for a body it can
 whatever the reason, the wire format's pydantic models (:func:`validate_with_models`) decide,
 and any 422 is theirs, word for word. So the fast path must accept nothing pydantic refuses and
 must decode to the same values; ``tests/unit/server/ingest/test_batch_decoder.py`` checks both
-over a generated corpus of valid and hostile bodies. A body the fast path leaves to pydantic and pydantic
-accepts (a form only pydantic reads, such as a timestamp with an hour-only offset) is stored as
-usual, at pydantic's cost.
+over a generated corpus of valid and hostile bodies. A body the fast path leaves to pydantic and
+pydantic accepts (a form only pydantic reads, such as a timestamp with an hour-only offset) is
+stored as usual, at pydantic's cost.
 """
 
 from __future__ import annotations
