@@ -46,6 +46,7 @@ SERVER_LAYERS: tuple[tuple[str, ...], ...] = (
         "mallopt",
         "operations",
         "page",
+        "process_tuning",
         "routers",
         "schemas",
         "timeparse",

@@ -151,7 +151,7 @@ def create_app(
             app.state.secret_box = secret_box = load_secret_box(settings)
             _seal_plaintext_secrets(db, secret_box)
             # Silence before this moment was not heard by this process: a node's unreachable clock
-            # starts here at the earliest (server.judge.liveness), so a restart marks no node
+            # starts here at the earliest (server.concepts.liveness), so a restart marks no node
             # unreachable. The one reading of it: the planner, the alerter and every reader of node
             # state.
             heard_since = now()

@@ -6,7 +6,7 @@ Create Date: 2026-12-03 11:00:00.000000
 
 Issue 12: a server behind on ingest stored some pushes minutes late and drained their healthy
 nodes as unreachable. Each push now records the seconds from its newest reading to its storing,
-and the fleet's median of them moves every unreachable deadline out (server.judge.ingest_lag).
+and the fleet's median of them moves every unreachable deadline out (server.concepts.ingest_lag).
 Nullable, no default: existing nodes have none until their next push, and adding it rewrites no
 table on PostgreSQL or SQLite.
 """

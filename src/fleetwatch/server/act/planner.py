@@ -6,8 +6,8 @@ for the strongest of three reasons:
 1. ``rule``: a GPU has a verdict that takes it out of service (a fatal Xid, a row-remap failure),
    or the node is unreachable (nothing for ``unreachable_after_intervals`` of its intervals, heard
    while this process was up: a restart of the server is not every node's silence, see
-   ``server.judge.liveness``). A fact: drain now. Verdicts last seen before the node's latest return
-   are history (it was repaired since) and do not count.
+   ``server.concepts.liveness``). A fact: drain now. Verdicts last seen before the node's latest
+   return are history (it was repaired since) and do not count.
 2. ``straggler``: a ``hardware`` straggler verdict on the node has been open for at least
    ``straggler_drain_after_s``.
 3. ``risk``: the model's P(node fails within ``drain_horizon_h``) makes a drain cheaper than the
@@ -43,7 +43,7 @@ nodes are unreachable at once, the cause is shared (the server's ingest, the net
 unreachable evictions, so a silence cannot fill the drain budget; open ones are left as they are
 while their node is silent. Rule evictions (a fatal Xid) are made as usual.
 
-Maintenance windows (``server.judge.planned``): a node a window covers gets no unreachable,
+Maintenance windows (``server.concepts.planned``): a node a window covers gets no unreachable,
 straggler or risk eviction, nor one for a verdict a planned reboot, reset or cable job causes
 (a GPU lost or missing, a port down), and such open evictions of it are cancelled (their reason
 is planned). A hardware fault that takes a GPU out (a fatal Xid, an uncorrectable ECC error, a
@@ -208,7 +208,7 @@ def rule_candidates(
 ) -> dict[str, Candidate]:
     """Nodes with a GPU that a rule takes out of service, on evidence newer than a repair (of
     the nodes ``only``, if given); in a maintenance window, only a hardware fault counts
-    (``server.judge.planned``)."""
+    (``server.concepts.planned``)."""
     members = snapshot.gpus if only is None else [g for g in snapshot.gpus if g.node in only]
     gpu_count = Counter(g.node for g in members)
     planned = planned or Planned()
@@ -270,7 +270,7 @@ def unreachable_candidates(
     or long known, not news. Silence before ``heard_since`` (this process's start) is not
     counted, nor silence in a maintenance window, nor before its end. ``clocks``: every node's,
     read this pass (else read here); ``lag_s``: the fleet's ingest lag, added to every deadline
-    (server.judge.ingest_lag)."""
+    (server.concepts.ingest_lag)."""
     planned = planned or Planned()
     if clocks is None:
         rows = node_clocks(conn, now - within)

@@ -13,7 +13,7 @@ Readers (``GET /v1/nodes``, the fleet page, ``/metrics``) judge by the same rule
 start as the jobs: one :class:`Liveness` per process, on ``app.state.liveness``. They show an
 unheard node as ``unheard``, not as up and not as unreachable.
 
-Maintenance windows (``server.judge.planned``) bend the rule the same way for everyone: a node a
+Maintenance windows (``server.concepts.planned``) bend the rule the same way for everyone: a node a
 window covers reads ``maintenance``, and after the window its silence counts from the window's
 end, as from a start (an ended window is a start too: ``unheard`` during the grace).
 

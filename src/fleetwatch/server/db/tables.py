@@ -62,7 +62,7 @@ nodes = Table(
     # (migration 0014); its readers want most of the fleet, which a scan answers as fast.
     Column("last_seen", UtcDateTime, nullable=False),
     # Seconds from its newest push's newest reading to the push's storing (the store's clock
-    # minus the agent's; None: that push had no reading): server.judge.ingest_lag.
+    # minus the agent's; None: that push had no reading): server.concepts.ingest_lag.
     Column("lag_s", Float),
 )
 

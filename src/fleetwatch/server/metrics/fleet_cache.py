@@ -45,7 +45,7 @@ class CachedNode:
     interval_s: float
     last_seen: datetime
     hashed: int  # node_hash(name), for shard membership without rehashing per scrape
-    lag_s: float | None = None  # how late its newest push was stored (server.judge.ingest_lag)
+    lag_s: float | None = None  # how late its newest push was stored (server.concepts.ingest_lag)
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
 Windows live in ``maintenance_windows``, so every server process and replica reads the same
 ones: :func:`load_planned` is what the liveness readers, the planner, the alerter and the
-lifecycle job consult at each pass (``server.judge.planned`` says what a window changes).
+lifecycle job consult at each pass (``server.concepts.planned`` says what a window changes).
 
 Ending (``DELETE /v1/maintenance/{id}``, or an adapter whose reservation went away) sets
 ``ended_at`` and ``ended_by`` and deletes nothing: a window ended before it began is

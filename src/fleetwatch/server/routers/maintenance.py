@@ -2,7 +2,7 @@
 
 While a window covers a node, its silence, reboots and resets are planned: no unreachable alert,
 no eviction, no failure recorded; ``/v1/nodes`` and the fleet page show it ``maintenance``. A
-fatal hardware error inside a window still counts (``server.judge.planned``). Reading needs read
+fatal hardware error inside a window still counts (``server.concepts.planned``). Reading needs read
 scope; opening and ending need scheduler scope (admin tokens have it), and the token's name is
 recorded as who opened or ended the window.
 """

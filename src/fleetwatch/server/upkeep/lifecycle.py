@@ -28,7 +28,7 @@ with severity critical or fatal, or a ``gpu_lost`` event; after a return, only e
 previous removal (and its grace) count. Only ``observed`` lifetimes are closed here; ``import``
 and ``operator`` rows are never changed.
 
-Maintenance windows (``server.judge.planned``): a ``gpu_lost`` event inside a window of the
+Maintenance windows (``server.concepts.planned``): a ``gpu_lost`` event inside a window of the
 GPU's node is a planned reset or power-off, not a failure, and is not counted; a fatal Xid inside
 one is a hardware fault like any other and still ends the lifetime as a failure.
 """

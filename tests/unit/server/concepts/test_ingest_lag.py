@@ -1,4 +1,4 @@
-"""A server behind on ingest does not call its nodes unreachable (server.judge.ingest_lag).
+"""A server behind on ingest does not call its nodes unreachable (server.concepts.ingest_lag).
 
 Each push stores how late it was stored (``nodes.lag_s``); the fleet's median of them moves every
 unreachable deadline out. Ten nodes report through POST /v1/ingest (both databases); the lag and

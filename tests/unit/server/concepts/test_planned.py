@@ -1,4 +1,4 @@
-"""``server.judge.planned``: selectors, which window covers a node now, and when silence counts
+"""``server.concepts.planned``: selectors, which window covers a node now, and when silence counts
 again after one. Pure: windows built by hand, no database."""
 
 from __future__ import annotations
