@@ -79,13 +79,12 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, Row, insert, select
+from sqlalchemy import Connection, Row
 
 from fleetwatch.config import ServerSettings
 from fleetwatch.server.concepts.liveness import unreachable_deadline
 from fleetwatch.server.concepts.planned import Planned, stands_in_maintenance
 from fleetwatch.server.db.session import Database
-from fleetwatch.server.db.tables import events, stragglers
 from fleetwatch.server.judge.assessment import FleetAssessment, GpuAssessment
 from fleetwatch.server.judge.assessor import Assessor
 from fleetwatch.server.judge.judging import Verdict
@@ -96,6 +95,7 @@ from fleetwatch.server.judge.silence import (
     heard_since_of,
     node_clocks,
 )
+from fleetwatch.server.repo.events import record_fleet_event
 from fleetwatch.server.repo.evictions import (
     DRAINING_STATES,
     cancel_eviction,
@@ -105,6 +105,7 @@ from fleetwatch.server.repo.evictions import (
     last_returns,
     open_evictions,
 )
+from fleetwatch.server.repo.jobs import hardware_stragglers
 from fleetwatch.server.repo.maintenance import load_planned
 from fleetwatch.server.repo.nodes import count_nodes, unheard_nodes
 from fleetwatch.server.repo.validations import HARDWARE_KINDS, needs_validation, repeat_of
@@ -391,15 +392,7 @@ def straggler_candidates(
     gpu_count: Counter[str],
 ) -> dict[str, Candidate]:
     """Nodes with a hardware straggler verdict open for at least ``after_s``."""
-    rows = conn.execute(
-        select(stragglers)
-        .where(
-            stragglers.c.kind == "hardware",
-            stragglers.c.ended_at.is_(None),
-            stragglers.c.started_at <= now - timedelta(seconds=after_s),
-        )
-        .order_by(stragglers.c.ratio.desc(), stragglers.c.id)
-    )
+    rows = hardware_stragglers(conn, started_by=now - timedelta(seconds=after_s))
     found: dict[str, Candidate] = {}
     for row in rows:
         if row.node in found:
@@ -772,17 +765,14 @@ class EvictionPlanner:
             "paged": len(paged),
             "top_reasons": [{"reason": k, "nodes": n} for k, n in top],
         }
-        conn.execute(
-            insert(events).values(
-                node_id=None,
-                kind="drain_budget_exhausted",
-                ts=now,
-                received_at=now,
-                message=f"fleet drain budget exhausted: {result.draining} of {known} nodes "
-                f"draining (budget {result.budget}); {len(paged)} evictions paged instead, "
-                f"top reason {top[0][0]} on {top[0][1]} nodes",
-                details=details,
-            )
+        record_fleet_event(
+            conn,
+            kind="drain_budget_exhausted",
+            now=now,
+            message=f"fleet drain budget exhausted: {result.draining} of {known} nodes "
+            f"draining (budget {result.budget}); {len(paged)} evictions paged instead, "
+            f"top reason {top[0][0]} on {top[0][1]} nodes",
+            details=details,
         )
         logger.warning(
             "fleet drain budget exhausted: %d of %d nodes draining, %d evictions paged",

@@ -5,11 +5,11 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Row, select
+from sqlalchemy import Connection, Row, insert, select
 
 from fleetwatch.server.db.tables import events, nodes
 
-__all__ = ["event_from_row", "list_events"]
+__all__ = ["event_from_row", "list_events", "record_fleet_event"]
 
 
 def event_from_row(row: Row[Any]) -> dict[str, Any]:
@@ -59,3 +59,14 @@ def list_events(
         query = query.where(events.c.gpu_uuid == gpu_uuid)
     query = query.order_by(events.c.ts.desc(), events.c.id.desc()).limit(limit)
     return [event_from_row(row) for row in conn.execute(query)]
+
+
+def record_fleet_event(
+    conn: Connection, *, kind: str, now: datetime, message: str, details: dict[str, Any]
+) -> None:
+    """Store an event about the whole fleet (no node): a drain budget spent, a wear-out onset."""
+    conn.execute(
+        insert(events).values(
+            node_id=None, kind=kind, ts=now, received_at=now, message=message, details=details
+        )
+    )

@@ -112,7 +112,7 @@ def list_samples(
     chunk = newest_samples(conn, fields, gpu_id=gpu_id, since=since, before=until, limit=limit)
     rows = [] if chunk is None else sample_rows(chunk)
     boot_ids = _boot_ids(conn, {row[3] for row in rows if row[3] is not None})
-    points = [
+    points: list[dict[str, Any]] = [
         {
             "ts": row[0],
             "boot_id": None if row[3] is None else boot_ids.get(row[3]),

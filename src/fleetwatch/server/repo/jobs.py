@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import numpy as np
-from sqlalchemy import Connection, and_, insert, select, update
+from sqlalchemy import Connection, Row, and_, insert, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
@@ -32,6 +32,7 @@ __all__ = [
     "apply_transitions",
     "detector_starts",
     "get_job",
+    "hardware_stragglers",
     "list_jobs",
     "list_stragglers",
     "load_detector",
@@ -154,6 +155,20 @@ def list_stragglers(
     if kind is not None:
         query = query.where(stragglers.c.kind == kind)
     return [dict(r._mapping) for r in conn.execute(query)]
+
+
+def hardware_stragglers(conn: Connection, *, started_by: datetime) -> list[Row[Any]]:
+    """Open ``hardware`` straggler verdicts that began by ``started_by``, slowest first."""
+    query = (
+        select(stragglers)
+        .where(
+            stragglers.c.kind == "hardware",
+            stragglers.c.ended_at.is_(None),
+            stragglers.c.started_at <= started_by,
+        )
+        .order_by(stragglers.c.ratio.desc(), stragglers.c.id)
+    )
+    return list(conn.execute(query))
 
 
 def apply_transitions(

@@ -21,7 +21,7 @@ from datetime import datetime, timedelta
 
 import pandas as pd
 from prometheus_client import Counter
-from sqlalchemy import insert, select
+from sqlalchemy import select
 
 from fleetwatch.config import ServerSettings
 from fleetwatch.models.base import ModelFitError
@@ -29,7 +29,8 @@ from fleetwatch.models.registry import EVENT, RiskBundle
 from fleetwatch.models.wear_out import wear_out_onsets
 from fleetwatch.server.db.base import utcnow
 from fleetwatch.server.db.session import Database
-from fleetwatch.server.db.tables import events, risk_models
+from fleetwatch.server.db.tables import risk_models
+from fleetwatch.server.repo.events import record_fleet_event
 from fleetwatch.server.repo.models import Trigger, latest_ok_model, store_model
 from fleetwatch.server.runtime.locks import LockKey, session_lock
 from fleetwatch.server.upkeep.training_frame import training_frame
@@ -108,17 +109,14 @@ def run_refit(
                     "model_version": version,
                     "previous_version": previous.version if previous else None,
                 }
-                conn.execute(
-                    insert(events).values(
-                        node_id=None,
-                        kind="wear_out_onset",
-                        ts=now,
-                        received_at=now,
-                        message=f"wear-out onset in {onset['group']}: shape rose from "
-                        f"{onset['previous_rho']:.2f} to {onset['rho']:.2f} "
-                        f"(95% CI {onset['rho_ci'][0]:.2f}-{onset['rho_ci'][1]:.2f})",
-                        details=evidence,
-                    )
+                record_fleet_event(
+                    conn,
+                    kind="wear_out_onset",
+                    now=now,
+                    message=f"wear-out onset in {onset['group']}: shape rose from "
+                    f"{onset['previous_rho']:.2f} to {onset['rho']:.2f} "
+                    f"(95% CI {onset['rho_ci'][0]:.2f}-{onset['rho_ci'][1]:.2f})",
+                    details=evidence,
                 )
     logger.info(
         "refit (%s) stored version %d: %d lifetimes, %d failures, %d group fits, AFT %s, "
