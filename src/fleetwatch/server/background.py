@@ -69,6 +69,7 @@ from fleetwatch.server.judge.straggler_detector import StragglerDetector
 from fleetwatch.server.runtime.isolation import ItemGuard
 from fleetwatch.server.runtime.leader import LeaderElector
 from fleetwatch.server.runtime.metric_families import ServerMetrics
+from fleetwatch.server.runtime.passes import give_way
 from fleetwatch.server.runtime.precedence import Precedence
 from fleetwatch.server.runtime.scheduler import Job, Scheduler, Waker
 from fleetwatch.server.runtime.urgent import UrgentNodes
@@ -129,7 +130,6 @@ class BackgroundJobs:
             self.catalog,
             thresholds,
             guard=self._guard("assessment"),
-            precedence=self.precedence,
         )
         self.planner = EvictionPlanner(
             db, settings, self.assessor, guard=self._guard("planner"), heard_since=heard_since
@@ -159,8 +159,13 @@ class BackgroundJobs:
         self.outbox = OutboxWorker(db, settings, guard=self._guard("webhooks"), secrets=secrets)
         self.refitter = Refitter(db, settings, failures=self._failures("refit"))
         self.elector: LeaderElector | None = None
+        # Every pass runs in a context of this process's precedence (runtime/passes.py): the
+        # whole-fleet passes give way through it, the urgent lane's runs ahead.
         self.scheduler = Scheduler(
-            failures=self._failures, runs=self._runs, durations=self._pass_seconds
+            failures=self._failures,
+            runs=self._runs,
+            durations=self._pass_seconds,
+            precedence=self.precedence,
         )
 
     def process_jobs(self) -> list[Job]:
@@ -175,6 +180,7 @@ class BackgroundJobs:
                 self._urgent_pass,
                 waker=self.urgent_waker,
                 executor=self._urgent_thread,
+                ahead=True,
             ),
         ]
         if self.sharing is not None:
@@ -185,11 +191,8 @@ class BackgroundJobs:
         """What the leader runs; built anew each time this process becomes the leader, as what
         a leader keeps in memory starts afresh on a new leader."""
         s, db, catalog = self.settings, self.db, self.catalog
-        give_way = self.precedence.give_way
-        rollups = RollupJob(db, catalog, guard=self._guard("rollups"), give_way=give_way)
-        lifecycle = functools.partial(
-            run_lifecycle, db, s, catalog, guard=self._guard("lifecycle"), give_way=give_way
-        )
+        rollups = RollupJob(db, catalog, guard=self._guard("rollups"))
+        lifecycle = functools.partial(run_lifecycle, db, s, catalog, guard=self._guard("lifecycle"))
         weekly_report = WeeklyReportJob(db, s, catalog, guard=self._guard("weekly_report"))
         fresh = self.assessor.run_once
         jobs = [
@@ -308,7 +311,7 @@ class BackgroundJobs:
         """Store the leader's snapshot for the other processes (after waking the planner and
         the alerts on it). A failure leaves them their previous one."""
         assert self.sharing is not None
-        self.precedence.give_way()
+        give_way()
         try:
             self.sharing.publish(snapshot)
         except Exception:
@@ -321,8 +324,7 @@ class BackgroundJobs:
         names = self.urgent.take()
         if not names:
             return 0
-        with self.precedence.ahead():
-            self._urgent_nodes(names)
+        self._urgent_nodes(names)  # ahead of the whole-fleet passes (its Job is ``ahead``)
         return len(names)
 
     def _urgent_nodes(self, names: frozenset[str]) -> None:

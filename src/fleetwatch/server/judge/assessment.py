@@ -30,7 +30,7 @@ from fleetwatch.models.telemetry_features import FEATURE_NAMES
 from fleetwatch.server.db.raw_rows import psycopg_rows
 from fleetwatch.server.db.tables import gpu_lifetimes, gpus, nodes
 from fleetwatch.server.judge.judging import FleetJudge, Verdict
-from fleetwatch.server.runtime.precedence import NO_PRECEDENCE
+from fleetwatch.server.runtime.passes import give_way
 from fleetwatch.server.upkeep.rollups import fleet_window_features
 
 __all__ = [
@@ -369,13 +369,12 @@ def assess_fleet(
     feature_window: timedelta,
     stale_after: timedelta = timedelta(days=1),
     features: Mapping[str, dict[str, float]] | None = None,
-    give_way: Callable[[], None] = NO_PRECEDENCE.give_way,
 ) -> FleetAssessment:
     """Judge every GPU seen within ``stale_after`` and gather what its risk needs.
 
     ``features``: the covariates :func:`fleet_window_features` gives for ``feature_window``
-    and :data:`FEATURES_SINCE` at ``now``, when the caller has them already. ``give_way``:
-    called between steps, to let this process's urgent lane run first (runtime/precedence.py)."""
+    and :data:`FEATURES_SINCE` at ``now``, when the caller has them already. Gives way between
+    its steps (:mod:`fleetwatch.server.runtime.passes`)."""
     verdicts = judge.judge(conn, now)
     give_way()
     if features is None:
@@ -383,7 +382,7 @@ def assess_fleet(
     installs = _install_times(conn)
     give_way()
     rows = _gpu_rows(conn, now - stale_after)
-    assessed = _assessed_gpus(rows, now, verdicts, features, installs, give_way)
+    assessed = _assessed_gpus(rows, now, verdicts, features, installs)
     return FleetAssessment(now, assessed, bundle, model_version)
 
 
@@ -414,7 +413,6 @@ def _assessed_gpus(
     verdicts: Mapping[str, list[Verdict]],
     features: Mapping[str, dict[str, float]],
     installs: Mapping[str, datetime],
-    give_way: Callable[[], None] = NO_PRECEDENCE.give_way,
 ) -> list[GpuAssessment]:
     assessed = []
     # One string object per node name and per SKU, not one per GPU row.

@@ -31,7 +31,6 @@ from fleetwatch.server.judge.assessment import (
 from fleetwatch.server.judge.judging import FleetJudge
 from fleetwatch.server.repo.models import latest_ok_model, ok_model
 from fleetwatch.server.runtime.isolation import ItemGuard
-from fleetwatch.server.runtime.precedence import NO_PRECEDENCE, Precedence
 from fleetwatch.server.runtime.state import load_state
 from fleetwatch.server.upkeep.rollups import fleet_window_features, floor_hour
 
@@ -48,18 +47,15 @@ class Assessor:
         catalog: XidCatalog,
         thresholds: HealthThresholds,
         guard: ItemGuard | None = None,
-        precedence: Precedence = NO_PRECEDENCE,
     ) -> None:
         self.db = db
         self.settings = settings
-        self.precedence = precedence
         self.judge = FleetJudge(
             catalog=catalog,
             thresholds=thresholds,
             unreachable_after_intervals=settings.unreachable_after_intervals,
             guard=guard,
         )
-        self.judge.give_way = precedence.give_way
         self.latest: FleetAssessment | None = None
         self._bundle: tuple[int, RiskBundle] | None = None
         self._features: tuple[tuple[Any, ...], dict[str, dict[str, float]]] | None = None
@@ -139,7 +135,6 @@ class Assessor:
                 model_version=version,
                 feature_window=window,
                 features=features,
-                give_way=self.precedence.give_way,
             )
         with self._publish:
             # Targeted passes that ran meanwhile judged their nodes after this pass began.

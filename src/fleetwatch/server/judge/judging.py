@@ -54,7 +54,7 @@ from fleetwatch.server.judge.node_parts import NodeParts
 from fleetwatch.server.judge.windows import EPOCH, SampleWindows
 from fleetwatch.server.repo.sample_reader import SampleChunk, read_samples
 from fleetwatch.server.runtime.isolation import ItemGuard
-from fleetwatch.server.runtime.precedence import NO_PRECEDENCE
+from fleetwatch.server.runtime.passes import give_way
 from fleetwatch.telemetry import Event
 
 __all__ = ["FleetJudge", "Verdict"]
@@ -155,9 +155,6 @@ class FleetJudge:
         # its few GPUs' windows whole from the database instead (counted in fresh_reads).
         self.state_wait_s = STATE_WAIT_S
         self.fresh_reads = 0
-        # Called by a whole-fleet pass where it holds none of the above, to let this process's
-        # urgent lane run first (runtime/precedence.py); set by the assessor.
-        self.give_way: Callable[[], None] = NO_PRECEDENCE.give_way
 
     def _load_gpus(self, conn: Connection) -> dict[int, tuple[str, datetime, float]]:
         if not self._by_id:
@@ -366,7 +363,7 @@ class FleetJudge:
             node_info = self._load_gpus(conn)
             self._load_samples(conn, now)
             known = list(self._gpus.values())
-        self.give_way()
+        give_way()  # holding none of the locks above: the urgent lane first (runtime/passes.py)
         by_node: dict[int, list[_Gpu]] = defaultdict(list)
         for gpu in known:
             by_node[gpu.node_id].append(gpu)
@@ -478,7 +475,7 @@ class FleetJudge:
         out: dict[str, list[Verdict]] = defaultdict(list)
         for n, (node_id, members) in enumerate(by_node.items(), 1):
             if not n % _GIVE_WAY_EVERY:
-                self.give_way()
+                give_way()
             # Node by node, and within a node rule family by family (judge.node_parts): what
             # trips one family up is logged, counted and named in a verdict, and the rest of
             # the node and of the fleet is still judged (server.runtime.isolation).

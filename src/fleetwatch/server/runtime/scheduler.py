@@ -18,6 +18,9 @@ from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from fleetwatch.server.runtime.passes import PassContext
+from fleetwatch.server.runtime.precedence import NO_PRECEDENCE, Precedence
+
 __all__ = ["InFlight", "Job", "Scheduler", "Waker", "periodic"]
 
 logger = logging.getLogger(__name__)
@@ -167,6 +170,9 @@ class Job:
     # How much later than ``interval_s`` its second pass comes (every later one is
     # ``interval_s`` after the one before): keeps two heavy jobs of one interval apart.
     phase_s: float = 0.0
+    # Work others wait on (the urgent lane): its passes run ahead of the other jobs' passes,
+    # which give way to it (runtime/passes.py); every other job's passes give way.
+    ahead: bool = False
 
 
 class Scheduler:
@@ -174,7 +180,8 @@ class Scheduler:
     :meth:`lead` and :meth:`stop_leading`.
 
     ``failures(job)`` and ``runs(job)`` give the counters of a job's failed and completed passes,
-    ``durations(job)`` (optional) what observes each completed pass's wall time.
+    ``durations(job)`` (optional) what observes each completed pass's wall time. Each pass
+    runs in a :class:`PassContext` of ``precedence`` (its process's: the urgent lane first).
     """
 
     def __init__(
@@ -183,8 +190,10 @@ class Scheduler:
         failures: Callable[[str], _Counter],
         runs: Callable[[str], _Counter],
         durations: Callable[[str], _Timings] | None = None,
+        precedence: Precedence = NO_PRECEDENCE,
     ) -> None:
         self._failures = failures
+        self._precedence = precedence
         self._runs = runs
         self._durations = durations
         self._tasks: list[asyncio.Task[None]] = []
@@ -235,7 +244,7 @@ class Scheduler:
         failures, runs = self._failures(job.name), self._runs(job.name)
         while job.first is not None:
             try:
-                await asyncio.to_thread(self._in_flight.wrap(job.first))
+                await asyncio.to_thread(self._pass_of(job, job.first))
                 break
             except Exception:
                 failures.inc()
@@ -247,7 +256,7 @@ class Scheduler:
         await periodic(
             job.name,
             job.interval_s,
-            self._in_flight.wrap(job.run),
+            self._pass_of(job, job.run),
             job.waker,
             failures,
             runs,
@@ -255,3 +264,13 @@ class Scheduler:
             job.executor,
             phase_s=job.phase_s,
         )
+
+    def _pass_of(self, job: Job, run: Callable[[], Any]) -> Callable[[], Any]:
+        """``run`` as one pass of ``job``: in its context, in its thread, counted in flight."""
+        context = PassContext(job.name, self._precedence, ahead=job.ahead)
+
+        def in_context() -> Any:
+            with context.running():
+                return run()
+
+        return self._in_flight.wrap(in_context)

@@ -36,7 +36,7 @@ one is a hardware fault like any other and still ends the lifetime as a failure.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from itertools import islice
@@ -53,7 +53,7 @@ from fleetwatch.server.repo.maintenance import maintenance_intervals
 from fleetwatch.server.repo.sample_reader import from_us, read_samples
 from fleetwatch.server.runtime.isolation import ItemGuard
 from fleetwatch.server.runtime.locks import LockKey, transaction_lock, try_transaction_lock
-from fleetwatch.server.runtime.precedence import NO_PRECEDENCE
+from fleetwatch.server.runtime.passes import give_way
 
 __all__ = ["LifecycleCounts", "run_lifecycle", "sync_lifetimes"]
 
@@ -127,11 +127,8 @@ def run_lifecycle(
     catalog: XidCatalog,
     now: datetime | None = None,
     guard: ItemGuard | None = None,
-    give_way: Callable[[], None] | None = None,
 ) -> LifecycleCounts | None:
-    """The leader's lifecycle job: one sync, skipped (None) while another process runs one.
-    ``give_way``: called between chunks, to let this process's urgent lane run first
-    (runtime/precedence.py)."""
+    """The leader's lifecycle job: one sync, skipped (None) while another process runs one."""
     with db.write() as conn:
         if not try_transaction_lock(conn, LockKey.LIFECYCLE_PASS):
             return None
@@ -141,7 +138,6 @@ def run_lifecycle(
             catalog=catalog,
             leave_after_s=settings.gpu_leave_after_s,
             guard=guard,
-            give_way=give_way,
         )
 
 
@@ -152,7 +148,6 @@ def sync_lifetimes(
     catalog: XidCatalog,
     leave_after_s: float = 3600.0,
     guard: ItemGuard | None = None,
-    give_way: Callable[[], None] | None = None,
 ) -> LifecycleCounts:
     """Open, close and reopen ``observed`` lifetimes to match the fleet (see the module doc)."""
     transaction_lock(conn, LockKey.LIFECYCLE)
@@ -160,8 +155,7 @@ def sync_lifetimes(
     fleet = _load_gpus(conn)
     newest = _newest_lifetimes(conn)
     guard = guard or ItemGuard("lifecycle")
-    give_way = give_way or NO_PRECEDENCE.give_way
-    opened = _install(conn, [g for g in fleet.values() if g.key not in newest], guard, give_way)
+    opened = _install(conn, [g for g in fleet.values() if g.key not in newest], guard)
     if opened:
         newest = _newest_lifetimes(conn)
     open_observed = {
@@ -272,9 +266,7 @@ def _opening(g: _Gpu, installed_at: datetime) -> dict[str, Any]:
     }
 
 
-def _first_samples(
-    conn: Connection, uuids: list[str], give_way: Callable[[], None]
-) -> dict[str, datetime]:
+def _first_samples(conn: Connection, uuids: list[str]) -> dict[str, datetime]:
     """Each GPU's oldest reading (agent clock), per chunk of new GPUs.
 
     The MIN is a subquery per GPU on purpose: ``min(ts0) WHERE gpu_id = <one id>`` is the first
@@ -297,16 +289,14 @@ def _first_samples(
     return out
 
 
-def _install(
-    conn: Connection, new: Sequence[_Gpu], guard: ItemGuard, give_way: Callable[[], None]
-) -> int:
+def _install(conn: Connection, new: Sequence[_Gpu], guard: ItemGuard) -> int:
     """Open lifetimes at each GPU's first reading, on the agent's clock like its failures (a
     simulated or late agent would otherwise get lifetimes that end before they start). In
     chunks, giving way between them: a new fleet's first pass opens 100,000 at once (33 s of
     the worker's interpreter in fleet-scale run 39, beside the urgent lane)."""
     if not new:
         return 0
-    first = _first_samples(conn, [g.uuid for g in new], give_way)
+    first = _first_samples(conn, [g.uuid for g in new])
     rows = [_opening(g, min(first.get(g.uuid, g.first_seen), g.first_seen)) for g in new]
     opened = 0
     for start in range(0, len(rows), _INSERT_CHUNK):

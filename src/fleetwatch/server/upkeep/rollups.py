@@ -34,7 +34,7 @@ from fleetwatch.server.repo.sample_reader import (
 )
 from fleetwatch.server.runtime.isolation import ItemGuard
 from fleetwatch.server.runtime.locks import LockKey, try_transaction_lock
-from fleetwatch.server.runtime.precedence import NO_PRECEDENCE
+from fleetwatch.server.runtime.passes import give_way
 from fleetwatch.server.runtime.state import load_state, save_state
 from fleetwatch.server.upkeep.recent_rollups import (
     EVENT_ID_OVERLAP,
@@ -335,12 +335,8 @@ class RollupJob:
         *,
         lookback_hours: int = 2,
         backfill_hours: int = 7 * 24,
-        give_way: Callable[[], None] | None = None,
     ) -> None:
         self.db = db
-        # Called between chunks of samples, to let this process's urgent lane run first
-        # (runtime/precedence.py).
-        self.give_way = give_way or NO_PRECEDENCE.give_way
         self.catalog = catalog
         self.guard = guard or ItemGuard("rollups")
         self.lookback_hours = lookback_hours
@@ -431,7 +427,7 @@ class RollupJob:
         ``recent``; the GPU-hours to recompute from the database."""
         redo: set[tuple[datetime, str]] = set()
         for chunk in read_samples(conn, _COLUMNS, since=since, after_id=after_id, chunk=_CHUNK):
-            self.give_way()
+            give_way()  # between chunks of samples: the urgent lane first (runtime/passes.py)
             values = dict(zip(_COLUMNS, chunk.values, strict=True))
             reasons = chunk.raw[_COLUMNS.index("clocks_event_reasons")].astype(np.int64)
             redo |= recent.fold_arrays(

@@ -8,7 +8,6 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import datetime
 from typing import Any
 
 import pytest
@@ -25,6 +24,7 @@ from fleetwatch.server.db.session import Database, make_engine
 from fleetwatch.server.db.tables import gpu_lifetimes
 from fleetwatch.server.operations import _render
 from fleetwatch.server.runtime.metric_families import ServerMetrics
+from fleetwatch.server.runtime.passes import OUTSIDE_A_PASS, PassContext, current_pass
 from fleetwatch.server.runtime.precedence import MIN_RUN_S, Precedence
 from fleetwatch.server.upkeep import lifecycle as lifecycle_module
 from fleetwatch.server.upkeep.lifecycle import LifecycleCounts, sync_lifetimes
@@ -43,6 +43,18 @@ class _Seconds:
     def inc(self, amount: float = 1) -> None:
         self.total += amount
         self.calls += 1
+
+
+class _CountingPrecedence(Precedence):
+    """A process's precedence that counts the checkpoints a pass reaches."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls = 0
+
+    def give_way(self) -> None:
+        self.calls += 1
+        super().give_way()
 
 
 @contextmanager
@@ -124,20 +136,16 @@ def test_precedence_off_never_waits() -> None:
 def test_the_lifecycle_gives_way_between_chunks_and_opens_every_lifetime_once(
     db: Database, catalog: XidCatalog, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """The lifecycle is handed nothing: it gives way through the pass it runs in."""
     monkeypatch.setattr(lifecycle_module, "_INSERT_CHUNK", 100)
     for n in range(40):
         node = f"node-{n:03d}"
         _report(db, [_gpu(f"S{n}-{i}", node=node, index=i) for i in range(8)], at=T0, node=node)
-    calls: list[datetime] = []
-    with db.write() as conn:
-        counts = sync_lifetimes(
-            conn,
-            now=T0,
-            catalog=catalog,
-            give_way=lambda: calls.append(T0),
-        )
+    precedence = _CountingPrecedence()
+    with db.write() as conn, PassContext("lifecycle", precedence).running():
+        counts = sync_lifetimes(conn, now=T0, catalog=catalog)
     assert counts == LifecycleCounts(opened=320)
-    assert len(calls) == 1 + 4  # one chunk of first readings, four of 100 lifetimes
+    assert precedence.calls == 1 + 4  # one chunk of first readings, four of 100 lifetimes
     with db.read() as conn:
         serials = conn.execute(select(gpu_lifetimes.c.serial)).scalars().all()
         assert len(serials) == len(set(serials)) == 320
@@ -165,13 +173,18 @@ def test_the_urgent_pass_runs_first_on_postgresql_only(
             heard_since=T0,
         )
         assert jobs.precedence.enabled is (database == "postgres")
-        assert jobs.assessor.precedence is jobs.precedence
-        assert jobs.assessor.judge.give_way == jobs.precedence.give_way
-        seen: list[bool] = []
-        jobs._urgent_nodes = lambda names: seen.append(jobs.precedence.running_ahead)
+        assert jobs.scheduler._precedence is jobs.precedence
+        ahead = {job.name for job in [*jobs.process_jobs(), *jobs.leader_jobs()] if job.ahead}
+        assert ahead == {"urgent"}
+        urgent = next(job for job in jobs.process_jobs() if job.name == "urgent")
+        seen: list[tuple[bool, str]] = []
+        jobs._urgent_nodes = lambda names: seen.append(
+            (jobs.precedence.running_ahead, current_pass().job)
+        )
         jobs.urgent.add(["node-a"])
-        assert jobs._urgent_pass() == 1
-        assert seen == [True] and not jobs.precedence.running_ahead
+        assert jobs.scheduler._pass_of(urgent, urgent.run)() == 1
+        assert seen == [(True, "urgent")] and not jobs.precedence.running_ahead
+        assert current_pass() is OUTSIDE_A_PASS
     finally:
         db.engine.dispose()
 
