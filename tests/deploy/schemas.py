@@ -175,10 +175,10 @@ class _Validator:
         elif kind == "array":
             if not isinstance(value, list):
                 return [f"{where}: expected a list, got {type(value).__name__}"]
-            for limit, ok in (("minItems", len(value) >= schema.get("minItems", 0)),
-                              ("maxItems", len(value) <= schema.get("maxItems", len(value)))):  # fmt: skip
-                if not ok:
-                    problems.append(f"{where}: {len(value)} items breaks {limit}")
+            if len(value) < schema.get("minItems", 0):
+                problems.append(f"{where}: {len(value)} items, fewer than minItems")
+            if len(value) > schema.get("maxItems", len(value)):
+                problems.append(f"{where}: {len(value)} items, more than maxItems")
             for i, item in enumerate(value):
                 problems += self.check(item, schema.get("items", {}), f"{path}[{i}]")
         elif kind == "string":

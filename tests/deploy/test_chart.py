@@ -151,7 +151,7 @@ def test_rendered_objects_refer_to_each_other_correctly(scenario: str) -> None:
             assert DNS_LABEL.match(name) and len(name) <= 63, name
         for key, value in obj["metadata"].get("labels", {}).items():
             assert len(str(value)) <= 63 and re.match(
-                r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]?$", str(value)
+                r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$", str(value)
             ), (key, value)
 
     def secret_ref(ref: dict[str, Any], where: str) -> None:
@@ -232,17 +232,23 @@ def test_rendered_objects_refer_to_each_other_correctly(scenario: str) -> None:
             secret_ref(endpoint["authorization"]["credentials"], "ServiceMonitor")
 
 
+def _rest(ctx: click.Context) -> list[str]:
+    """The tokens a group left for its subcommand (click 8.2 keeps the subcommand's name apart,
+    in a deprecated attribute; click 9 puts everything in ``args``)."""
+    return [*getattr(ctx, "_protected_args", []), *ctx.args]
+
+
 def _parse(args: list[str], pending: set[str]) -> click.Context:
     """Parse ``fleetwatch ARGS`` as the CLI would, without running it: a flag the command does
     not have fails here. Flags in ``pending`` (with their values) are left out first."""
     kept = [a for a in args if a.split("=", 1)[0] not in pending]
     ctx = fleetwatch_cli.make_context("fleetwatch", list(kept), resilient_parsing=False)
-    name, *rest = ctx.protected_args + ctx.args
+    name, *rest = _rest(ctx)
     command = fleetwatch_cli.get_command(ctx, name)
     assert command is not None, name
     sub = command.make_context(name, rest, parent=ctx)
     if isinstance(command, click.Group):
-        leaf_name, *leaf_rest = sub.protected_args + sub.args
+        leaf_name, *leaf_rest = _rest(sub)
         leaf = command.get_command(sub, leaf_name)
         assert leaf is not None, leaf_name
         return leaf.make_context(leaf_name, leaf_rest, parent=sub)
