@@ -1,7 +1,8 @@
 """The real ``helm`` (scripts/ensure-helm.sh) on the chart in deploy/helm/fleetwatch.
 
 A missing helm is a skip naming the script, or a failure where FLEETWATCH_REQUIRE_HELM=1.
-Renders are cached for the session: the same arguments give the same objects.
+Renders are cached for the session by their arguments: a values file must not change once
+rendered (write another).
 """
 
 from __future__ import annotations

@@ -174,9 +174,12 @@ class Pod:
         args = [expand(a, env) for a in container.get("args", [])]
         mounts = self.volumes(spec, container)
 
+        paths = "|".join(re.escape(p) for p in sorted(mounts, key=len, reverse=True))
+        under_mount = re.compile(rf"(?<![\w/])({paths})(?=/|$)") if mounts else None
+
         def local(text: str) -> str:
-            for path in sorted(mounts, key=len, reverse=True):
-                text = re.sub(rf"(?<![\w/]){re.escape(path)}(?=/|$)", str(mounts[path]), text)
+            if under_mount is not None:  # one pass: a folder put in is not rewritten again
+                text = under_mount.sub(lambda m: str(mounts[m.group(1)]), text)
             text = text.replace("=0.0.0.0", f"={self.ip}")
             for dns, address in self.services.items():
                 text = re.sub(rf"(?<=//){re.escape(dns)}(?=:)", address, text)

@@ -21,9 +21,11 @@ import contextlib
 import datetime as dt
 import ipaddress
 import json
+import os
 import re
 import ssl
 import threading
+import zlib
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -129,7 +131,8 @@ def fake_kube_api(
         def _serve(self) -> None:
             length = int(self.headers.get("Content-Length") or 0)
             body = json.loads(self.rfile.read(length)) if length else None
-            if self.headers.get("Authorization") != f"Bearer {SERVICE_ACCOUNT_TOKEN}":
+            scheme, _, token = (self.headers.get("Authorization") or "").partition(" ")
+            if scheme.lower() != "bearer" or token != SERVICE_ACCOUNT_TOKEN:
                 return self._answer(401, {"kind": "Status", "code": 401})
             permission = _request_permission(self.command, self.path)
             if permission not in granted:
@@ -200,6 +203,8 @@ def _ready(url: str) -> dict[str, Any] | None:
 def test_the_rendered_fleet_runs_and_cordons_a_failing_node(
     tmp_path: Path, shared_dir: Path
 ) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("the service account token goes in a mount namespace: unshare needs root")
     captured = (
         shared_dir / "fixtures/dcgm_exporter/metrics/datadog__dcgm_tests_fixtures_metrics.txt"
     ).read_text()
@@ -246,6 +251,19 @@ def test_the_rendered_fleet_runs_and_cordons_a_failing_node(
         def logs() -> str:
             return "\n".join(p.tail() for p in processes)
 
+        def alive() -> None:
+            """Fail at once, with the logs, when a long-running process has exited."""
+            for p in processes[1:]:  # the first is the migration Job, which exits
+                if p.process.poll() is not None:
+                    raise AssertionError(f"{p.pod} exited ({p.process.returncode})\n{logs()}")
+
+        def waiting(what: str, check: Callable[[], Any], timeout: float = 120) -> Any:
+            def probe() -> Any:
+                alive()
+                return check()
+
+            return wait_for(what, probe, timeout)
+
         try:
             # 1. The pre-install hook: `fleetwatch db upgrade` on the empty database.
             job = _workload(objects, "Job", "-migrate")
@@ -268,8 +286,9 @@ def test_the_rendered_fleet_runs_and_cordons_a_failing_node(
                 "annotatePods": True,
                 "maintenance": True,
             }
-            values_file.write_text(yaml.safe_dump(values))
-            objects = render_objects((str(values_file),), MONITORING_APIS)
+            release_file = tmp_path / "values-release.yaml"  # renders are cached by path
+            release_file.write_text(yaml.safe_dump(values))
+            objects = render_objects((str(release_file),), MONITORING_APIS)
 
             # 3. Two api and two worker pods.
             api, worker = (
@@ -291,11 +310,11 @@ def test_the_rendered_fleet_runs_and_cordons_a_failing_node(
                 start(p, workload)
                 servers[p.name] = f"http://{p.ip}:{container_port}"
             answers = {
-                name: wait_for(f"{name} ready", lambda u=url: _ready(u + readiness), timeout=180)
+                name: waiting(f"{name} ready", lambda u=url: _ready(u + readiness), timeout=180)
                 for name, url in servers.items()
             }
             assert {a["role"] for n, a in answers.items() if n.startswith("api")} == {"api"}
-            leaders = wait_for(
+            leaders = waiting(
                 "one worker leading",
                 lambda: [
                     n
@@ -355,7 +374,7 @@ def test_the_rendered_fleet_runs_and_cordons_a_failing_node(
                 timeout=10,
             )
             stack.callback(read.close)
-            gpus = wait_for(
+            gpus = waiting(
                 "the agent's GPUs stored",
                 lambda: read.get("/v1/gpus", params={"node": NODE}).json(),
                 timeout=120,
@@ -369,7 +388,7 @@ def test_the_rendered_fleet_runs_and_cordons_a_failing_node(
                     f"{stamp} {NODE} kernel: [ 1234.567890] NVRM: Xid (PCI:0000:3b:00): 13, "
                     "pid=4242, name=python, Graphics Exception: ESR 0x5\n"
                 )
-            wait_for(
+            waiting(
                 "the kernel log's Xid 13 stored",
                 lambda: any(
                     e.get("xid") == 13
@@ -383,24 +402,42 @@ def test_the_rendered_fleet_runs_and_cordons_a_failing_node(
             # 7. The GPU fails (dcgm-exporter's last Xid becomes 79): the node is cordoned and
             # tainted, its pod annotated first, through exactly the granted permissions.
             dcgm_page["text"] = captured.replace(xid_series, xid_series.rsplit(" ", 1)[0] + " 79")
-            cordoned = wait_for(
+            cordoned = waiting(
                 "the node cordoned by k8s-sync",
                 lambda: fake.nodes[NODE]["spec"].get("unschedulable") and fake.nodes[NODE],
                 timeout=180,
             )
             assert any(t["key"] == TAINT_KEY for t in cordoned["spec"]["taints"]), logs()
             annotation = fake.pods[("train", "llm-0")]["metadata"]["annotations"][POD_ANNOTATION]
-            assert re.match(r"^\d+: ", annotation), annotation  # '<eviction id>: <reason>'
+            eviction_id = re.match(r"^(\d+): ", annotation)  # '<eviction id>: <reason>'
+            assert eviction_id, annotation
+            with httpx.Client(
+                base_url=f"http://{service_ip}:{port['port']}",
+                headers={"Authorization": f"Bearer {tokens['scheduler']}"},
+                timeout=10,
+            ) as scheduler:
+                eviction = scheduler.get(f"/v1/evictions/{eviction_id.group(1)}").json()
+            assert eviction["node"] == NODE, eviction
+            assert [g["uuid"] for g in eviction["evidence"]["gpus"]] == [FAILING_GPU], eviction
             assert set(used) == granted, f"granted but never used: {granted - set(used)}"
             assert all(c > 0 for c in proxy.connections), proxy.connections  # both api pods served
 
-            # 8. Prometheus' view: the ServiceMonitor's endpoints with its read token.
+            # 8. Prometheus' view: the ServiceMonitor's endpoints, with its read token; the
+            # node is on the default page and on its shard's (crc32(name) % shards).
             monitor = _workload(objects, "ServiceMonitor", "fleetwatch")
-            for endpoint in monitor["spec"]["endpoints"][:2]:
-                params = {k: v[0] for k, v in endpoint.get("params", {}).items()}
-                scraped = read.get(endpoint["path"], params=params)
-                assert scraped.status_code == 200, scraped.text
-                assert "fleetwatch_" in scraped.text
+            default, *shard_endpoints = monitor["spec"]["endpoints"]
+            page = read.get(default["path"]).text
+            assert f'fleetwatch_node_up{{node="{NODE}"' in page, page[:2000]
+            shards = int(shard_endpoints[0]["params"]["shards"][0])
+            (mine,) = [
+                e for e in shard_endpoints
+                if int(e["params"]["shard"][0]) == zlib.crc32(NODE.encode()) % shards
+            ]  # fmt: skip
+            params = {key: value[0] for key, value in mine["params"].items()}
+            shard_page = read.get(mine["path"], params=params).text
+            assert FAILING_GPU in shard_page and mine["relabelings"][0]["replacement"] == (
+                "fleetwatch-shards"
+            )
         except BaseException:
             print(logs())  # noqa: T201 - the processes' logs, for the failure's reader
             raise
