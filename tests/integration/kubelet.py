@@ -175,7 +175,8 @@ class Pod:
         mounts = self.volumes(spec, container)
 
         paths = "|".join(re.escape(p) for p in sorted(mounts, key=len, reverse=True))
-        under_mount = re.compile(rf"(?<![\w/])({paths})(?=/|$)") if mounts else None
+        # A path stands alone, after a flag's '=' or as an SQLite URL's (sqlite:////var/...).
+        under_mount = re.compile(rf"(?:(?<![\w/])|(?<=:///))({paths})(?=/|$)") if mounts else None
 
         def local(text: str) -> str:
             if under_mount is not None:  # one pass: a folder put in is not rewritten again

@@ -441,3 +441,28 @@ def test_the_rendered_fleet_runs_and_cordons_a_failing_node(
         except BaseException:
             print(logs())  # noqa: T201 - the processes' logs, for the failure's reader
             raise
+
+
+def test_the_default_values_run_one_sqlite_pod(tmp_path: Path) -> None:
+    """`helm install` with no values: one pod, `server --role all` on SQLite in its volume,
+    migrating its own file; it becomes ready and leads."""
+    objects = render_objects()
+    (deployment,) = [o for o in objects if o["kind"] == "Deployment"]
+    spec = deployment["spec"]["template"]["spec"]
+    (container,) = spec["containers"]
+    node = Node(NODE, loopback(102), tmp_path / "node")
+    node.root.mkdir()
+    root = tmp_path / "pod"
+    root.mkdir()
+    pod = Pod("fleetwatch-0", loopback(50), node, root, objects)
+    port = container["ports"][0]["containerPort"]
+    path = container["readinessProbe"]["httpGet"]["path"]
+    with pod.run(spec, container) as process:
+
+        def ready() -> dict[str, Any] | None:
+            assert process.process.poll() is None, process.tail()
+            return _ready(f"http://{pod.ip}:{port}{path}")
+
+        answer = wait_for("the SQLite pod ready", ready, timeout=120)
+    assert answer["role"] == "all" and answer["leader"] is True, answer
+    assert list((root / "volumes" / "data").glob("*.db")), "the database is in the data volume"
