@@ -51,7 +51,7 @@ SCENARIOS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
 def _helm_path() -> str | None:
     explicit = os.environ.get("FLEETWATCH_HELM")
     if explicit:
-        return explicit
+        return explicit if os.access(explicit, os.X_OK) else None
     found = subprocess.run(
         [str(REPO / "scripts" / "ensure-helm.sh")], capture_output=True, text=True, check=False
     )

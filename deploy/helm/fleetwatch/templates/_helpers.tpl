@@ -59,6 +59,10 @@ app.kubernetes.io/component: {{ index . 1 }}
 {{- .Values.tls.secretName | default (printf "%s-tls" (include "fleetwatch.fullname" .)) }}
 {{- end }}
 
+{{- define "fleetwatch.clientTlsSecretName" -}}
+{{- .Values.tls.clientSecretName | default (include "fleetwatch.tlsSecretName" .) }}
+{{- end }}
+
 {{- define "fleetwatch.postgres" -}}
 {{- if eq .Values.database.type "postgresql" }}true{{ else if ne .Values.database.type "sqlite" }}
 {{- fail (printf "database.type must be sqlite or postgresql, not %q" .Values.database.type) }}
