@@ -40,7 +40,7 @@ if command -v go >/dev/null; then
   done
   mkdir -p "$cache"
   echo "ensure-helm: building helm $version with $(go version | cut -d' ' -f3) (once)" >&2
-  if GOBIN=$cache GOFLAGS=-mod=mod CGO_ENABLED=0 \
+  if GOBIN=$cache CGO_ENABLED=0 \
     go install -trimpath -ldflags "$ldflags" "$pkg/cmd/helm@$version" >&2 && is_version "$bin"; then
     echo "$bin"
     exit 0
