@@ -31,6 +31,8 @@ if is_version "$bin"; then
   exit 0
 fi
 
+# Debian's Go, where it can be installed (as root on Debian; ensure-debs.sh says why not otherwise).
+command -v go >/dev/null || "$(dirname "$0")/ensure-debs.sh" golang-go >&2 || true
 if command -v go >/dev/null; then
   pkg=helm.sh/helm/v3
   ldflags="-w -s -X $pkg/internal/version.version=$version -X $pkg/internal/version.metadata="
