@@ -90,9 +90,12 @@ def agent(
         metrics.serve(settings.metrics_port)
     node_agent = build_agent(settings, metrics)
     if once:
-        node_agent.spool_collection(node_agent.collect())
-        node_agent.drain_once()
-        waiting, _ = node_agent.spool_depth()
+        try:
+            node_agent.spool_collection(node_agent.collect())
+            node_agent.drain_once()
+            waiting, _ = node_agent.spool_depth()
+        finally:
+            node_agent.close()
         if waiting:
             raise click.ClickException(
                 f"{waiting} batch(es) left in the spool: server unreachable?"
