@@ -11,10 +11,11 @@ import contextlib
 import os
 import secrets
 import socket
+import ssl
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -77,7 +78,11 @@ def running_server(
     extra_env: dict[str, str],
     role: str | None = None,
     stop_timeout_s: float = 15.0,
+    extra_args: Sequence[str] = (),
+    verify: ssl.SSLContext | None = None,
 ) -> Iterator[ServerProcess]:
+    """``verify``: the server serves HTTPS (its ``--tls-*`` flags among ``extra_args``) and this
+    context checks it (with a client certificate where the server requires one)."""
     port = free_port()
     log_path = workdir / f"server-{port}.log"
     env = {k: v for k, v in os.environ.items() if not k.startswith("FLEETWATCH_SERVER_")}
@@ -94,19 +99,22 @@ def running_server(
                 "--workers",
                 str(workers),
                 *(("--role", role) if role else ()),
+                *extra_args,
             ],
             stdout=sink,
             stderr=subprocess.STDOUT,
             env=env,
         )
-    server = ServerProcess(f"http://127.0.0.1:{port}", process, log_path)
+    scheme = "https" if verify is not None else "http"
+    server = ServerProcess(f"{scheme}://127.0.0.1:{port}", process, log_path)
     try:
         deadline = time.monotonic() + 60
         while True:
             if process.poll() is not None:
                 raise SystemExit(f"server exited early:\n{log_path.read_text()}")
             try:
-                if httpx.get(f"{server.url}/readyz", timeout=1).status_code == 200:
+                ready = httpx.get(f"{server.url}/readyz", timeout=1, verify=verify or True)
+                if ready.status_code == 200:
                     break
             except httpx.TransportError:
                 pass

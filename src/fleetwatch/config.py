@@ -22,6 +22,13 @@ from pydantic import Field, SecretStr, ValidationError, field_validator, model_v
 from pydantic.config import JsonDict
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict, SettingsError
 
+from fleetwatch.client_tls import (
+    CA_BUNDLE_ENV,
+    CLIENT_CERT_ENV,
+    CLIENT_KEY_ENV,
+    ClientTls,
+    is_loopback_url,
+)
 from fleetwatch.errors import ConfigError
 
 __all__ = [
@@ -92,6 +99,33 @@ class ServerSettings(BaseSettings):
         default=False,
         description="Accept requests without a token, as admin. Local experiments only.",
         json_schema_extra=OPERATOR,
+    )
+    tls_cert: Path | None = Field(
+        default=None,
+        description="PEM certificate chain to serve HTTPS with (TLS 1.2 or newer), this server's "
+        "certificate first; re-read without a restart when it changes (cert-manager renewals)",
+        json_schema_extra=OPERATOR,
+    )
+    tls_key: Path | None = Field(
+        default=None,
+        description="PEM private key of tls_cert; re-read with it",
+        json_schema_extra=OPERATOR,
+    )
+    tls_client_ca: Path | None = Field(
+        default=None,
+        description="PEM CA bundle that client certificates must chain to: set, every client must "
+        "present one (mutual TLS) besides its bearer token, and a push, validation or job event "
+        "must name a node its certificate names (subject CN or a DNS SAN); re-read with tls_cert",
+        json_schema_extra=OPERATOR,
+    )
+    tls_reload_check_s: float = Field(
+        default=5.0,
+        gt=0,
+        le=3600,
+        description="How often, at most, a new TLS connection checks whether the certificate, "
+        "key or client CA files changed (one stat() of each); a changed set is loaded for that "
+        "connection and every later one",
+        json_schema_extra=ADVANCED,
     )
     max_body_bytes: int = Field(
         default=8 * 1024 * 1024,
@@ -693,6 +727,16 @@ class ServerSettings(BaseSettings):
             )
         return self
 
+    @model_validator(mode="after")
+    def _tls_files_together(self) -> ServerSettings:
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ValueError(
+                "tls_cert and tls_key go together: set both to serve HTTPS, or neither"
+            )
+        if self.tls_client_ca is not None and self.tls_cert is None:
+            raise ValueError("tls_client_ca needs tls_cert and tls_key: mutual TLS is TLS first")
+        return self
+
     @field_validator("database_url")
     @classmethod
     def _use_psycopg3(cls, url: str) -> str:
@@ -824,7 +868,28 @@ class AgentSettings(BaseSettings):
         json_schema_extra=ADVANCED,
     )
     ca_bundle: Path | None = Field(
-        default=None, description="CA bundle to verify the server", json_schema_extra=OPERATOR
+        default=None,
+        description="CA bundle the server's certificate must chain to (else the public roots); "
+        "unset here, FLEETWATCH_CA_BUNDLE, which every FleetWatch client reads",
+        json_schema_extra=OPERATOR,
+    )
+    client_cert: Path | None = Field(
+        default=None,
+        description="Client certificate (PEM) for a server that requires one (mutual TLS), "
+        "naming this node (subject CN or a DNS SAN); unset here, FLEETWATCH_CLIENT_CERT",
+        json_schema_extra=OPERATOR,
+    )
+    client_key: Path | None = Field(
+        default=None,
+        description="Private key of client_cert, unless that file holds it; unset here, "
+        "FLEETWATCH_CLIENT_KEY",
+        json_schema_extra=OPERATOR,
+    )
+    allow_insecure_http: bool = Field(
+        default=False,
+        description="Send the token over plain http:// to a server other than this machine "
+        "(loopback); refused otherwise, and said in the log when allowed",
+        json_schema_extra=OPERATOR,
     )
     push_timeout_s: float = Field(
         default=15.0, gt=0, description="Timeout of one push", json_schema_extra=ADVANCED
@@ -890,6 +955,25 @@ class AgentSettings(BaseSettings):
             )
         return value
 
+    def client_tls(self) -> ClientTls:
+        return ClientTls(self.ca_bundle, self.client_cert, self.client_key)
+
+    def token_in_clear(self) -> bool:
+        """Whether pushes carry the token in clear to another machine (plain http://)."""
+        plain = self.server_url.strip().lower().startswith("http://")
+        return plain and not is_loopback_url(self.server_url.strip())
+
+    def plain_http_problem(self) -> str | None:
+        """Why the token may not go to server_url (plain HTTP to another machine), or None."""
+        if not self.token_in_clear() or self.allow_insecure_http:
+            return None
+        return (
+            f"server_url {self.server_url} is plain HTTP to another machine: the token would "
+            "cross the network in clear. Use https:// (and --ca-bundle), or say "
+            "--allow-insecure-http (FLEETWATCH_AGENT_ALLOW_INSECURE_HTTP=true) on a network "
+            "you trust"
+        )
+
     def bearer_token(self) -> str | None:
         if self.token is not None:
             return self.token.get_secret_value()
@@ -901,8 +985,17 @@ class AgentSettings(BaseSettings):
         return None
 
 
+_SHARED_CLIENT_ENV = {
+    "ca_bundle": CA_BUNDLE_ENV,
+    "client_cert": CLIENT_CERT_ENV,
+    "client_key": CLIENT_KEY_ENV,
+}
+
+
 def load_agent_settings(config_file: Path | None = None, **flags: Any) -> AgentSettings:
-    """Flags over environment over the TOML file over defaults."""
+    """Flags over environment over the TOML file over defaults; the TLS files (ca_bundle,
+    client_cert, client_key) then fall back to the variables every client reads
+    (``FLEETWATCH_CA_BUNDLE``, ...)."""
     from_file: dict[str, Any] = {}
     if config_file is not None:
         try:
@@ -917,6 +1010,11 @@ def load_agent_settings(config_file: Path | None = None, **flags: Any) -> AgentS
         if f"FLEETWATCH_AGENT_{key.upper()}" not in os.environ
     }
     values.update({key: value for key, value in flags.items() if value is not None})
+    # The TLS files every FleetWatch client reads (fleetwatch.client_tls), below the agent's own.
+    for key, shared in _SHARED_CLIENT_ENV.items():
+        own = f"FLEETWATCH_AGENT_{key.upper()}"
+        if key not in values and own not in os.environ and os.environ.get(shared, "").strip():
+            values[key] = os.environ[shared].strip()
     try:
         return AgentSettings(**values)
     except ValidationError as exc:

@@ -17,6 +17,7 @@
       AuthError
         Unauthenticated           no token, or an unknown/revoked one
         Forbidden                 a valid token without the scope an endpoint needs
+        NodeForbidden             a caller speaking for a node its token or certificate is not for
       PushError                   the agent could not deliver a batch (wraps httpx errors)
       CollectorError              a telemetry source failed
         NvmlUnavailable           no NVML library or driver on this node
@@ -46,6 +47,7 @@ __all__ = [
     "GpuClaimed",
     "InvalidInput",
     "ModelError",
+    "NodeForbidden",
     "NotFound",
     "NvmlUnavailable",
     "PayloadTooLarge",
@@ -169,6 +171,16 @@ class Forbidden(AuthError):
         )
         self.scope = scope
         self.needed = tuple(needed)
+
+
+class NodeForbidden(AuthError):
+    """A batch, validation or job event for ``node`` from a caller that may not speak for it:
+    its token is bound to other nodes, or its client certificate names another node."""
+
+    def __init__(self, node: str, reason: str) -> None:
+        super().__init__(f"may not speak for node {node!r}: {reason}")
+        self.node = node
+        self.reason = reason
 
 
 class PushError(FleetWatchError):

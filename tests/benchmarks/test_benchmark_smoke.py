@@ -49,6 +49,7 @@ SMOKES = [
     Smoke("host_error_evictions", "both (2 trials)", slow=True),
     Smoke("ib_collector", '"cpu_ms_per_collection"', needs=("shared",)),
     Smoke("ingest", "stored", ("--only", "postgres", "--database-url", "{postgres}"), PG, True),
+    Smoke("ingest_tls", "| tls | fresh |", slow=True),
     Smoke("leader_takeover", '"trials": 1', ("--postgres", "{postgres}"), PG, slow=True),
     Smoke("metrics", "| default page: first scrape |", slow=True),
     Smoke("models", "| Weibull refit,"),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import os
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -79,20 +80,31 @@ class LiveServer:
     url: str
     process: subprocess.Popen[bytes]
     log: Path
+    verify: ssl.SSLContext | bool = True  # over HTTPS: the context that trusts its certificate
 
     def client(self, token: str) -> httpx.Client:
         return httpx.Client(
-            base_url=self.url, headers={"Authorization": f"Bearer {token}"}, timeout=10
+            base_url=self.url,
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=10,
+            verify=self.verify,
         )
 
     def wait_ready(self, timeout: float = 120.0) -> dict[str, Any]:
-        return wait_ready(self.url, self.process, self.log, timeout)
+        return wait_ready(self.url, self.process, self.log, timeout, verify=self.verify)
 
 
 @contextmanager
 def live_server(
-    database_url: str, log_dir: Path, *extra: str, port: int | None = None
+    database_url: str,
+    log_dir: Path,
+    *extra: str,
+    port: int | None = None,
+    verify: ssl.SSLContext | None = None,
 ) -> Iterator[LiveServer]:
+    """A `fleetwatch server` with the flags ``extra``, ready; ``verify``: it serves HTTPS (its
+    ``--tls-*`` flags are among ``extra``) and this context checks it (and presents a client
+    certificate where it needs one)."""
     port = port or free_port()
     log = log_dir / f"server-{port}.log"
     with log.open("ab") as sink:
@@ -101,7 +113,8 @@ def live_server(
             stdout=sink,
             stderr=subprocess.STDOUT,
         )
-    server = LiveServer(url=f"http://127.0.0.1:{port}", process=process, log=log)
+    scheme = "https" if verify is not None else "http"
+    server = LiveServer(f"{scheme}://127.0.0.1:{port}", process, log, verify or True)
     try:
         server.wait_ready()
         yield server
@@ -120,7 +133,11 @@ def stop_process(process: subprocess.Popen[bytes], timeout: float = 30.0) -> Non
 
 
 def wait_ready(
-    url: str, process: subprocess.Popen[bytes], log: Path, timeout: float = 120.0
+    url: str,
+    process: subprocess.Popen[bytes],
+    log: Path,
+    timeout: float = 120.0,
+    verify: ssl.SSLContext | bool = True,
 ) -> dict[str, Any]:
     """The server's ``/readyz`` answer once it is 200; fails with the server's ``log`` when the
     process exits first or is not ready within ``timeout`` seconds."""
@@ -129,7 +146,7 @@ def wait_ready(
         if process.poll() is not None:
             raise AssertionError(f"server exited early:\n{log.read_text()}")
         try:
-            answer = httpx.get(f"{url}/readyz", timeout=2)
+            answer = httpx.get(f"{url}/readyz", timeout=2, verify=verify)
             if answer.status_code == 200:
                 return dict(answer.json())
         except httpx.TransportError:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -468,5 +469,51 @@ def test_node_and_gpu_rows_update_in_place_after_0014(
                 )
             ).one()
         assert tuple(hot) == (1, 1)
+    finally:
+        db.dispose()
+
+
+@pytest.mark.parametrize("kind", ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def test_migration_0018_keeps_every_token_unbound_and_binds_new_ones(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """Issue 37: a 0017 database's tokens keep working, unbound (any node), through the upgrade;
+    a token made after it can be bound; the downgrade drops the binding and keeps the tokens."""
+    from alembic import command
+    from sqlalchemy import text
+
+    from fleetwatch.server.auth import authenticate, create_token
+    from fleetwatch.server.db.migrate import alembic_config
+
+    db = _empty_database(kind, tmp_path, request)
+    token = "fwt_0123456789ab_old-agent-token-secret"
+    try:
+        upgrade(db.engine, "0017")
+        with db.engine.begin() as conn:
+            conn.execute(
+                text(
+                    "INSERT INTO api_tokens (token_id, name, scope, secret_sha256, created_at)"
+                    " VALUES ('0123456789ab', 'old-agent', 'agent', :digest, :now)"
+                ),
+                {
+                    "digest": hashlib.sha256(token.encode()).hexdigest(),
+                    "now": datetime(2026, 12, 1, tzinfo=UTC),
+                },
+            )
+        upgrade(db.engine)
+        with db.engine.begin() as conn:
+            old = authenticate(conn, token)
+            assert (old.name, old.scope, old.node_pattern) == ("old-agent", "agent", None)
+            secret, bound = create_token(conn, name="rack-7", scope="agent", node_pattern="gpu-7*")
+            assert authenticate(conn, secret).node_pattern == bound.node_pattern == "gpu-7*"
+        config = alembic_config()
+        with db.engine.begin() as conn:
+            config.attributes["connection"] = conn
+            command.downgrade(config, "0017")
+        with db.engine.connect() as conn:
+            columns = {c["name"] for c in inspect(conn).get_columns("api_tokens")}
+            names = set(conn.execute(text("SELECT name FROM api_tokens")).scalars())
+        assert "node_pattern" not in columns
+        assert names == {"old-agent", "rack-7"}
     finally:
         db.dispose()

@@ -32,6 +32,7 @@ from urllib.parse import quote
 import httpx
 from pydantic import BaseModel, ConfigDict
 
+from fleetwatch.client_tls import ClientTls
 from fleetwatch.errors import FleetWatchError
 
 if TYPE_CHECKING:
@@ -112,11 +113,16 @@ class SchedulerClient:
         self._http = http
 
     @classmethod
-    def connect(cls, server_url: str, token: str, timeout_s: float = 10.0) -> SchedulerClient:
+    def connect(
+        cls, server_url: str, token: str, timeout_s: float = 10.0, *, tls: ClientTls | None = None
+    ) -> SchedulerClient:
+        """A client of ``server_url``; ``tls``: the CA bundle and client certificate (default:
+        httpx's public roots, no client certificate)."""
         http = httpx.Client(
             base_url=server_url.rstrip("/"),
             headers={"Authorization": f"Bearer {token}"},
             timeout=timeout_s,
+            verify=(tls or ClientTls()).verify(),
         )
         return cls(http)
 

@@ -94,9 +94,17 @@ def build_agent(
     token = settings.bearer_token()
     if not token:
         raise ConfigError("no token: set --token, --token-file or FLEETWATCH_AGENT_TOKEN")
+    refused = settings.plain_http_problem()
+    if refused is not None:
+        raise ConfigError(refused)
+    if settings.token_in_clear():
+        logger.warning(
+            "sending the agent token in clear over plain HTTP to %s (allow_insecure_http)",
+            settings.server_url,
+        )
+    verify = settings.client_tls().verify()
     metrics = metrics or AgentMetrics()
     spool = Spool(settings.spool_dir, max_bytes=settings.spool_max_bytes)
-    verify: str | bool = str(settings.ca_bundle) if settings.ca_bundle else True
     client = httpx.Client(
         base_url=settings.server_url.rstrip("/"),
         headers={

@@ -388,6 +388,13 @@ class Agent:
             for collector in self._collectors:
                 collector.close()
 
+    def close(self) -> None:
+        """Close the collectors and the HTTP client, after ``--once`` (``run`` closes its
+        collectors itself and leaves the client, which its caller may own, to its caller)."""
+        for collector in self._collectors:
+            collector.close()
+        self._pusher.close()
+
     def _push_staged_safely(self) -> None:
         """Combine what is staged, if anything (at start and at shutdown)."""
         try:

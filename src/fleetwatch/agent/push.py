@@ -99,6 +99,10 @@ class Pusher:
         self._last_status: int | None = None  # of the last push; None: no answer
         self.pushed_batches = 0
 
+    def close(self) -> None:
+        """Close the HTTP client (its kept-alive connection to the server)."""
+        self._client.close()
+
     def wake(self) -> None:
         """Something new is in the spool: push now rather than at the next retry."""
         self._wake.set()

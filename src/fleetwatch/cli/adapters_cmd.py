@@ -10,9 +10,12 @@ import logging
 import signal
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 import click
+
+from fleetwatch.cli.tls_options import client_tls_options
 
 if TYPE_CHECKING:
     from fleetwatch.adapters.maintenance import MaintenanceSource
@@ -53,7 +56,7 @@ def _common(func: click.decorators.FC) -> click.decorators.FC:
     ]
     for option in reversed(options):
         func = option(func)
-    return func
+    return client_tls_options()(func)
 
 
 @click.command("slurm-sync")
@@ -124,16 +127,21 @@ def _sync(
     once: bool,
     dry_run: bool,
     windows: bool,
+    ca_bundle: Path | None,
+    client_cert: Path | None,
+    client_key: Path | None,
     **flags: Any,
 ) -> None:
     from fleetwatch.adapters.client import SchedulerClient
     from fleetwatch.adapters.settings import load_adapter_settings
     from fleetwatch.adapters.sync import SyncEngine
+    from fleetwatch.client_tls import ClientTls
 
     settings = load_adapter_settings(**flags)
+    tls = ClientTls(ca_bundle, client_cert, client_key)
     backend = make_backend()
     client = SchedulerClient.connect(
-        settings.server_url, settings.token.get_secret_value(), settings.timeout_s
+        settings.server_url, settings.token.get_secret_value(), settings.timeout_s, tls=tls
     )
     source = cast("MaintenanceSource", backend) if windows else None
     engine = SyncEngine(

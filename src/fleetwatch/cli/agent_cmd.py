@@ -12,6 +12,7 @@ from typing import Any
 
 import click
 
+from fleetwatch.cli.tls_options import client_tls_options
 from fleetwatch.config import load_agent_settings
 
 __all__ = ["agent"]
@@ -48,7 +49,14 @@ logger = logging.getLogger(__name__)
     type=float,
     help="Seconds of plain 500s (server otherwise up) before a batch is set aside [600]",
 )
-@click.option("--ca-bundle", type=click.Path(exists=True, path_type=Path))
+@client_tls_options(shared_env=False)
+@click.option(
+    "--allow-insecure-http",
+    is_flag=True,
+    default=None,
+    help="Send the token over plain http:// to another machine (refused otherwise; loopback "
+    "is always allowed) [env FLEETWATCH_AGENT_ALLOW_INSECURE_HTTP]",
+)
 @click.option("--dcgm-url", help="dcgm-exporter /metrics URL or file")
 @click.option("--nvidia-smi", "nvidia_smi", help="Command, or a file with its XML output")
 @click.option("--kernel-log", help="auto, kmsg, journal, or a file to follow")
@@ -82,9 +90,12 @@ def agent(
         metrics.serve(settings.metrics_port)
     node_agent = build_agent(settings, metrics)
     if once:
-        node_agent.spool_collection(node_agent.collect())
-        node_agent.drain_once()
-        waiting, _ = node_agent.spool_depth()
+        try:
+            node_agent.spool_collection(node_agent.collect())
+            node_agent.drain_once()
+            waiting, _ = node_agent.spool_depth()
+        finally:
+            node_agent.close()
         if waiting:
             raise click.ClickException(
                 f"{waiting} batch(es) left in the spool: server unreachable?"

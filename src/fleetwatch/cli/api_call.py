@@ -1,22 +1,27 @@
 """The server's API from a CLI command: the ``--server`` option and one authenticated call.
 
 Shared by the commands that manage server state over HTTP (``fleetwatch webhook``,
-``fleetwatch maintenance``); a refusal becomes a ``ClickException`` naming the status, the
-server's message and, for a 422, each field and its reason.
+``fleetwatch maintenance``), with the client TLS options each of them takes; a refusal becomes a
+``ClickException`` naming the status, the server's message and, for a 422, each field and its
+reason.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 import click
+
+from fleetwatch.cli.tls_options import client_tls_options
+from fleetwatch.client_tls import ClientTls
 
 __all__ = ["SERVER_OPTION", "call_api", "token_option"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-SERVER_OPTION = click.option(
+_SERVER_URL = click.option(
     "--server",
     "server_url",
     envvar="FLEETWATCH_URL",
@@ -24,6 +29,19 @@ SERVER_OPTION = click.option(
     show_default=True,
     help="FleetWatch server URL [env FLEETWATCH_URL]",
 )
+_TLS_KEY = "fleetwatch.client_tls"
+
+
+def _keep_tls(ctx: click.Context, param: click.Parameter, value: Path | None) -> None:
+    """The TLS options go to :func:`call_api` through the context, not to every command."""
+    ctx.meta.setdefault(_TLS_KEY, {})[str(param.name)] = value
+
+
+def SERVER_OPTION(func: F) -> F:
+    """``--server`` (env ``FLEETWATCH_URL``) and the client TLS options (``--ca-bundle``,
+    ``--client-cert``, ``--client-key``; see :mod:`fleetwatch.client_tls`)."""
+    func = client_tls_options(expose_value=False, callback=_keep_tls)(func)
+    return _SERVER_URL(func)
 
 
 def token_option(help_text: str) -> Callable[[F], F]:
@@ -37,12 +55,16 @@ def call_api(server_url: str, token: str, method: str, path: str, **kwargs: Any)
 
     from fleetwatch.errors import FleetWatchError
 
+    context = click.get_current_context(silent=True)
+    options = context.meta.get(_TLS_KEY, {}) if context is not None else {}
+    verify = ClientTls.from_env(**options).verify()
     try:
         response = httpx.request(
             method,
             server_url.rstrip("/") + path,
             headers={"Authorization": f"Bearer {token}"},
             timeout=30,
+            verify=verify,
             **kwargs,
         )
     except httpx.HTTPError as exc:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 from typing import Any
 
 import click
@@ -52,6 +53,23 @@ database_option = click.option(
     type=float,
     help="Days hourly rollups are kept [default 730] [env FLEETWATCH_SERVER_ROLLUP_RETENTION_DAYS]",
 )
+@click.option(
+    "--tls-cert",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Serve HTTPS with this PEM certificate chain; re-read when it changes "
+    "[env FLEETWATCH_SERVER_TLS_CERT]",
+)
+@click.option(
+    "--tls-key",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Its PEM private key [env FLEETWATCH_SERVER_TLS_KEY]",
+)
+@click.option(
+    "--tls-client-ca",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Require client certificates from this CA (mutual TLS; tokens are still checked) "
+    "[env FLEETWATCH_SERVER_TLS_CLIENT_CA]",
+)
 def server(
     host: str | None,
     port: int | None,
@@ -61,6 +79,9 @@ def server(
     insecure_no_auth: bool | None,
     raw_retention_days: float | None,
     rollup_retention_days: float | None,
+    tls_cert: Path | None,
+    tls_key: Path | None,
+    tls_client_ca: Path | None,
 ) -> None:
     """Run the central service (REST API, ingest, /metrics)."""
     import uvicorn
@@ -69,6 +90,7 @@ def server(
     from fleetwatch.server.log_config import server_log_config
     from fleetwatch.server.process_tuning import tune_malloc
     from fleetwatch.server.runtime.leader import single_process_problem
+    from fleetwatch.server.tls import server_tls
 
     settings = load_server_settings(
         host=host,
@@ -79,7 +101,13 @@ def server(
         insecure_no_auth=insecure_no_auth,
         raw_retention_days=raw_retention_days,
         rollup_retention_days=rollup_retention_days,
+        tls_cert=tls_cert,
+        tls_key=tls_key,
+        tls_client_ca=tls_client_ca,
     )
+    tls = server_tls(settings)
+    if tls is not None:
+        tls.check()  # unreadable files fail here, naming them, before the port is bound
     # SQLite serves one process: refuse before anything starts, naming the way out.
     problem = single_process_problem(settings)
     if problem is not None:
@@ -111,6 +139,8 @@ def server(
         # Deadlines on each request and a cap on connections (server/http_protocol.py).
         http="fleetwatch.server.http_protocol:GuardedHttpToolsProtocol",
         proxy_headers=True,
+        # Each worker process builds its listening context from the files (server/tls.py).
+        ssl_context_factory=tls,
     )
 
 
@@ -186,19 +216,29 @@ def token() -> None:
 @token.command("create")
 @click.option("--scope", required=True, type=click.Choice(["agent", "read", "scheduler", "admin"]))
 @click.option("--name", required=True, help="Who or what uses it, e.g. pool-a")
+@click.option(
+    "--node",
+    "node_pattern",
+    metavar="NAME|PATTERN",
+    help="Agent tokens: bind it to the nodes matching this name or shell pattern (gpu-*); it "
+    "may then push, validate and report job events for those nodes only. Unbound: any node",
+)
 @database_option
-def token_create(scope: str, name: str, database_url: str | None) -> None:
+def token_create(scope: str, name: str, node_pattern: str | None, database_url: str | None) -> None:
     """Create a token and print it once, alone on the last line."""
     from fleetwatch.server.auth import create_token
 
+    if node_pattern is not None and scope != "agent":
+        raise click.UsageError("--node binds agent tokens only (--scope agent)")
     database = _open_database(database_url)
     try:
         with database.write() as conn:
-            secret, info = create_token(conn, name=name, scope=scope)
+            secret, info = create_token(conn, name=name, scope=scope, node_pattern=node_pattern)
     finally:
         database.dispose()
+    bound = f", for nodes {info.node_pattern!r}" if info.node_pattern is not None else ""
     click.echo(
-        f"created {info.scope} token {info.name!r} (id {info.token_id}); "
+        f"created {info.scope} token {info.name!r} (id {info.token_id}{bound}); "
         "it is shown only now, store it safely:"
     )
     click.echo(secret)
@@ -224,12 +264,21 @@ def token_list(include_revoked: bool, as_json: bool, database_url: str | None) -
                 json.dumps({k: str(v) if v is not None else None for k, v in vars(t).items()})
             )
         return
-    click.echo(f"{'ID':<14}{'SCOPE':<11}{'CREATED':<22}{'LAST USED':<22}{'REVOKED':<22}NAME")
+    click.echo(
+        f"{'ID':<14}{'SCOPE':<11}{'NODES':<16}{'CREATED':<22}{'LAST USED':<22}{'REVOKED':<22}NAME"
+    )
     for t in tokens:
         click.echo(
-            f"{t.token_id:<14}{t.scope:<11}{_when(t.created_at):<22}{_when(t.last_used_at):<22}"
-            f"{_when(t.revoked_at):<22}{t.name}"
+            f"{t.token_id:<14}{t.scope:<11}{_nodes(t.scope, t.node_pattern):<15} "
+            f"{_when(t.created_at):<22}{_when(t.last_used_at):<22}{_when(t.revoked_at):<22}{t.name}"
         )
+
+
+def _nodes(scope: str, pattern: str | None) -> str:
+    """What an agent token may speak for: its pattern, or ``unbound`` (any node)."""
+    if scope != "agent":
+        return "-"
+    return pattern if pattern is not None else "unbound"
 
 
 def _when(value: Any) -> str:

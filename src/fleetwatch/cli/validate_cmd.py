@@ -14,6 +14,7 @@ from urllib.parse import quote
 
 import click
 
+from fleetwatch.cli.tls_options import client_tls_options
 from fleetwatch.config import load_agent_settings
 from fleetwatch.errors import FleetWatchError
 
@@ -43,7 +44,13 @@ class _NoNvml(click.ClickException):
 @click.option("--token", help="Agent token (prefer --token-file or FLEETWATCH_AGENT_TOKEN)")
 @click.option("--token-file", type=click.Path(path_type=Path))
 @click.option("--node-name", help="Default: the hostname")
-@click.option("--ca-bundle", type=click.Path(exists=True, path_type=Path))
+@client_tls_options(shared_env=False)
+@click.option(
+    "--allow-insecure-http",
+    is_flag=True,
+    default=None,
+    help="Send the token over plain http:// to another machine, as the agent's setting",
+)
 @click.option(
     "--duration",
     "duration_s",
@@ -149,8 +156,14 @@ def _push(settings: Any, body: str) -> None:
     token = settings.bearer_token()
     if not token:
         raise _NotPushed("no agent token: give --token-file or FLEETWATCH_AGENT_TOKEN")
+    refused = settings.plain_http_problem()
+    if refused is not None:
+        raise _NotPushed(refused)
     url = f"{settings.server_url.rstrip('/')}/v1/nodes/{quote(settings.node_name, safe='')}"
-    verify: Any = str(settings.ca_bundle) if settings.ca_bundle else True
+    try:
+        verify = settings.client_tls().verify()
+    except FleetWatchError as exc:
+        raise _NotPushed(str(exc)) from exc
     try:
         response = httpx.post(
             f"{url}/validations",

@@ -50,12 +50,20 @@ out, a node risk over the job's threshold, and their clearing. The loop asks che
 exception it raises is logged, never raised into the loop. The thread remembers its cursor, so
 after the server was away it reads what it missed. ``notices=False`` turns it off.
 
-Only the standard library and httpx are imported, so the agent-only install can use it.
+TLS: ``ca_bundle`` (the CA the server's certificate must chain to), ``client_cert`` and
+``client_key`` (for a server that requires client certificates), each defaulting to
+``FLEETWATCH_CA_BUNDLE``, ``FLEETWATCH_CLIENT_CERT`` and ``FLEETWATCH_CLIENT_KEY``, as for every
+FleetWatch client (:mod:`fleetwatch.client_tls`). A file that cannot be read raises
+``ConfigError`` here, at construction, not in the training loop.
+
+Only the standard library, httpx and ``fleetwatch.client_tls`` are imported, so the agent-only
+install can use it.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import random
 import threading
 import time
@@ -67,6 +75,8 @@ from types import TracebackType
 from typing import Any
 
 import httpx
+
+from fleetwatch.client_tls import ClientTls
 
 __all__ = ["StepReporter"]
 
@@ -103,6 +113,9 @@ class StepReporter:
         notices: bool = True,
         on_notice: Callable[[Notice], None] | None = None,
         notice_wait_s: float = 30.0,
+        ca_bundle: str | os.PathLike[str] | None = None,
+        client_cert: str | os.PathLike[str] | None = None,
+        client_key: str | os.PathLike[str] | None = None,
     ) -> None:
         self.job_id = job_id
         self.rank = rank
@@ -127,11 +140,13 @@ class StepReporter:
         self._next_step = 0
         self._path = f"/v1/jobs/{job_id}/steps"
         self._job_path = f"/v1/jobs/{job_id}"
+        tls = ClientTls.from_env(ca_bundle, client_cert, client_key)
         self._client = httpx.Client(
             base_url=url.rstrip("/"),
             headers={"Authorization": f"Bearer {token}"},
             timeout=timeout_s,
             transport=transport,
+            verify=tls.verify(),
         )
         self._healthy = True
         self.notices: list[Notice] = []

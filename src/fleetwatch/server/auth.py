@@ -67,19 +67,30 @@ class TokenInfo:
     created_at: datetime
     revoked_at: datetime | None = None
     last_used_at: datetime | None = None
+    # Agent tokens: the nodes it may speak for, a name or shell pattern (server.node_binding);
+    # None: any node (simulators, remote write).
+    node_pattern: str | None = None
 
 
 def _digest(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-def create_token(conn: Connection, *, name: str, scope: str) -> tuple[str, TokenInfo]:
-    """Store a new token and return it in clear (the only time it exists in clear) with its info."""
+def create_token(
+    conn: Connection, *, name: str, scope: str, node_pattern: str | None = None
+) -> tuple[str, TokenInfo]:
+    """Store a new token and return it in clear (the only time it exists in clear) with its info.
+
+    ``node_pattern`` binds an agent token to the nodes it names (a name, or a shell pattern such
+    as ``gpu-*``): it may then push, validate and report job events for those nodes only.
+    """
     if scope not in SCOPES:
         raise InvalidInput(
             f"unknown scope {scope!r}; choose one of {', '.join(SCOPES)}",
             [{"loc": ["scope"], "msg": f"must be one of {', '.join(SCOPES)}"}],
         )
+    if node_pattern is not None:
+        node_pattern = _checked_pattern(node_pattern, scope)
     name = name.strip()
     if not name or len(name) > 128:
         raise InvalidInput(
@@ -91,10 +102,34 @@ def create_token(conn: Connection, *, name: str, scope: str) -> tuple[str, Token
     now = utcnow()
     conn.execute(
         insert(api_tokens).values(
-            token_id=token_id, name=name, scope=scope, secret_sha256=_digest(token), created_at=now
+            token_id=token_id,
+            name=name,
+            scope=scope,
+            secret_sha256=_digest(token),
+            created_at=now,
+            node_pattern=node_pattern,
         )
     )
-    return token, TokenInfo(token_id=token_id, name=name, scope=scope, created_at=now)
+    info = TokenInfo(
+        token_id=token_id, name=name, scope=scope, created_at=now, node_pattern=node_pattern
+    )
+    return token, info
+
+
+def _checked_pattern(pattern: str, scope: str) -> str:
+    if scope != "agent":
+        raise InvalidInput(
+            f"only agent tokens are bound to nodes; a {scope} token speaks for no node",
+            [{"loc": ["node_pattern"], "msg": "only with scope agent"}],
+        )
+    pattern = pattern.strip()
+    if not pattern or len(pattern) > 253 or not pattern.isprintable() or " " in pattern:
+        raise InvalidInput(
+            "node pattern must be a node name or a shell pattern (gpu-*, gpu-0[0-3]*), "
+            "1 to 253 printable characters without spaces",
+            [{"loc": ["node_pattern"], "msg": "1 to 253 printable characters, no spaces"}],
+        )
+    return pattern
 
 
 # What an unknown token id is checked against: no token hashes to it (its text is not a token),
@@ -136,6 +171,7 @@ def _active_info(conn: Connection, token_id: str) -> TokenInfo:
         scope=row.scope,
         created_at=row.created_at,
         last_used_at=row.last_used_at,
+        node_pattern=row.node_pattern,
     )
 
 
@@ -214,6 +250,7 @@ def list_tokens(conn: Connection, *, include_revoked: bool = False) -> list[Toke
             created_at=row.created_at,
             revoked_at=row.revoked_at,
             last_used_at=row.last_used_at,
+            node_pattern=row.node_pattern,
         )
         for row in conn.execute(query)
     ]
@@ -245,4 +282,5 @@ def revoke_token(conn: Connection, key: str) -> TokenInfo:
         created_at=row.created_at,
         revoked_at=now,
         last_used_at=row.last_used_at,
+        node_pattern=row.node_pattern,
     )

@@ -20,6 +20,7 @@ from fleetwatch.errors import (
     FleetWatchError,
     Forbidden,
     InvalidInput,
+    NodeForbidden,
     NotFound,
     PayloadTooLarge,
     SchemaOutOfDate,
@@ -38,6 +39,7 @@ logger = logging.getLogger(__name__)
 ERROR_STATUS: tuple[tuple[type[FleetWatchError], int], ...] = (
     (Unauthenticated, 401),
     (Forbidden, 403),
+    (NodeForbidden, 403),
     (NotFound, 404),
     (BatchConflict, 409),
     (Conflict, 409),

@@ -14,8 +14,14 @@ process's :class:`~fleetwatch.server.http_guard.ConnectionGuard`):
 While the application works on a request (a long-poll may take minutes) no deadline runs. A
 connection beyond the process's cap is answered 503 and closed before anything is read.
 
+Over TLS, each request's scope also carries what the handshake established about the client
+(``scope["extensions"]["tls"]``, :mod:`fleetwatch.server.client_certs`): its verified
+certificate's names, which decide the nodes it may speak for
+(:mod:`fleetwatch.server.node_binding`).
+
 ``fleetwatch server`` runs uvicorn with this protocol (``http=``). Without the guard in the
-lifespan state (an app that never started) it is uvicorn's protocol unchanged.
+lifespan state (an app that never started) it is uvicorn's protocol unchanged, bar the scope's
+TLS extension.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from uvicorn.config import Config
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.server import ServerState
 
+from fleetwatch.server.client_certs import tls_extension
 from fleetwatch.server.http_guard import LIFESPAN_KEY, ConnectionGuard
 
 __all__ = ["GuardedHttpToolsProtocol"]
@@ -50,12 +57,16 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._guard: ConnectionGuard | None = app_state.get(LIFESPAN_KEY)
         self._counted = False
         self._deadline: asyncio.TimerHandle | None = None
+        self._tls: dict[str, Any] | None = None  # the scope's TLS extension, per connection
         if self._guard is not None:
             # Read by uvicorn when it arms its keep-alive timer (call_later takes a float).
             self.timeout_keep_alive = self._guard.limits.idle_timeout_s
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        ssl_object = transport.get_extra_info("ssl_object")
+        if ssl_object is not None:  # asyncio calls this once the handshake is done
+            self._tls = tls_extension(ssl_object)
         if self._guard is None:
             return
         if not self._guard.opened(self.client):
@@ -77,6 +88,8 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
+        if self._tls is not None:
+            self.scope["extensions"] = {"tls": self._tls}  # type: ignore[dict-item]
         # The first request's deadline runs from the connection's start: not moved here.
         if self._guard is not None and self._deadline is None:
             self._arm("header_timeout", self._guard.limits.header_timeout_s)

@@ -15,6 +15,7 @@ import pytest
 from click.testing import CliRunner, Result
 from fastapi.testclient import TestClient
 from tests.conftest import bearer
+from tests.factories import make_batch
 
 from fleetwatch.cli import main
 from fleetwatch.config import ServerSettings
@@ -81,11 +82,42 @@ def test_cli_token_list_shows_tokens_without_secrets(runner: CliRunner, db_url: 
     result = _run(runner, "token", "list", "--database-url", db_url)
     assert result.exit_code == 0, result.output
     header, *rows = result.stdout.splitlines()
-    assert header.split() == ["ID", "SCOPE", "CREATED", "LAST", "USED", "REVOKED", "NAME"]
+    columns = ["ID", "SCOPE", "NODES", "CREATED", "LAST", "USED", "REVOKED", "NAME"]
+    assert header.split() == columns
     assert len(rows) == 1
-    assert rows[0].split()[0] == token_id and rows[0].split()[1] == "agent"
+    assert rows[0].split()[:3] == [token_id, "agent", "unbound"]
     assert rows[0].endswith("pool-a")
     assert secret not in result.output and token not in result.output
+
+
+def test_cli_token_create_binds_an_agent_token_to_its_nodes(runner: CliRunner, db_url: str) -> None:
+    """Issue 37: `--node` binds an agent token; `token list` tells bound from unbound."""
+    create = ["token", "create", "--scope", "agent", "--name", "rack-7", "--node", "gpu-*"]
+    made = _run(runner, *create, "--database-url", db_url)
+    assert made.exit_code == 0, made.output
+    assert "for nodes 'gpu-*'" in made.stdout
+    bound = made.stdout.splitlines()[-1]
+    _create(runner, db_url, "simulator", "agent")
+    _create(runner, db_url, "grafana", "read")
+    listed = _run(runner, "token", "list", "--database-url", db_url)
+    nodes = {row.split()[-1]: row.split()[2] for row in listed.stdout.splitlines()[1:]}
+    assert nodes == {"rack-7": "gpu-*", "simulator": "unbound", "grafana": "-"}
+    as_json = _run(runner, "token", "list", "--json", "--database-url", db_url)
+    patterns = {e["name"]: e["node_pattern"] for e in map(json.loads, as_json.stdout.splitlines())}
+    assert patterns == {"rack-7": "gpu-*", "simulator": None, "grafana": None}
+    with TestClient(create_app(ServerSettings(database_url=db_url))) as client:
+        ok = client.post("/v1/ingest", json=make_batch("gpu-001", gpus=1), headers=bearer(bound))
+        assert ok.status_code == 200, ok.text
+        refused = client.post("/v1/ingest", json=make_batch("cpu-1", gpus=1), headers=bearer(bound))
+        assert refused.status_code == 403
+        assert "'cpu-1'" in refused.json()["error"]
+
+
+def test_cli_token_create_binds_agent_tokens_only(runner: CliRunner, db_url: str) -> None:
+    create = ["token", "create", "--scope", "read", "--name", "x", "--node", "gpu-*"]
+    result = runner.invoke(main, [*create, "--database-url", db_url])
+    assert result.exit_code == 2
+    assert "--node binds agent tokens only" in result.stderr
 
 
 def test_cli_token_list_json(runner: CliRunner, db_url: str) -> None:

@@ -213,6 +213,11 @@ api_tokens = Table(
     Column("created_at", UtcDateTime, nullable=False),
     Column("revoked_at", UtcDateTime),
     Column("last_used_at", UtcDateTime),
+    Column(
+        "node_pattern",
+        String(253),
+        comment="agent tokens: the nodes it may speak for (a name or shell pattern); null: any",
+    ),
 )
 
 ingest_batches = Table(

@@ -17,6 +17,7 @@ from fleetwatch.errors import InvalidInput, PayloadTooLarge, UnsupportedMediaTyp
 from fleetwatch.rules.host_errors import is_urgent_host_event
 from fleetwatch.rules.thresholds import HealthThresholds
 from fleetwatch.rules.xid import XidCatalog, may_take_gpu_out
+from fleetwatch.server.auth import TokenInfo
 from fleetwatch.server.db.base import utcnow
 from fleetwatch.server.db.session import Database
 from fleetwatch.server.deps import IngestAuth
@@ -26,6 +27,7 @@ from fleetwatch.server.ingest.batch_structs import BatchStruct, EventStruct
 from fleetwatch.server.ingest.group_store import GroupedBatch, is_routine
 from fleetwatch.server.ingest.group_writer import GroupWriter
 from fleetwatch.server.ingest.store import IngestResult, store_batch
+from fleetwatch.server.node_binding import check_speaks_for
 from fleetwatch.server.runtime.leader import notify_wake
 from fleetwatch.server.runtime.metric_families import ServerMetrics
 from fleetwatch.server.schemas.common import ErrorResponse, IngestAccepted, IngestResponse
@@ -41,7 +43,12 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
     code: {"model": ErrorResponse, "description": text}
     for code, text in (
         (401, "No token, or an unknown or revoked one"),
-        (403, "The token's scope may not ingest (needs agent or admin)"),
+        (
+            403,
+            "The token's scope may not ingest (needs agent or admin), or the caller may not "
+            "speak for the batch's node (a token bound to other nodes; under mutual TLS, a "
+            "client certificate naming another node)",
+        ),
         (
             409,
             "The batch_id was stored before with different content, or a GPU uuid of the batch "
@@ -197,12 +204,15 @@ def _answer(
     return response, batch.node.name if urgent else None
 
 
-async def _decode_and_store(request: Request, body: bytes) -> tuple[IngestResponse, str | None]:
+async def _decode_and_store(
+    request: Request, body: bytes, token: TokenInfo
+) -> tuple[IngestResponse, str | None]:
     settings: ServerSettings = request.app.state.settings
     if len(body) <= _DECODE_INLINE_BYTES:
         batch, digest = _decode(body, settings)
     else:
         batch, digest = await run_in_threadpool(_decode, body, settings)
+    check_speaks_for(request.scope, token, (batch.node.name,))
     result: IngestResult | None = None
     writer: GroupWriter | None = getattr(request.app.state, "group_writer", None)
     if writer is not None and is_routine(batch):
@@ -227,7 +237,7 @@ async def _decode_and_store(request: Request, body: bytes) -> tuple[IngestRespon
     openapi_extra=_BODY_DOC,
     summary="Push a batch of GPU samples and events (wire format v1)",
 )
-async def ingest(request: Request, _token: IngestAuth) -> IngestResponse:
+async def ingest(request: Request, token: IngestAuth) -> IngestResponse:
     """Store one node's batch atomically. Answers 200 only after the batch is committed; a
     replayed ``batch_id`` answers 200 with ``duplicate: true`` and stores nothing new."""
     started = time.perf_counter()
@@ -236,7 +246,7 @@ async def ingest(request: Request, _token: IngestAuth) -> IngestResponse:
     try:
         _check_content_type(request)
         body = await _read_body(request, settings.max_body_bytes)
-        response, urgent_node = await _decode_and_store(request, body)
+        response, urgent_node = await _decode_and_store(request, body, token)
         if urgent_node is not None:
             request.app.state.urgent.add([urgent_node])  # this process's own snapshot
             # The leader may be another process or replica: tell it through the database (the

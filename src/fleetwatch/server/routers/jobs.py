@@ -2,7 +2,9 @@
 outcome and straggler verdicts (read scope).
 
 Training processes report with an **agent** token (``fleetwatch token create --scope agent``),
-the same scope as node agents: reporting steps is telemetry, not reading the fleet. A batch is
+the same scope as node agents: reporting steps is telemetry, not reading the fleet. Steps, a
+start and an end name nodes, and a caller may name only those it speaks for
+(:mod:`fleetwatch.server.node_binding`); checkpoints and restarts name none. A batch is
 validated whole before anything is stored: one bad step refuses the batch (422 naming
 ``body.steps.<i>.<field>``), and nothing of it is kept.
 """
@@ -13,7 +15,7 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Path, Query
+from fastapi import APIRouter, Path, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from sqlalchemy import Connection
 
@@ -24,6 +26,7 @@ from fleetwatch.reports.job_failures import attribute_failure, failures_by_node
 from fleetwatch.server.db.base import utcnow
 from fleetwatch.server.db.session import Database
 from fleetwatch.server.deps import DatabaseDep, IngestAuth, ReadAuth, SettingsDep
+from fleetwatch.server.node_binding import check_speaks_for
 from fleetwatch.server.repo.job_outcomes import (
     checkpoint_summary,
     end_job,
@@ -94,9 +97,16 @@ def _store(db: Database, job_id: str, rows: list[dict[str, object]]) -> StepsAcc
     summary="Report step times of a training job (agent token)",
 )
 async def post_steps(
-    job_id: JobId, body: StepsBatch, db: DatabaseDep, settings: SettingsDep, _token: IngestAuth
+    job_id: JobId,
+    body: StepsBatch,
+    request: Request,
+    db: DatabaseDep,
+    settings: SettingsDep,
+    token: IngestAuth,
 ) -> StepsAccepted:
-    """Store a batch of rank-step durations, all or nothing; creates or widens the job."""
+    """Store a batch of rank-step durations, all or nothing; creates or widens the job. 403 when
+    the caller may not speak for a step's node."""
+    check_speaks_for(request.scope, token, sorted({step.node for step in body.steps}))
     rows = _validate(body, settings)
     return await run_in_threadpool(_store, db, job_id, rows)
 
@@ -121,9 +131,16 @@ def _write(db: Database, work: Callable[[Connection], bool]) -> bool:
     summary="Report a training job's start and its nodes (agent token)",
 )
 async def post_start(
-    job_id: JobId, body: JobStart, db: DatabaseDep, settings: SettingsDep, _token: IngestAuth
+    job_id: JobId,
+    body: JobStart,
+    request: Request,
+    db: DatabaseDep,
+    settings: SettingsDep,
+    token: IngestAuth,
 ) -> JobEventAccepted:
-    """Idempotent: a repeat keeps the earliest start and adds any new nodes."""
+    """Idempotent: a repeat keeps the earliest start and adds any new nodes. 403 when the caller
+    may not speak for one of the nodes."""
+    check_speaks_for(request.scope, token, body.nodes)
     _not_future(settings, started_at=body.started_at)
 
     def work(conn: Connection) -> bool:
@@ -147,10 +164,17 @@ async def post_start(
     summary="Report how a training job ended: completed, failed or cancelled (agent token)",
 )
 async def post_end(
-    job_id: JobId, body: JobEnd, db: DatabaseDep, settings: SettingsDep, _token: IngestAuth
+    job_id: JobId,
+    body: JobEnd,
+    request: Request,
+    db: DatabaseDep,
+    settings: SettingsDep,
+    token: IngestAuth,
 ) -> JobEventAccepted:
     """The newest end replaces an earlier one (a requeued job ends again). 422 when
-    ``ended_at`` is before the job's reported start."""
+    ``ended_at`` is before the job's reported start; 403 when the caller may not speak for one
+    of the nodes it names."""
+    check_speaks_for(request.scope, token, body.nodes or ())
     _not_future(settings, ended_at=body.ended_at)
 
     def work(conn: Connection) -> bool:

@@ -21,6 +21,14 @@ router = APIRouter(prefix="/tokens", tags=["tokens"])
 class TokenCreate(BaseModel):
     name: Text = Field(min_length=1, max_length=128, examples=["pool-a"])
     scope: Literal["agent", "read", "scheduler", "admin"]
+    node_pattern: Text | None = Field(
+        default=None,
+        min_length=1,
+        max_length=253,
+        description="Agent tokens only: the nodes it may speak for, a name or shell pattern "
+        "(gpu-*); unset, any node",
+        examples=["gpu-*"],
+    )
 
 
 class TokenPublic(BaseModel):
@@ -30,6 +38,9 @@ class TokenPublic(BaseModel):
     created_at: datetime
     revoked_at: datetime | None = None
     last_used_at: datetime | None = None
+    node_pattern: str | None = Field(
+        default=None, description="Agent tokens: the nodes it may speak for; null, any node"
+    )
 
 
 class TokenCreated(TokenPublic):
@@ -40,7 +51,9 @@ class TokenCreated(TokenPublic):
 def post_token(body: TokenCreate, db: DatabaseDep, _token: AdminAuth) -> TokenCreated:
     """Create a token; the response is the only place its secret appears."""
     with db.write() as conn:
-        secret, info = create_token(conn, name=body.name, scope=body.scope)
+        secret, info = create_token(
+            conn, name=body.name, scope=body.scope, node_pattern=body.node_pattern
+        )
     return TokenCreated(token=secret, **info.__dict__)
 
 

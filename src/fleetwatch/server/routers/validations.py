@@ -1,6 +1,7 @@
 """Node validations: ``fleetwatch validate`` pushes its result here; the return gate reads it.
 
-Pushing needs ingest scope (the node's agent token), reading needs read scope. The result is
+Pushing needs ingest scope (the node's agent token, which may be bound to it:
+:mod:`fleetwatch.server.node_binding`), reading needs read scope. The result is
 stored as sent, with the verdict computed here (no check failed, at least one passed) and the
 server's receive time, which is what ``POST /v1/nodes/{name}/return`` compares with the eviction.
 """
@@ -9,11 +10,12 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Request
 
 from fleetwatch.errors import InvalidInput
 from fleetwatch.server.db.base import utcnow
 from fleetwatch.server.deps import DatabaseDep, IngestAuth, ReadAuth
+from fleetwatch.server.node_binding import check_speaks_for
 from fleetwatch.server.repo.nodes import node_id_of
 from fleetwatch.server.repo.validations import list_validations, store_validation
 from fleetwatch.server.schemas.common import error_responses
@@ -33,10 +35,13 @@ router = APIRouter(prefix="/nodes", tags=["validations"])
     summary="Store a node's validation result (agent token)",
 )
 def push_validation(
-    name: Text, report: ValidationReport, db: DatabaseDep, token: IngestAuth
+    name: Text, report: ValidationReport, request: Request, db: DatabaseDep, token: IngestAuth
 ) -> ValidationPublic:
     """What `fleetwatch validate` sends. A passing result newer than a hardware eviction lets
-    the node return (`POST /v1/nodes/{name}/return`); a failing one names what failed."""
+    the node return (`POST /v1/nodes/{name}/return`); a failing one names what failed. 403 when
+    the caller may not speak for the node (a token bound to others, a client certificate
+    naming another)."""
+    check_speaks_for(request.scope, token, (name,))
     if report.node != name:
         raise InvalidInput(
             f"the result is for node {report.node!r}, pushed to node {name!r}",

@@ -32,6 +32,7 @@ from fleetwatch.config import ServerSettings
 from fleetwatch.errors import AuthError
 from fleetwatch.server.app import create_app
 from fleetwatch.server.auth import authenticate, create_token, revoke_token
+from fleetwatch.server.client_certs import CERT_NAMES_KEY
 from fleetwatch.server.db.base import utcnow
 from fleetwatch.server.db.migrate import upgrade
 from fleetwatch.server.db.secret_box import SecretBox
@@ -186,6 +187,30 @@ def fleet(client: TestClient, tokens: dict[str, str]) -> None:
     assert response.status_code == 200, response.text
 
 
+CERT_NAMES_HEADER = "x-test-client-cert-names"
+
+
+class ClientCertFromHeader:
+    """Requests carrying ``CERT_NAMES_HEADER`` reach the app as over a mutual-TLS connection whose
+    verified client certificate has those (comma-separated) names.
+
+    A fake, because TestClient speaks no TLS: it puts into the scope what the server's HTTP
+    protocol puts there after a real handshake (server/client_certs.py);
+    tests/integration/test_tls_live.py checks the same with real certificates and a real server.
+    Requests without the header pass untouched.
+    """
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        names = dict(scope.get("headers", ())).get(CERT_NAMES_HEADER.encode())
+        if scope["type"] == "http" and names is not None:
+            tls = {"client_cert_name": None, CERT_NAMES_KEY: frozenset(names.decode().split(","))}
+            scope = {**scope, "extensions": {**scope.get("extensions", {}), "tls": tls}}
+        await self.app(scope, receive, send)
+
+
 @dataclass(frozen=True)
 class Matrix:
     client: TestClient
@@ -215,7 +240,9 @@ def matrix(
             secret_keys=[TEST_SECRET_KEY],
             _env_file=None,
         )
-        client = stack.enter_context(TestClient(create_app(settings)))
+        app = create_app(settings)
+        app.add_middleware(ClientCertFromHeader)
+        client = stack.enter_context(TestClient(app))
         db: Database = client.app.state.db  # type: ignore[attr-defined]
         with db.write() as conn:
             tokens = {s: create_token(conn, name=f"matrix-{s}", scope=s)[0] for s in SCOPES}
@@ -275,7 +302,7 @@ def _call(
 
 _JOB_REPORTS: dict[str, dict[str, Any]] = {
     "start": {"started_at": "2026-11-01T00:00:00Z", "nodes": ["node-a"]},
-    "end": {"outcome": "completed", "ended_at": "2026-11-01T01:00:00Z"},
+    "end": {"outcome": "completed", "ended_at": "2026-11-01T01:00:00Z", "nodes": ["node-a"]},
     "checkpoints": {"started_at": "2026-11-01T00:30:00Z", "duration_s": 12.5},
     "restarts": {"resumed_at": "2026-11-01T00:40:00Z", "lost_steps": 3},
 }
@@ -528,3 +555,85 @@ def test_auth_revoke_unknown_token_is_404(client: TestClient, tokens: dict[str, 
     response = client.delete("/v1/tokens/nobody", headers=bearer(tokens["admin"]))
     assert response.status_code == 404
     assert "nobody" in response.json()["error"]
+
+
+# -- a node speaks only for itself (issue 37) ------------------------------------------------
+# The routes where a caller speaks for a node: each request _call makes names node-a. Job
+# checkpoints and restarts name no node, and reading a job's notices speaks for none.
+SPEAKS_FOR = {
+    ("POST", "/v1/ingest"),
+    ("POST", "/v1/nodes/{name}/validations"),
+    ("POST", "/v1/jobs/{job_id}/steps"),
+    ("POST", "/v1/jobs/{job_id}/start"),
+    ("POST", "/v1/jobs/{job_id}/end"),
+}
+AGENT_ROUTES = sorted(key for key, entry in ENDPOINTS.items() if "agent" in ALLOWED[entry[0]])
+
+
+def test_auth_speaking_routes_are_agent_routes() -> None:
+    assert SPEAKS_FOR <= set(AGENT_ROUTES)
+
+
+def _bound_agent(db: Database, pattern: str) -> str:
+    with db.write() as conn:
+        token, info = create_token(
+            conn, name=f"bound-{secrets.token_hex(3)}", scope="agent", node_pattern=pattern
+        )
+    assert info.node_pattern == pattern
+    return token
+
+
+@pytest.mark.parametrize("key", AGENT_ROUTES, ids=str)
+@pytest.mark.parametrize("pattern", ["node-a", "node-*", "gpu-*", "Node-A"])
+def test_auth_matrix_node_bound_agent_token_speaks_for_its_nodes_only(
+    matrix: Matrix, key: tuple[str, str], pattern: str
+) -> None:
+    """A bound agent token (`fleetwatch token create --scope agent --node PATTERN`) may do what
+    any agent token may, except speak for a node its pattern does not match (case counts)."""
+    _, _, ok_status = ENDPOINTS[key]
+    response = _call(matrix.client, matrix.db, key, bearer(_bound_agent(matrix.db, pattern)))
+    if key not in SPEAKS_FOR or pattern in ("node-a", "node-*"):
+        assert response.status_code == ok_status, response.text
+        return
+    assert response.status_code == 403, response.text
+    message = response.json()["error"]
+    assert "'node-a'" in message and repr(pattern) in message, message
+
+
+def test_auth_node_pattern_is_for_agent_tokens_only(
+    client: TestClient, tokens: dict[str, str]
+) -> None:
+    admin = bearer(tokens["admin"])
+    body = {"name": "bound-reader", "scope": "read", "node_pattern": "gpu-*"}
+    refused = client.post("/v1/tokens", json=body, headers=admin)
+    assert refused.status_code == 422, refused.text
+    assert "only agent tokens" in refused.json()["error"]
+    made = client.post(
+        "/v1/tokens", json={**body, "scope": "agent", "name": "rack-1"}, headers=admin
+    )
+    assert made.status_code == 201, made.text
+    assert made.json()["node_pattern"] == "gpu-*"
+    listed = {t["name"]: t["node_pattern"] for t in client.get("/v1/tokens", headers=admin).json()}
+    assert listed["rack-1"] == "gpu-*" and listed["test-agent"] is None
+
+
+@pytest.mark.parametrize("key", AGENT_ROUTES, ids=str)
+@pytest.mark.parametrize("scope", ["agent", "admin"])
+@pytest.mark.parametrize("names", [{"node-a"}, {"gpu-7.example", "NODE-A"}, {"node-b"}], ids=str)
+def test_auth_matrix_client_certificate_names_the_node_it_speaks_for(
+    matrix: Matrix, key: tuple[str, str], scope: str, names: set[str]
+) -> None:
+    """Under mutual TLS a request speaks only for a node its certificate names (CN or DNS SAN,
+    without case), whatever the token's scope; the token is still checked."""
+    _, _, ok_status = ENDPOINTS[key]
+    lowered = frozenset(name.lower() for name in names)
+    cert = {CERT_NAMES_HEADER: ",".join(sorted(lowered))}
+    response = _call(matrix.client, matrix.db, key, {**bearer(matrix.tokens[scope]), **cert})
+    unauthenticated = _call(matrix.client, matrix.db, key, cert)
+    assert unauthenticated.status_code == 401, unauthenticated.text
+    if key not in SPEAKS_FOR or "node-a" in lowered:
+        assert response.status_code == ok_status, response.text
+        return
+    assert response.status_code == 403, response.text
+    message = response.json()["error"]
+    assert "'node-a'" in message and "node-b" in message, message
