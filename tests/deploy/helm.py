@@ -44,6 +44,7 @@ SCENARIOS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "all-on": (("deploy/helm/fleetwatch/ci/all-on-values.yaml",), MONITORING_APIS),
     "sqlite-kmsg": (("deploy/helm/fleetwatch/ci/sqlite-kmsg-values.yaml",), ()),
     "kubectl": (("deploy/kubernetes/values.yaml",), ()),
+    "1000-nodes": (("deploy/helm/fleetwatch/examples/fleet-1000-nodes.yaml",), MONITORING_APIS),
 }
 
 
