@@ -19,12 +19,17 @@ RUN dpkg -s $DEBIAN_PACKAGES >/dev/null 2>&1 || { \
       && rm -rf /var/lib/apt/lists/*; \
     }
 
-# The wheel, built from this checkout as `pip wheel .` builds it on a workstation.
+# The wheel, built from this checkout as `pip wheel .` builds it on a workstation; the build
+# backend (pyproject.toml's build-system) installed first, in a layer the source does not change.
 FROM runtime AS wheel
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
-COPY pyproject.toml README.md /src/
+COPY pyproject.toml deploy/image/requirements.py /src/
+RUN python3 /src/requirements.py /src/pyproject.toml --build >/tmp/build-requirements.txt \
+    && python3 -m venv /tmp/build \
+    && /tmp/build/bin/pip install --requirement /tmp/build-requirements.txt
+COPY README.md /src/
 COPY src /src/src
-RUN python3 -m venv /tmp/build && /tmp/build/bin/pip wheel --no-deps --wheel-dir /dist /src
+RUN /tmp/build/bin/pip wheel --no-build-isolation --no-deps --wheel-dir /dist /src
 
 FROM runtime
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1

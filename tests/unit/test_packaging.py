@@ -89,9 +89,10 @@ def test_build_image_script_makes_the_dockerfiles_base() -> None:
     assert base["image"].startswith(f"localhost/fleetwatch-base:{dockerfile.debian_suite}-")
 
 
-def test_image_requirements_are_the_packages_and_the_images_extras() -> None:
+def test_image_requirements_are_the_packages_the_images_extras_and_the_build_backend() -> None:
     extras = read_dockerfile().args["EXTRAS"]
-    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
+    project = pyproject["project"]
     listed = _image_requirements(extras)
     assert listed.returncode == 0, listed.stderr
     wanted = list(project["dependencies"])
@@ -100,6 +101,8 @@ def test_image_requirements_are_the_packages_and_the_images_extras() -> None:
     assert listed.stdout.splitlines() == list(dict.fromkeys(wanted))
     unknown = _image_requirements("server,gui")
     assert unknown.returncode == 1 and "no extra gui" in unknown.stderr
+    backend = _image_requirements("--build").stdout.splitlines()
+    assert backend == pyproject["build-system"]["requires"]
 
 
 def _image_requirements(extras: str) -> subprocess.CompletedProcess[str]:
