@@ -12,6 +12,10 @@
 ARG BASE=docker.io/library/debian:bookworm-slim
 
 FROM ${BASE} AS runtime
+# On every stage's layers: scripts/build-image.sh prunes the untagged ones by this label.
+LABEL org.opencontainers.image.title="FleetWatch" \
+      org.opencontainers.image.description="GPU fleet health monitoring: server, simulator, models" \
+      org.opencontainers.image.licenses="Apache-2.0"
 ARG DEBIAN_PACKAGES="python3 python3-venv ca-certificates"
 RUN dpkg -s $DEBIAN_PACKAGES >/dev/null 2>&1 || { \
       apt-get update \

@@ -117,12 +117,17 @@ nofile=$(ulimit -Hn) nproc=$(ulimit -Hu)
 trust=()
 [ -s /etc/ssl/certs/ca-certificates.crt ] \
   && trust=(--volume /etc/ssl/certs/ca-certificates.crt:/etc/ssl/certs/ca-certificates.crt:ro)
-podman build --layers --pull=never --network host --format docker --runtime runc \
-  --ulimit "nofile=$nofile:$nofile" --ulimit "nproc=$nproc:$nproc" "${trust[@]}" \
-  --build-arg "BASE=$base_image" --iidfile "$iidfile" \
-  --tag "localhost/fleetwatch:$version" --tag localhost/fleetwatch:latest \
-  --file "$dockerfile" "$repo" >&2
+build=(podman build --layers --pull=never --network host --format docker --runtime runc
+       --ulimit "nofile=$nofile:$nofile" --ulimit "nproc=$nproc:$nproc" "${trust[@]}"
+       --build-arg "BASE=$base_image" --file "$dockerfile")
+# The wheel stage tagged too, so that the pruning below keeps its layers for the next build.
+"${build[@]}" --target wheel --tag localhost/fleetwatch-build:wheel "$repo" >&2
+"${build[@]}" --iidfile "$iidfile" \
+  --tag "localhost/fleetwatch:$version" --tag localhost/fleetwatch:latest "$repo" >&2
 image=$(cat "$iidfile")
+# Earlier builds' untagged images (each change of pyproject.toml left a 600 MB layer behind);
+# only this Dockerfile's, by its label.
+podman image prune --force --filter label=org.opencontainers.image.title=FleetWatch >/dev/null
 
 if [ -n "$archive" ]; then
   mkdir -p "$(dirname "$archive")"

@@ -9,9 +9,9 @@ its SQLite file in the working directory), with a read-only root filesystem; the
 second container from the same image, pushing over HTTP; tokens made by `fleetwatch token create`
 inside the server's container. Simulated: the GPUs (the agent's `sim` collector reports a node of
 a `fleetwatch sim init` fleet) and the kernel log (a file the test appends the Xid line to, which
-the agent's kernel-log collector follows instead of /dev/kmsg). Not as in production: both
-containers use the host's network, as no bridge can be set up here without iptables, and the
-server's port is a free one given in FLEETWATCH_SERVER_PORT instead of 8400.
+the agent's kernel-log collector follows instead of /dev/kmsg). Networking is podman's default
+bridge: the agent reaches the server at its container address, port 8400, and the test at a free
+loopback port published to it.
 
 Cost: the first run on a machine makes the Debian base (minutes; cached in
 ~/.cache/fleetwatch/image) and the Python dependencies' layer (podman's layer cache); later runs
@@ -46,7 +46,7 @@ pytestmark = pytest.mark.slow
 BUILD_TIMEOUT_S = 1800  # a first build on a machine makes the Debian base
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def image() -> str:
     """The image ID scripts/build-image.sh builds from this checkout."""
     require_tool("podman")
@@ -90,8 +90,8 @@ def start_container(
     container (podman passes the signal on); removed on the way out in any case."""
     with log.open("ab") as sink:
         process = subprocess.Popen(
-            ["podman", "run", "--rm", "--name", name, "--network", "host", "--read-only",
-             *runtime_options(), *options, image, *args],
+            ["podman", "run", "--rm", "--name", name, "--read-only", *runtime_options(),
+             *options, image, *args],
             stdout=sink,
             stderr=subprocess.STDOUT,
         )  # fmt: skip
@@ -132,9 +132,10 @@ def names() -> Iterator[str]:
     yield f"fleetwatch-it-{os.environ.get('PYTEST_XDIST_WORKER', 'gw0')}-{secrets.token_hex(3)}"
 
 
-def test_image_is_configured_as_the_dockerfile_declares(image: str) -> None:
-    """What the Helm chart and compose rely on: uid 10001, `fleetwatch` as entrypoint, the
-    server on 0.0.0.0:8400 as default command, the health check, the data directory."""
+def assert_configured_as_declared(image: str) -> None:
+    """What the Helm chart and compose rely on, as the Dockerfile declares it: uid 10001,
+    `fleetwatch` as entrypoint, the server on 0.0.0.0:8400 as default command, the health
+    check, the data directory."""
     [inspected] = json.loads(podman("image", "inspect", image))
     config = {**inspected["Config"], "Healthcheck": inspected.get("Healthcheck")}
     declared = read_dockerfile().config
@@ -147,6 +148,9 @@ def test_image_is_configured_as_the_dockerfile_declares(image: str) -> None:
 def test_image_server_and_agent_containers_turn_a_fatal_xid_into_an_eviction(
     image: str, names: str, tmp_path: Path
 ) -> None:
+    """One test, not several: on a machine's first run the build takes a minute or two, and a
+    second test on another pytest-xdist worker would wait that long for the build's lock."""
+    assert_configured_as_declared(image)
     shared = tmp_path / "shared"  # mounted read-only into the agent's container
     shared.mkdir(mode=0o755)
     shared.chmod(0o755)
@@ -161,7 +165,7 @@ def test_image_server_and_agent_containers_turn_a_fatal_xid_into_an_eviction(
     with ExitStack() as stack:
         # No arguments: the image's own command, `fleetwatch server --host 0.0.0.0`.
         server = start_container(stack, f"{names}-server", image, server_log, [
-            "--env", f"FLEETWATCH_SERVER_PORT={port}",
+            "--publish", f"127.0.0.1:{port}:8400",
             # The judge and the planner on short timers, the model refit off (as in
             # test_evictions_live.py): the Xid becomes an eviction within a second or two.
             "--env", "FLEETWATCH_SERVER_ASSESS_INTERVAL_S=0.5",
@@ -192,12 +196,16 @@ def test_image_server_and_agent_containers_turn_a_fatal_xid_into_an_eviction(
         )  # fmt: skip
         agent_token, scheduler_token = made.split()
         (shared / "agent.token").write_text(agent_token + "\n")
+        address = podman("inspect", "--format", "{{.NetworkSettings.IPAddress}}",
+                         f"{names}-server").strip()  # fmt: skip
+        assert address, "the server container has no address on podman's network"
 
         start_container(stack, f"{names}-agent", image, agent_log, [
             "--volume", f"{shared}:/shared:ro",
         ], [
-            "agent", "--server-url", url, "--token-file", "/shared/agent.token",
-            "--node-name", node, "--collectors", "sim,kernel-log",
+            "agent", "--server-url", f"http://{address}:8400",
+            "--token-file", "/shared/agent.token", "--node-name", node,
+            "--collectors", "sim,kernel-log",
             "--sim-spec", "/shared/sim/fleet.json", "--kernel-log", "/shared/kern.log",
             "--interval", "1", "--push-interval", "0", "--spool-dir", "/tmp/spool",
         ])  # fmt: skip
