@@ -49,8 +49,8 @@ BUILD_TIMEOUT_S = 1800  # a first build on a machine makes the Debian base
 @pytest.fixture
 def image() -> str:
     """The image ID scripts/build-image.sh builds from this checkout."""
-    require_tool("podman")
-    require_tool("mmdebstrap")
+    for tool in ("podman", "runc", "mmdebstrap"):
+        require_tool(tool)
     if os.geteuid() != 0:
         pytest.skip("the image test runs rootful podman and mmdebstrap: run it as root")
     build = subprocess.run(
