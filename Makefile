@@ -12,10 +12,16 @@ PYTEST_ARGS ?=
 # first) do not all queue behind one worker. TEST_WORKERS=0 runs the suite in this one process.
 TEST_WORKERS ?= 3
 # Real parts the tests drive: promtool, Alertmanager, headless Chromium, pdftoppm, WeasyPrint's
-# native libraries.
-TEST_DEBS = prometheus prometheus-alertmanager chromium poppler-utils weasyprint fonts-dejavu-core
+# native libraries, podman, runc and mmdebstrap (the container image).
+IMAGE_DEBS = podman runc mmdebstrap
+TEST_DEBS = prometheus prometheus-alertmanager chromium poppler-utils weasyprint fonts-dejavu-core \
+	$(IMAGE_DEBS)
+# `make image`: the container image as an OCI archive (`podman load -i` / `docker load -i`);
+# IMAGE_FORMAT=docker-archive keeps the HEALTHCHECK, which the OCI format has no field for.
+IMAGE_ARCHIVE ?= var/fleetwatch-image.oci.tar
+IMAGE_FORMAT ?= oci-archive
 
-.PHONY: demo test lint typecheck check bench fleet-scale install clean
+.PHONY: demo test lint typecheck check bench fleet-scale install image clean
 
 $(BIN)/python:
 	$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "FleetWatch needs Python >= 3.11"'
@@ -63,6 +69,12 @@ fleet-scale: $(STAMP)
 	scripts/ensure-postgres.sh
 	scripts/ensure-debs.sh prometheus
 	$(BIN)/python benchmarks/fleet_scale.py $(FLEET_SCALE_ARGS)
+
+# Without a registry: the Debian base from Debian's mirrors (mmdebstrap, cached in
+# ~/.cache/fleetwatch/image), then the Dockerfile's own steps (scripts/build-image.sh).
+image:
+	scripts/ensure-debs.sh $(IMAGE_DEBS)
+	scripts/build-image.sh --archive $(IMAGE_ARCHIVE) --format $(IMAGE_FORMAT)
 
 clean:
 	rm -rf $(VENV) var .pytest_cache .mypy_cache .ruff_cache

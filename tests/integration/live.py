@@ -122,6 +122,15 @@ def live_server(
         stop_process(process, timeout=10)
 
 
+def log_xid79(kernel_log: Path, pci_bus_id: str) -> None:
+    """Append to ``kernel_log`` (a file an agent's kernel-log collector follows) the kernel's
+    Xid 79 line for the GPU at ``pci_bus_id``: it has fallen off the bus."""
+    bus = pci_bus_id.rsplit(".", 1)[0]  # the kernel's spelling: no function number
+    with kernel_log.open("a") as log:
+        log.write(f"[ 1234.567890] NVRM: Xid (PCI:{bus}): 79, pid='<unknown>', "
+                  "name=<unknown>, GPU has fallen off the bus.\n")  # fmt: skip
+
+
 def stop_process(process: subprocess.Popen[bytes], timeout: float = 30.0) -> None:
     """SIGTERM, then SIGKILL if the process is still there after ``timeout`` seconds."""
     process.terminate()

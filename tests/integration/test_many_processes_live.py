@@ -23,7 +23,14 @@ from fleetwatch.sim.spec import FleetSpec
 from tests.conftest import TEST_SECRET_KEY
 from tests.faults.waiting import wait_for
 from tests.integration.cluster import Fleet, kill_leader, report, runs, start, the_leader
-from tests.integration.live import AgentProcess, LiveServer, create_token, fleetwatch, start_agent
+from tests.integration.live import (
+    AgentProcess,
+    LiveServer,
+    create_token,
+    fleetwatch,
+    log_xid79,
+    start_agent,
+)
 from tests.integration.receiver import WebhookReceiver, webhook_receiver
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres]
@@ -119,10 +126,7 @@ class Cluster:
             return answer.json().get("gpus", []) if answer.status_code == 200 else []
 
         found = wait_for(f"the GPUs of {node.name} on the server", gpus)
-        bus = str(found[-1]["pci_bus_id"]).rsplit(".", 1)[0]  # the kernel's spelling
-        with node.kernel_log.open("a") as log:
-            log.write(f"[ 1234.567890] NVRM: Xid (PCI:{bus}): 79, pid='<unknown>', "
-                      "name=<unknown>, GPU has fallen off the bus.\n")  # fmt: skip
+        log_xid79(node.kernel_log, str(found[-1]["pci_bus_id"]))
 
 
 def more_passes(leader: LiveServer) -> None:

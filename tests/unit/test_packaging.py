@@ -1,5 +1,6 @@
-"""The product card: parts where a newcomer looks, lean agent extras (the Compose file: see
-test_compose.py)."""
+"""The product card: parts where a newcomer looks, lean agent extras, the container image's
+definition (the Compose file: see test_compose.py; the image run: tests/integration/
+test_image_podman.py)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import subprocess
 import sys
 import tomllib
 from pathlib import Path
+
+from tests.dockerfile import read_dockerfile
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -56,3 +59,56 @@ def test_agent_modules_import_without_server_modules() -> None:
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_dockerfile_declares_what_the_helm_chart_and_compose_rely_on() -> None:
+    config = read_dockerfile().config
+    assert config["User"] == "10001:10001"  # numeric: runAsNonRoot can check it
+    assert config["Entrypoint"] == ["fleetwatch"]
+    assert config["Cmd"] == ["server", "--host", "0.0.0.0"]
+    assert config["ExposedPorts"] == {"8400/tcp": {}}
+    assert config["WorkingDir"] == "/var/lib/fleetwatch"  # the default SQLite file's directory
+    healthcheck = config["Healthcheck"]["Test"]
+    assert healthcheck[0] == "CMD-SHELL"  # a shell: the port from FLEETWATCH_SERVER_PORT
+    assert "http://127.0.0.1:${FLEETWATCH_SERVER_PORT:-8400}/healthz" in healthcheck[1]
+
+
+def test_build_image_script_makes_the_dockerfiles_base() -> None:
+    """scripts/build-image.sh (no registry) reads the suite and packages from the Dockerfile,
+    whose default base is debian:<suite>-slim: both images start from the same Debian."""
+    dockerfile = read_dockerfile()
+    printed = subprocess.run(
+        [str(REPO / "scripts/build-image.sh"), "--print-base"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    base = dict(line.split("=", 1) for line in printed.splitlines())
+    assert base["suite"] == dockerfile.debian_suite
+    assert base["packages"] == dockerfile.args["DEBIAN_PACKAGES"]
+    assert base["image"].startswith(f"localhost/fleetwatch-base:{dockerfile.debian_suite}-")
+
+
+def test_image_requirements_are_the_packages_the_images_extras_and_the_build_backend() -> None:
+    extras = read_dockerfile().args["EXTRAS"]
+    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
+    project = pyproject["project"]
+    listed = _image_requirements(extras)
+    assert listed.returncode == 0, listed.stderr
+    wanted = list(project["dependencies"])
+    for extra in extras.split(","):
+        wanted += project["optional-dependencies"][extra]
+    assert listed.stdout.splitlines() == list(dict.fromkeys(wanted))
+    unknown = _image_requirements("server,gui")
+    assert unknown.returncode == 1 and "no extra gui" in unknown.stderr
+    backend = _image_requirements("--build").stdout.splitlines()
+    assert backend == pyproject["build-system"]["requires"]
+
+
+def _image_requirements(extras: str) -> subprocess.CompletedProcess[str]:
+    script = REPO / "deploy/image/requirements.py"
+    return subprocess.run(
+        [sys.executable, str(script), str(REPO / "pyproject.toml"), extras],
+        capture_output=True,
+        text=True,
+    )
