@@ -37,9 +37,11 @@ RUN /tmp/build/bin/pip wheel --no-build-isolation --no-deps --wheel-dir /dist /s
 
 FROM runtime
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
-# The extras the image serves: the server, the simulator (compose's simulated agents) and the
-# models. Their dependencies go in a layer of their own, rebuilt only when pyproject.toml changes.
-ARG EXTRAS=server,sim,models
+# The extras the image serves, so that one image runs every pod of the Helm chart: the server,
+# the models, the agent (nvidia-ml-py), k8s-sync (the kubernetes client) and the simulator
+# (compose's simulated agents). Their dependencies go in a layer of their own, rebuilt only when
+# pyproject.toml changes.
+ARG EXTRAS=server,models,agent,k8s,sim
 COPY pyproject.toml deploy/image/requirements.py /tmp/fleetwatch/
 RUN python3 /tmp/fleetwatch/requirements.py /tmp/fleetwatch/pyproject.toml "$EXTRAS" \
       >/tmp/fleetwatch/requirements.txt \
@@ -62,8 +64,7 @@ ENV PATH=/opt/fleetwatch/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/
 USER 10001:10001
 WORKDIR /var/lib/fleetwatch
 EXPOSE 8400
-# The port the server was given in the environment, else its default.
-HEALTHCHECK --interval=10s --timeout=3s CMD python -c "import urllib.request; \
-urllib.request.urlopen('http://127.0.0.1:${FLEETWATCH_SERVER_PORT:-8400}/healthz')"
+# The server's port (FLEETWATCH_SERVER_PORT, else 8400), over HTTPS when the server serves TLS (src/fleetwatch/healthcheck.py).
+HEALTHCHECK --interval=10s --timeout=3s CMD ["/opt/fleetwatch/bin/python", "-m", "fleetwatch.healthcheck"]
 ENTRYPOINT ["fleetwatch"]
 CMD ["server", "--host", "0.0.0.0"]

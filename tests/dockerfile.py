@@ -80,5 +80,9 @@ def read_dockerfile(path: Path = DOCKERFILE) -> Dockerfile:
                 options[name.title()] = _nanoseconds(value)
             assert words[0] == "CMD", rest
             command = rest.split(None, len(options) + 1)[-1]
-            config["Healthcheck"] = {"Test": ["CMD-SHELL", command], **options}
+            # The exec form (a JSON list) as the image records it, else the shell form.
+            test = (
+                ["CMD", *json.loads(command)] if command.startswith("[") else ["CMD-SHELL", command]
+            )
+            config["Healthcheck"] = {"Test": test, **options}
     return Dockerfile(args, config)

@@ -5,7 +5,7 @@ The Dockerfile installs them in layers of their own, before it copies the source
 are rebuilt only when pyproject.toml changes, not with every change to the source. Standard
 library only: it runs on the image's bare python3.
 
-    python3 requirements.py pyproject.toml server,sim,models
+    python3 requirements.py pyproject.toml server,models,agent,k8s,sim
     python3 requirements.py pyproject.toml --build
 """
 

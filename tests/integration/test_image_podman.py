@@ -6,12 +6,14 @@ Real: podman (Debian's, rootful) and the image `make image` archives, built by
 scripts/build-image.sh from the repository's Dockerfile on the Debian base it makes with
 mmdebstrap; the image's own entrypoint and default command (the server on 0.0.0.0, as uid 10001,
 its SQLite file in the working directory), with a read-only root filesystem; the agent in a
-second container from the same image, pushing over HTTP; tokens made by `fleetwatch token create`
-inside the server's container. Simulated: the GPUs (the agent's `sim` collector reports a node of
-a `fleetwatch sim init` fleet) and the kernel log (a file the test appends the Xid line to, which
-the agent's kernel-log collector follows instead of /dev/kmsg). Networking is podman's default
-bridge: the agent reaches the server at its container address, port 8400, and the test at a free
-loopback port published to it.
+second container from the same image, pushing over HTTPS (the server serves TLS with a
+certificate made in the test, the agent verifies it with `--ca-bundle`; the image's health check
+probes over HTTPS too); tokens made by `fleetwatch token create` inside the server's container.
+Simulated: the GPUs (the agent's `sim` collector reports a node of a `fleetwatch sim init`
+fleet) and the kernel log (a file the test appends the Xid line to, which the agent's kernel-log
+collector follows instead of /dev/kmsg). Networking is podman's default bridge: the agent
+reaches the server at its container address, port 8400, by the name its certificate carries
+(`--add-host`), and the test at a free loopback port published to it.
 
 Cost: the first run on a machine makes the Debian base (minutes; cached in
 ~/.cache/fleetwatch/image) and the Python dependencies' layer (podman's layer cache); later runs
@@ -25,6 +27,7 @@ import os
 import re
 import resource
 import secrets
+import ssl
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -36,6 +39,7 @@ import httpx
 import pytest
 
 from fleetwatch.sim.spec import FleetSpec
+from tests.certs import Authority
 from tests.conftest import require_tool
 from tests.dockerfile import REPO, read_dockerfile
 from tests.faults.waiting import wait_for
@@ -158,14 +162,29 @@ def test_image_server_and_agent_containers_turn_a_fatal_xid_into_an_eviction(
     node = FleetSpec.load(shared / "sim/fleet.json").node_name(0)
     kernel_log = shared / "kern.log"
     kernel_log.write_text("")
+    # HTTPS end to end, with certificates made here: the server's names are the host the agent
+    # is told (mapped to the server container's address) and the published loopback port.
+    authority = Authority("image-test")
+    ca = authority.write(shared, "fleetwatch")
+    tls = tmp_path / "tls"
+    tls.mkdir(mode=0o755)
+    cert, key = authority.issue(
+        "fleetwatch-server", dns=("fleetwatch-server",), ips=("127.0.0.1",)
+    ).write(tls, "server")
+    for made_file in (ca, cert, key):
+        made_file.chmod(0o644)  # the image's user (10001) reads them through the mount
     port = free_port()
-    url = f"http://127.0.0.1:{port}"
+    url = f"https://127.0.0.1:{port}"
+    verify = ssl.create_default_context(cafile=str(ca))
     server_log, agent_log = tmp_path / "server.log", tmp_path / "agent.log"
     dockerfile = read_dockerfile()
     with ExitStack() as stack:
         # No arguments: the image's own command, `fleetwatch server --host 0.0.0.0`.
         server = start_container(stack, f"{names}-server", image, server_log, [
             "--publish", f"127.0.0.1:{port}:8400",
+            "--volume", f"{tls}:/tls:ro",
+            "--env", f"FLEETWATCH_SERVER_TLS_CERT=/tls/{cert.name}",
+            "--env", f"FLEETWATCH_SERVER_TLS_KEY=/tls/{key.name}",
             # The judge and the planner on short timers, the model refit off (as in
             # test_evictions_live.py): the Xid becomes an eviction within a second or two.
             "--env", "FLEETWATCH_SERVER_ASSESS_INTERVAL_S=0.5",
@@ -175,7 +194,7 @@ def test_image_server_and_agent_containers_turn_a_fatal_xid_into_an_eviction(
             # (owned by the image's user, as a volume with an fsGroup would be).
             "--mount", "type=tmpfs,destination=/var/lib/fleetwatch,tmpfs-mode=0750,chown=true",
         ], [])  # fmt: skip
-        ready = wait_ready(url, server, server_log, timeout=180)
+        ready = wait_ready(url, server, server_log, timeout=180, verify=verify)
         assert ready["status"] == "ready", ready
         # The image's HEALTHCHECK, run once by hand (podman schedules it with systemd timers).
         podman("healthcheck", "run", f"{names}-server")
@@ -202,15 +221,20 @@ def test_image_server_and_agent_containers_turn_a_fatal_xid_into_an_eviction(
 
         start_container(stack, f"{names}-agent", image, agent_log, [
             "--volume", f"{shared}:/shared:ro",
+            "--add-host", f"fleetwatch-server:{address}",
         ], [
-            "agent", "--server-url", f"http://{address}:8400",
+            "agent", "--server-url", "https://fleetwatch-server:8400",
+            "--ca-bundle", f"/shared/{ca.name}",
             "--token-file", "/shared/agent.token", "--node-name", node,
             "--collectors", "sim,kernel-log",
             "--sim-spec", "/shared/sim/fleet.json", "--kernel-log", "/shared/kern.log",
             "--interval", "1", "--push-interval", "0", "--spool-dir", "/tmp/spool",
         ])  # fmt: skip
         with httpx.Client(
-            base_url=url, headers={"Authorization": f"Bearer {scheduler_token}"}, timeout=10
+            base_url=url,
+            headers={"Authorization": f"Bearer {scheduler_token}"},
+            timeout=10,
+            verify=verify,
         ) as sched:
 
             def gpus() -> list[dict[str, Any]]:

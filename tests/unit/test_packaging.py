@@ -11,6 +11,8 @@ from pathlib import Path
 
 from tests.dockerfile import read_dockerfile
 
+from fleetwatch.healthcheck import probe_url
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -68,9 +70,17 @@ def test_dockerfile_declares_what_the_helm_chart_and_compose_rely_on() -> None:
     assert config["Cmd"] == ["server", "--host", "0.0.0.0"]
     assert config["ExposedPorts"] == {"8400/tcp": {}}
     assert config["WorkingDir"] == "/var/lib/fleetwatch"  # the default SQLite file's directory
-    healthcheck = config["Healthcheck"]["Test"]
-    assert healthcheck[0] == "CMD-SHELL"  # a shell: the port from FLEETWATCH_SERVER_PORT
-    assert "http://127.0.0.1:${FLEETWATCH_SERVER_PORT:-8400}/healthz" in healthcheck[1]
+    # The probe reads the port and whether TLS is on from the server's environment.
+    assert config["Healthcheck"]["Test"] == [
+        "CMD", "/opt/fleetwatch/bin/python", "-m", "fleetwatch.healthcheck"
+    ]  # fmt: skip
+
+
+def test_the_health_probe_follows_the_servers_port_and_tls() -> None:
+    assert probe_url({}) == "http://127.0.0.1:8400/healthz"
+    assert probe_url({"FLEETWATCH_SERVER_PORT": "9000"}) == "http://127.0.0.1:9000/healthz"
+    tls = {"FLEETWATCH_SERVER_TLS_CERT": "/tls/tls.crt", "FLEETWATCH_SERVER_PORT": "8443"}
+    assert probe_url(tls) == "https://127.0.0.1:8443/healthz"
 
 
 def test_build_image_script_makes_the_dockerfiles_base() -> None:
