@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import ipaddress
 import json
 import os
 import re
@@ -38,6 +37,7 @@ import yaml
 
 from fleetwatch.adapters.job_signals import POD_ANNOTATION
 from fleetwatch.adapters.kubernetes import TAINT_KEY
+from tests.certs import Authority
 from tests.conftest import throwaway_postgres
 from tests.deploy.helm import MONITORING_APIS, render_objects
 from tests.faults.waiting import wait_for
@@ -53,45 +53,13 @@ SERVICE_ACCOUNT_TOKEN = "sa-token-k8s-sync"
 
 
 def _tls_pair(directory: Path, address: str) -> tuple[Path, Path, Path]:
-    """A CA and a server certificate for ``address`` (what a cluster's API server presents)."""
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    now = dt.datetime.now(dt.UTC)
-    ca_key, key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "fake-cluster-ca")])
-    start, end = now - dt.timedelta(minutes=5), now + dt.timedelta(hours=1)
-    ca = (
-        x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name)
-        .public_key(ca_key.public_key()).serial_number(x509.random_serial_number())
-        .not_valid_before(start).not_valid_after(end)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(ca_key, hashes.SHA256())
-    )  # fmt: skip
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kube-apiserver")]))
-        .issuer_name(ca_name).public_key(key.public_key()).serial_number(x509.random_serial_number())
-        .not_valid_before(start).not_valid_after(end)
-        .add_extension(
-            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address(address))]),
-            critical=False,
-        )
-        .sign(ca_key, hashes.SHA256())
-    )  # fmt: skip
-    paths = directory / "ca.crt", directory / "apiserver.crt", directory / "apiserver.key"
-    paths[0].write_bytes(ca.public_bytes(serialization.Encoding.PEM))
-    paths[1].write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    paths[2].write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
-    return paths
+    """A CA and a server certificate for ``address`` (what a cluster's API server presents), as
+    the service account's ca.crt and the API server's pair."""
+    authority = Authority("fake-cluster")
+    ca = directory / "ca.crt"
+    ca.write_bytes(authority.cert_pem)
+    cert, key = authority.issue("kube-apiserver", ips=(address,)).write(directory, "apiserver")
+    return ca, cert, key
 
 
 def _request_permission(method: str, path: str) -> tuple[str, str]:

@@ -619,9 +619,12 @@ def test_auth_node_pattern_is_for_agent_tokens_only(
 
 @pytest.mark.parametrize("key", AGENT_ROUTES, ids=str)
 @pytest.mark.parametrize("scope", ["agent", "admin"])
-@pytest.mark.parametrize("names", [{"node-a"}, {"gpu-7.example", "NODE-A"}, {"node-b"}], ids=str)
+# Tuples, not sets: a set's order (and so its test id) differs between pytest-xdist workers.
+@pytest.mark.parametrize(
+    "names", [("node-a",), ("gpu-7.example", "NODE-A"), ("node-b",)], ids="+".join
+)
 def test_auth_matrix_client_certificate_names_the_node_it_speaks_for(
-    matrix: Matrix, key: tuple[str, str], scope: str, names: set[str]
+    matrix: Matrix, key: tuple[str, str], scope: str, names: tuple[str, ...]
 ) -> None:
     """Under mutual TLS a request speaks only for a node its certificate names (CN or DNS SAN,
     without case), whatever the token's scope; the token is still checked."""
