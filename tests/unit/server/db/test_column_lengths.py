@@ -191,6 +191,7 @@ def column_bounds() -> dict[str, int]:
         "api_tokens.name": w["token_name"],
         "api_tokens.scope": _vocabulary(*SCOPES),
         "api_tokens.secret_sha256": 64,
+        "api_tokens.node_pattern": 253,  # auth._checked_pattern: a node name's length at most
         "risk_models.trigger": _vocabulary("schedule", "manual", "startup"),
         "risk_models.status": _vocabulary("ok", "failed"),
         "job_steps.job_id": w["job_id"],

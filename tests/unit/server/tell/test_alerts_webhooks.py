@@ -309,6 +309,8 @@ def test_webhook_cli_adds_lists_tests_and_removes(
 
     def through_app(method: str, url: str, **kwargs: Any) -> httpx.Response:
         kwargs.pop("timeout", None)
+        # The CLI verifies the server's certificate by default (no CA bundle: the public roots).
+        assert kwargs.pop("verify") is True
         return client.request(method, url.removeprefix("http://fw.test"), **kwargs)
 
     monkeypatch.setattr(httpx, "request", through_app)
