@@ -28,7 +28,10 @@ __all__ = ["Schemas", "load_schemas"]
 
 DATA = Path(__file__).parent / "data" / "schemas"
 
-# SHA-256 of each document's original bytes (data/schemas/README.md).
+# SHA-256 of each document's original bytes (data/schemas/README.md). The documents repeat
+# the shared schemas (ObjectMeta, LabelSelector...), at different Kubernetes versions: the
+# first document to define a name wins, so core/v1, apps/v1 and batch/v1 (client-go's, the
+# newest) define them, and each later document adds its own group's kinds.
 _V3 = {
     "api__v1_openapi.json.gz": "6aca85ac8f0d588f75f6a74cb12481bb8dc6c325af51faa53e7e5eae3fc10719",
     "apis__apps__v1_openapi.json.gz": (
@@ -36,6 +39,12 @@ _V3 = {
     ),
     "apis__batch__v1_openapi.json.gz": (
         "7b9e9e38ee14590f12b9d539e5cb05d74fe11b5e15118e91f89ded18c09fc2de"
+    ),
+    "apis__policy__v1_openapi.json.gz": (
+        "44ef306b285fb8dacb4e7e4d6c91a2c42019953fa0b1569b8ce2a89608ca8b93"
+    ),
+    "apis__networking.k8s.io__v1_openapi.json.gz": (
+        "a533bc4f9b6c345ddd2cb8ed82e105cdb6b80e0411eebef919ba2a82da645ff5"
     ),
 }
 _V2 = (
@@ -83,8 +92,9 @@ class Schemas:
     def __init__(self) -> None:
         v3: dict[str, Any] = {}
         for name, digest in _V3.items():
-            v3.update(_read_checked(name, digest)["components"]["schemas"])
-        self.v3 = _Source("OpenAPI v3 (client-go testdata)", v3, "#/components/schemas/")
+            for key, schema in _read_checked(name, digest)["components"]["schemas"].items():
+                v3.setdefault(key, schema)
+        self.v3 = _Source("OpenAPI v3 (api/openapi-spec/v3)", v3, "#/components/schemas/")
         self.v3.index()
         v2 = _read_checked(*_V2)["definitions"]
         self.v2 = _Source("OpenAPI v2 v1.27.0 (kube-openapi testdata)", v2, "#/definitions/")

@@ -117,6 +117,49 @@ def test_the_schema_check_catches_a_misspelt_field() -> None:
     assert any(".spec.replicas: expected an integer" in p for p in problems)
 
 
+def _break_network_policy(obj: dict[str, Any]) -> None:
+    obj["spec"]["podSelectr"] = {}
+
+
+def _break_pod_disruption_budget(obj: dict[str, Any]) -> None:
+    obj["spec"]["minAvailable"] = True
+
+
+def _break_cluster_role(obj: dict[str, Any]) -> None:
+    obj["rules"][0]["verbs"] = "get"
+
+
+def _break_cluster_role_binding(obj: dict[str, Any]) -> None:
+    del obj["roleRef"]["name"]
+
+
+@pytest.mark.parametrize(
+    ("kind", "source", "breaks", "expected"),
+    [
+        ("NetworkPolicy", "v3", _break_network_policy, ".spec.podSelectr: unknown field"),
+        ("NetworkPolicy", "v2", _break_network_policy, ".spec.podSelectr: unknown field"),
+        ("PodDisruptionBudget", "v3", _break_pod_disruption_budget, ".spec.minAvailable: True"),
+        ("PodDisruptionBudget", "v2", _break_pod_disruption_budget, ".spec.minAvailable: True"),
+        ("ClusterRole", "v2", _break_cluster_role, ".rules[0].verbs: expected a list"),
+        ("ClusterRoleBinding", "v2", _break_cluster_role_binding, "field 'name' is missing"),
+    ],
+)
+def test_broken_policy_network_and_rbac_objects_fail_their_schemas(
+    kind: str, source: str, breaks: Any, expected: str
+) -> None:
+    """PodDisruptionBudget and NetworkPolicy are checked against kubernetes/kubernetes'
+    api/openapi-spec/v3 documents and the v2 one; ClusterRole and ClusterRoleBinding against
+    the v2 one only (data/schemas/README.md says why)."""
+    schemas = load_schemas()
+    name = getattr(schemas, source).name
+    rendered = by_kind(objects_of("all-on"), kind)[0]
+    assert not schemas.errors(rendered)[name]
+    broken = json.loads(json.dumps(rendered))
+    breaks(broken)
+    problems = schemas.errors(broken)[name]
+    assert any(expected in p for p in problems), problems
+
+
 @pytest.mark.parametrize("scenario", sorted(SCENARIOS))
 def test_rendered_objects_refer_to_each_other_correctly(scenario: str) -> None:
     """What the API server's own validation or a running cluster would refuse, and no schema
