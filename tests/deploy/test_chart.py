@@ -21,9 +21,7 @@ import click
 import pytest
 import yaml
 
-from fleetwatch.adapters.settings import AdapterSettings
-from fleetwatch.cli import main as fleetwatch_cli
-from fleetwatch.config import AgentSettings, ServerSettings
+from tests.deploy.cli_check import is_setting, parse_args
 from tests.deploy.helm import (
     CHART,
     REPO,
@@ -266,38 +264,6 @@ def test_rendered_objects_refer_to_each_other_correctly(scenario: str) -> None:
             secret_ref(endpoint["authorization"]["credentials"], "ServiceMonitor")
 
 
-def _rest(ctx: click.Context) -> list[str]:
-    """The tokens a group left for its subcommand (click 8.2 keeps the subcommand's name apart,
-    in a deprecated attribute; click 9 puts everything in ``args``)."""
-    return [*getattr(ctx, "_protected_args", []), *ctx.args]
-
-
-def _existing(arg: str) -> str:
-    """``--flag=/mounted/file`` with a file that exists here in place of the pod's mount (the
-    CLI checks that the CA, certificate and key files exist when it parses them)."""
-    flag, sep, value = arg.partition("=")
-    if sep and value.startswith("/etc/fleetwatch/") and not Path(value).exists():
-        return f"{flag}={__file__}"
-    return arg
-
-
-def _parse(args: list[str], pending: set[str]) -> click.Context:
-    """Parse ``fleetwatch ARGS`` as the CLI would, without running it: a flag the command does
-    not have fails here. Flags in ``pending`` (with their values) are left out first."""
-    kept = [_existing(a) for a in args if a.split("=", 1)[0] not in pending]
-    ctx = fleetwatch_cli.make_context("fleetwatch", list(kept), resilient_parsing=False)
-    name, *rest = _rest(ctx)
-    command = fleetwatch_cli.get_command(ctx, name)
-    assert command is not None, name
-    sub = command.make_context(name, rest, parent=ctx)
-    if isinstance(command, click.Group):
-        leaf_name, *leaf_rest = _rest(sub)
-        leaf = command.get_command(sub, leaf_name)
-        assert leaf is not None, leaf_name
-        return leaf.make_context(leaf_name, leaf_rest, parent=sub)
-    return sub
-
-
 @pytest.mark.parametrize("scenario", sorted(SCENARIOS))
 def test_container_arguments_and_environment_are_fleetwatchs(scenario: str) -> None:
     """Each container's arguments parse with FleetWatch's own CLI (the image's entrypoint is
@@ -305,21 +271,14 @@ def test_container_arguments_and_environment_are_fleetwatchs(scenario: str) -> N
     every schema. The ConfigMap's keys are server settings too."""
     objects = objects_of(scenario)
     tls = any("FLEETWATCH_SERVER_TLS_CERT" in json.dumps(o) for o in objects)
-    known = {
-        "FLEETWATCH_SERVER_": set(ServerSettings.model_fields),
-        "FLEETWATCH_AGENT_": set(AgentSettings.model_fields),
-        "FLEETWATCH_SCHEDULER_": set(AdapterSettings.model_fields),
-    }
 
     def check_name(name: str, where: str) -> None:
-        if not name.startswith("FLEETWATCH_"):
-            return
-        prefix = next(p for p in known if name.startswith(p))
-        assert name.removeprefix(prefix).lower() in known[prefix], (where, name)
+        if name.startswith("FLEETWATCH_"):
+            assert is_setting(name), (where, name)
 
     for where, container in containers(objects):
         assert "command" not in container, f"{where}: the image's entrypoint runs `fleetwatch`"
-        _parse(container["args"], set())
+        parse_args(container["args"])
         for env in container.get("env", []):
             check_name(env["name"], where)
     for config_map in by_kind(objects, "ConfigMap"):
@@ -331,7 +290,7 @@ def test_container_arguments_and_environment_are_fleetwatchs(scenario: str) -> N
 
 def test_a_misspelt_flag_fails_the_argument_check() -> None:
     with pytest.raises(click.NoSuchOption):
-        _parse(["server", "--role=api", "--prot=8400"], set())
+        parse_args(["server", "--role=api", "--prot=8400"])
 
 
 def test_default_values_run_one_sqlite_pod() -> None:

@@ -15,14 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from fleetwatch.adapters.settings import AdapterSettings
-from fleetwatch.config import AgentSettings, ServerSettings
-from tests.deploy.test_chart import _parse
+from tests.deploy.cli_check import is_setting, parse_args
 
 REPO = Path(__file__).resolve().parents[2]
 UNITS = REPO / "deploy" / "systemd"
 AGENT_TOML = REPO / "deploy" / "agent.toml"
-TLS_CLIENT_ENV = {"FLEETWATCH_CA_BUNDLE", "FLEETWATCH_CLIENT_CERT", "FLEETWATCH_CLIENT_KEY"}
 
 
 def _directives(unit: Path) -> dict[str, str]:
@@ -40,21 +37,16 @@ def test_each_units_command_parses_with_the_cli(unit: str) -> None:
     exec_start = _directives(UNITS / unit)["ExecStart"]
     command = shlex.split(exec_start.replace("/etc/fleetwatch/agent.toml", str(AGENT_TOML)))
     assert Path(command[0]).name == "fleetwatch", command
-    _parse(command[1:], set())  # raises on an unknown command or flag
+    parse_args(command[1:])  # raises on an unknown command or flag
 
 
 def test_a_misspelt_flag_in_a_unit_would_fail() -> None:
     with pytest.raises(Exception, match="--intervall"):
-        _parse(["slurm-sync", "--intervall", "5"], set())
+        parse_args(["slurm-sync", "--intervall", "5"])
 
 
 @pytest.mark.parametrize("env_file", sorted(p.name for p in UNITS.glob("*.env")))
 def test_each_example_environment_names_real_settings(env_file: str) -> None:
-    known = {
-        "FLEETWATCH_SERVER_": set(ServerSettings.model_fields),
-        "FLEETWATCH_AGENT_": set(AgentSettings.model_fields),
-        "FLEETWATCH_SCHEDULER_": set(AdapterSettings.model_fields),
-    }
     names = [
         line.lstrip("#").split("=", 1)[0]
         for line in (UNITS / env_file).read_text().splitlines()
@@ -62,10 +54,7 @@ def test_each_example_environment_names_real_settings(env_file: str) -> None:
     ]
     assert names
     for name in names:
-        if name in TLS_CLIENT_ENV:
-            continue
-        prefix = next(p for p in known if name.startswith(p))
-        assert name.removeprefix(prefix).lower() in known[prefix], (env_file, name)
+        assert is_setting(name), (env_file, name)
 
 
 def test_every_unit_reads_the_environment_file_it_documents() -> None:
