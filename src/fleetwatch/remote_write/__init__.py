@@ -1,2 +1,2 @@
-"""Prometheus remote write ingestion: series pushed by a Prometheus server, mapped onto
-FleetWatch readings (one module per exporter)."""
+"""Prometheus remote write in: the wire format (:mod:`.wire`), and what a request's series say
+as FleetWatch readings (:mod:`.readings`), stored by the server's ingest stage."""

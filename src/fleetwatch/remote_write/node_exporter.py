@@ -51,6 +51,7 @@ __all__ = [
     "NodeExporterReadings",
     "Sample",
     "edac_event",
+    "is_node_exporter_metric",
     "map_node_exporter",
 ]
 
@@ -191,6 +192,11 @@ class NodeExporterReadings:
     recognised: set[str] = field(default_factory=set)
     unrecognised: set[str] = field(default_factory=set)
     skipped: list[str] = field(default_factory=list)
+
+
+def is_node_exporter_metric(name: str) -> bool:
+    """Whether :func:`map_node_exporter` reads the series ``name``."""
+    return name in _PORT_SERIES or name in _EDAC_SERIES
 
 
 def map_node_exporter(samples: Iterable[Sample]) -> NodeExporterReadings:
