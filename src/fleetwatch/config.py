@@ -155,6 +155,59 @@ class ServerSettings(BaseSettings):
         "days of outage; older means a wrong clock): 30 days",
         json_schema_extra=ADVANCED,
     )
+    remote_write_node_labels: Annotated[list[str], NoDecode] = Field(
+        default_factory=lambda: ["Hostname", "instance"],
+        description="Prometheus remote write: the labels that name a series' node, "
+        "comma-separated, the first present wins (dcgm-exporter's Hostname; node, "
+        "kubernetes_node or instance where Kubernetes relabels); an instance's :port is dropped",
+        json_schema_extra=OPERATOR,
+    )
+    remote_write_scrape_interval_s: float = Field(
+        default=30.0,
+        gt=0,
+        description="Prometheus remote write: the scrape interval of the dcgm-exporter job, the "
+        "interval a node is judged silent by (unreachable after unreachable_after_intervals of "
+        "them)",
+        json_schema_extra=FLEET_POLICY,
+    )
+    remote_write_settle_s: float = Field(
+        default=10.0,
+        gt=0,
+        le=3600,
+        description="Prometheus remote write: how long after the last piece of a GPU's scrape "
+        "its readings are stored as one sample (Prometheus splits a scrape across requests and "
+        "shards, each sent within batch_send_deadline, 5 s by default)",
+        json_schema_extra=ADVANCED,
+    )
+    remote_write_dedup_window_s: float = Field(
+        default=6 * 3600.0,
+        ge=60,
+        description="Prometheus remote write: how long what was stored is remembered, so a "
+        "resent sample is stored once; an older sample is refused (counted, not stored). "
+        "Prometheus' WAL holds about 2 hours",
+        json_schema_extra=ADVANCED,
+    )
+    remote_write_ha_cluster_label: str = Field(
+        default="cluster",
+        min_length=1,
+        description="Prometheus remote write from an HA pair: the external label naming the "
+        "pair (Cortex's and Mimir's convention)",
+        json_schema_extra=ADVANCED,
+    )
+    remote_write_ha_replica_label: str = Field(
+        default="__replica__",
+        min_length=1,
+        description="Prometheus remote write from an HA pair: the external label naming the "
+        "replica; only one replica per cluster is stored",
+        json_schema_extra=ADVANCED,
+    )
+    remote_write_ha_failover_s: float = Field(
+        default=30.0,
+        gt=0,
+        description="Prometheus remote write from an HA pair: silence of the stored replica "
+        "after which the other one is stored instead",
+        json_schema_extra=ADVANCED,
+    )
     unreachable_after_intervals: float = Field(
         default=3.0,
         gt=1,
@@ -684,6 +737,18 @@ class ServerSettings(BaseSettings):
         "<database>.key, PostgreSQL refuses webhook secrets. `fleetwatch secrets generate-key`",
         json_schema_extra=OPERATOR,
     )
+
+    @field_validator("remote_write_node_labels", mode="before")
+    @classmethod
+    def _split_node_labels(cls, value: Any) -> Any:
+        return _split_list(value)
+
+    @field_validator("remote_write_node_labels")
+    @classmethod
+    def _node_labels_named(cls, value: list[str]) -> list[str]:
+        if not value:
+            raise ValueError("name at least one label (e.g. Hostname)")
+        return value
 
     @field_validator("secret_keys", mode="before")
     @classmethod

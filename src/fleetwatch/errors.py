@@ -118,6 +118,10 @@ class InvalidInput(FleetWatchError):
         self.detail = list(detail)
 
 
+class MalformedBody(InvalidInput):
+    """A body that cannot be decoded at all (answered 400: no field of it can be named)."""
+
+
 class PayloadTooLarge(InvalidInput):
     def __init__(self, limit_bytes: int) -> None:
         super().__init__(

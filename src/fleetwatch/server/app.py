@@ -45,7 +45,7 @@ from fleetwatch.server.metrics.page_prefetch import PagePrefetch
 from fleetwatch.server.operations import add_operational_routes
 from fleetwatch.server.page import router as page_router
 from fleetwatch.server.process_tuning import tune_garbage_collector
-from fleetwatch.server.routers import api_router
+from fleetwatch.server.routers import api_router, remote_write_router
 from fleetwatch.server.runtime.leader import single_process_problem
 from fleetwatch.server.runtime.metric_families import ServerMetrics
 from fleetwatch.server.token_cache import TokenCache
@@ -236,6 +236,7 @@ def create_app(
     add_offline_docs(app)
     install_error_handlers(app)
     app.include_router(api_router)
+    app.include_router(remote_write_router)  # POST /api/v1/write, Prometheus' path
     app.include_router(page_router)  # the fleet page at /, outside /v1
     add_operational_routes(app, settings)
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]

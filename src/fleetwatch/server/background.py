@@ -78,6 +78,7 @@ from fleetwatch.server.tell.outbox import OutboxWorker
 from fleetwatch.server.tell.weekly_report import WeeklyReportJob
 from fleetwatch.server.upkeep.lifecycle import run_lifecycle
 from fleetwatch.server.upkeep.refit import Refitter
+from fleetwatch.server.upkeep.remote_write_seal import RemoteWriteSealer
 from fleetwatch.server.upkeep.retention import RetentionJob
 from fleetwatch.server.upkeep.rollups import RollupJob
 
@@ -87,6 +88,9 @@ logger = logging.getLogger(__name__)
 
 WEEKLY_REPORT_INTERVAL_S = 600.0
 URGENT_IDLE_S = 3600.0
+# How often staged remote-write scrapes are looked at: a scrape is stored within a second of
+# settling. A pass with nothing settled is one indexed read.
+_SEAL_INTERVAL_S = 1.0
 
 
 def _apart(interval_s: float, other_interval_s: float) -> float:
@@ -158,6 +162,11 @@ class BackgroundJobs:
         )
         self.outbox = OutboxWorker(db, settings, guard=self._guard("webhooks"), secrets=secrets)
         self.refitter = Refitter(db, settings, failures=self._failures("refit"))
+        self.sealer = RemoteWriteSealer(
+            db,
+            settings,
+            counted=lambda outcome, n: metrics.remote_write_samples.labels(outcome).inc(n),
+        )
         self.elector: LeaderElector | None = None
         # Every pass runs in a context of this process's precedence (runtime/passes.py): the
         # whole-fleet passes give way through it, the urgent lane's runs ahead.
@@ -185,6 +194,9 @@ class BackgroundJobs:
         ]
         if self.sharing is not None:
             jobs.append(Job("snapshot", s.snapshot_poll_s, self._poll))
+        # Every process seals (rows are taken with SKIP LOCKED): a remote-write scrape is stored
+        # about a settle time after its last piece, wherever the piece came in.
+        jobs.append(Job("remote_write_seal", _SEAL_INTERVAL_S, self.sealer.run_once))
         return jobs
 
     def leader_jobs(self) -> list[Job]:

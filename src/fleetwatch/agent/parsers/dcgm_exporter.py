@@ -9,6 +9,11 @@ Three generations of metric names reach us and all map onto the same canonical f
 * the legacy 1.x names (``dcgm_gpu_temp``, ``dcgm_power_usage``, ...) with a lower-case ``uuid``
   label.
 
+The mapping itself, :func:`read_dcgm_samples`, takes samples from anywhere: the agent's scrape of
+the exporter's text (:func:`parse_dcgm_scrape`) and the server's Prometheus remote write
+(:mod:`fleetwatch.remote_write.readings`) both read dcgm-exporter's series through it, so the
+two cannot map a name or a label differently.
+
 Series are grouped into one :class:`GpuReading` per GPU, keyed by the ``UUID`` (or 1.x ``uuid``)
 label, else by ``Hostname`` plus ``gpu`` index. A series with neither carries no GPU and is
 dropped, so the unlabelled dummy series some fixtures hold never become fake GPUs.
@@ -39,7 +44,15 @@ from fleetwatch.agent.parsers import GpuReading, ParseError
 from fleetwatch.agent.parsers.dcgm_mig import MigCopies
 from fleetwatch.telemetry import SAMPLE_FIELDS, normalize_pci_bus_id
 
-__all__ = ["DcgmScrape", "last_xids", "parse_dcgm_exporter", "parse_dcgm_scrape"]
+__all__ = [
+    "DcgmSample",
+    "DcgmScrape",
+    "is_dcgm_metric",
+    "last_xids",
+    "parse_dcgm_exporter",
+    "parse_dcgm_scrape",
+    "read_dcgm_samples",
+]
 
 # Canonical field -> source metric names, best first: when one GPU exposes several, the first
 # listed wins. Units are the canonical ones already (DCGM reports mJ, MiB, MHz, W, C, %).
@@ -171,6 +184,21 @@ class DcgmScrape:
     ignored_metrics: frozenset[str]  # metric names with no canonical meaning, for debugging
 
 
+@dataclass(frozen=True)
+class DcgmSample:
+    """One sample of one series: the names it may go by (from text, a counter is known by its
+    sample and its family name), its labels and its value."""
+
+    names: tuple[str, ...]
+    labels: Mapping[str, str]
+    value: float
+
+
+def is_dcgm_metric(name: str) -> bool:
+    """Whether FleetWatch reads the series ``name`` (a reading or the last Xid)."""
+    return name in _METRIC_FIELD or name in _XID_METRICS
+
+
 @dataclass
 class _Gpu:
     reading: GpuReading = field(default_factory=GpuReading)
@@ -194,10 +222,16 @@ def parse_dcgm_scrape(text: str) -> DcgmScrape:
     Raises :class:`ParseError` (with the line number) for text that is not Prometheus
     exposition format.
     """
+    return read_dcgm_samples(_samples(text))
+
+
+def read_dcgm_samples(samples: Iterable[DcgmSample]) -> DcgmScrape:
+    """Readings, last-Xid codes and ignored metric names from the samples of one scrape."""
     gpus: dict[tuple[str, str], _Gpu] = {}
     last_xid: dict[str, int] = {}
     ignored: set[str] = set()
-    for family_name, family_type, sample_name, labels, value in _samples(text):
+    for sample in samples:
+        labels, value, names = sample.labels, sample.value, sample.names
         key = _gpu_key(labels)
         if key is None:
             continue
@@ -208,9 +242,6 @@ def parse_dcgm_scrape(text: str) -> DcgmScrape:
             continue  # a MIG label without a usable instance id: nothing to file it under
         if instance is not None:
             gpu.mig.note_instance(instance, labels.get("GPU_I_PROFILE") or None)
-        # prometheus_client appends "_total" to counters that lack it and strips a trailing
-        # "_total" from the family name, so the name as exposed is one of the two.
-        names = (sample_name, family_name) if family_type == "counter" else (sample_name,)
         if any(name in _XID_METRICS for name in names):
             uuid = gpu.reading.identity.get("uuid")
             if uuid is not None and math.isfinite(value):
@@ -221,7 +252,7 @@ def parse_dcgm_scrape(text: str) -> DcgmScrape:
             continue
         mapped = next((_METRIC_FIELD[n] for n in names if n in _METRIC_FIELD), None)
         if mapped is None:
-            ignored.add(family_name if family_type == "counter" else sample_name)
+            ignored.add(names[-1])
             continue
         converted = _convert(mapped[0], value)
         if converted is None:
@@ -254,7 +285,7 @@ def _fold_mig_copies(gpu: _Gpu, last_xid: dict[str, int]) -> None:
         gpu.reading.identity["mig"] = mig
 
 
-def _samples(text: str) -> Iterable[tuple[str, str, str, dict[str, str], float]]:
+def _samples(text: str) -> Iterable[DcgmSample]:
     try:
         families = list(text_string_to_metric_families(text))
     except ValueError as exc:
@@ -263,8 +294,12 @@ def _samples(text: str) -> Iterable[tuple[str, str, str, dict[str, str], float]]
         ) from exc
     for family in families:
         for sample in family.samples:
+            # prometheus_client appends "_total" to counters that lack it and strips a trailing
+            # "_total" from the family name, so the name as exposed is one of the two (the
+            # family's last: an ignored counter is named by it).
+            names = (sample.name, family.name) if family.type == "counter" else (sample.name,)
             # Not float(): the parser keeps integers exact, which large counters need.
-            yield family.name, family.type, sample.name, sample.labels, sample.value
+            yield DcgmSample(names, sample.labels, sample.value)
 
 
 def _bad_line(text: str) -> int | None:

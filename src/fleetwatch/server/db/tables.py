@@ -581,3 +581,44 @@ maintenance_windows = Table(
     Column("ended_by", String(128)),
     Index("ix_maintenance_windows_ended_at", "ended_at"),
 )
+
+
+# Prometheus remote write (issue 38, server/ingest/remote_write_store.py). Prometheus splits a
+# scrape across requests and shards: the pieces of one GPU's (or port's) reading at one instant
+# wait here until the scrape is complete, then become one sample. The row stays, with the
+# fields stored as a bit mask, for as long as Prometheus may resend them, so that a resent
+# piece is stored once.
+remote_write_staging = Table(
+    "remote_write_staging",
+    metadata,
+    # A GPU's UUID, or "port:<node>:<device>:<port>" for a node_exporter port reading.
+    Column("key", String(400), primary_key=True),
+    Column("ts", UtcDateTime, primary_key=True),
+    Column("node", String(253), nullable=False),
+    Column("identity", Json, nullable=False),
+    Column("pending", Json, comment="fields waiting to be stored; null: none"),
+    Column("stored_mask", BigInteger, nullable=False, comment="fields stored, one bit each"),
+    # When its last piece came; null once nothing is pending (the sealer reads only the others).
+    Column("received_at", UtcDateTime),
+    Index("ix_remote_write_staging_received_at", "received_at"),
+    Index("ix_remote_write_staging_ts", "ts"),
+)
+
+# The last value seen of a series whose change is an event (a GPU's last Xid code, an EDAC
+# counter): the next value is compared with it.
+remote_write_state = Table(
+    "remote_write_state",
+    metadata,
+    Column("key", String(400), primary_key=True),
+    Column("value", BigInteger, nullable=False),
+    Column("ts", UtcDateTime, nullable=False),
+)
+
+# An HA pair of Prometheus servers sends every series twice: the replica stored per cluster.
+remote_write_replicas = Table(
+    "remote_write_replicas",
+    metadata,
+    Column("cluster", String(256), primary_key=True),
+    Column("replica", String(256), nullable=False),
+    Column("last_seen", UtcDateTime, nullable=False),
+)

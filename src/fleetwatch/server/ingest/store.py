@@ -39,11 +39,11 @@ from fleetwatch.rules.thresholds import HealthThresholds
 from fleetwatch.server.db.session import Database
 from fleetwatch.server.db.tables import events, gpus, ingest_batches, nodes
 from fleetwatch.server.ingest.batch_view import BatchView, GpuView, SampleView, push_lag_s
-from fleetwatch.server.ingest.sample_writer import write_samples
+from fleetwatch.server.ingest.sample_writer import LearnedKeys, write_samples
 from fleetwatch.server.repo.gpus import LATEST_MIG_KEY
 from fleetwatch.server.repo.ports import port_readings, store_ports
 
-__all__ = ["IngestResult", "store_batch"]
+__all__ = ["DuplicateBatch", "IngestResult", "WrittenBatch", "store_batch", "write_batch"]
 
 logger = logging.getLogger(__name__)
 
@@ -155,7 +155,7 @@ class IngestResult:
     urgent_ports: bool = False
 
 
-class _Duplicate(Exception):
+class DuplicateBatch(Exception):
     """Raised inside the transaction to roll it back when the batch id was already stored."""
 
 
@@ -175,36 +175,75 @@ def store_batch(
     """
     try:
         with db.write() as conn:
-            node_id = _upsert_node(conn, batch, now)
-            _claim_batch_id(conn, batch, node_id, content_sha256, now)
-            node_gpus = _upsert_gpus(conn, batch, node_id, now, live_intervals)
-            learned = write_samples(conn, db, batch.samples, node_id, batch.node.boot_id, now=now)
-            update_latest(conn, batch.samples, now, mig_layouts(batch))
-            _insert_events(conn, batch, node_id, node_gpus, now)
-            # Older batch views (and the BatchView protocol) have no ports: absent is none.
-            ports = port_readings(getattr(batch, "ports", None))
-            stored_ports = store_ports(
+            written = write_batch(
                 conn,
-                ports,
-                node_id=node_id,
-                boot_id=batch.node.boot_id,
+                db,
+                batch,
+                content_sha256=content_sha256,
                 now=now,
+                live_intervals=live_intervals,
                 thresholds=thresholds,
-                batch_id=batch.batch_id,
             )
-        learned.remember()  # committed: the GPU and boot keys may be reused by later batches
-    except _Duplicate:
+        written.committed()
+    except DuplicateBatch:
         return IngestResult(samples=0, events=0, duplicate=True)
     except GpuClaimed as exc:
         _record_claims(db, exc, batch.batch_id, now)
         raise
-    return IngestResult(
+    return written.result
+
+
+@dataclass(frozen=True)
+class WrittenBatch:
+    """A batch written inside a transaction not yet committed."""
+
+    result: IngestResult
+    learned: LearnedKeys
+
+    def committed(self) -> None:
+        """Call once the transaction committed: its GPU and boot keys may be reused."""
+        self.learned.remember()
+
+
+def write_batch(
+    conn: Connection,
+    db: Database,
+    batch: BatchView,
+    *,
+    content_sha256: str,
+    now: datetime,
+    live_intervals: float = 3.0,
+    thresholds: HealthThresholds | None = None,
+) -> WrittenBatch:
+    """Write ``batch`` in the caller's transaction (:func:`store_batch` commits one of its
+    own; Prometheus remote write stores its batches beside its bookkeeping). Raises
+    :class:`DuplicateBatch` for a batch id stored before, and :class:`GpuClaimed`: the caller
+    must then roll back."""
+    node_id = _upsert_node(conn, batch, now)
+    _claim_batch_id(conn, batch, node_id, content_sha256, now)
+    node_gpus = _upsert_gpus(conn, batch, node_id, now, live_intervals)
+    learned = write_samples(conn, db, batch.samples, node_id, batch.node.boot_id, now=now)
+    update_latest(conn, batch.samples, now, mig_layouts(batch))
+    _insert_events(conn, batch, node_id, node_gpus, now)
+    # Older batch views (and the BatchView protocol) have no ports: absent is none.
+    ports = port_readings(getattr(batch, "ports", None))
+    stored_ports = store_ports(
+        conn,
+        ports,
+        node_id=node_id,
+        boot_id=batch.node.boot_id,
+        now=now,
+        thresholds=thresholds,
+        batch_id=batch.batch_id,
+    )
+    result = IngestResult(
         samples=len(batch.samples),
         events=len(batch.events),
         duplicate=False,
         node_id=node_id,
         urgent_ports=stored_ports.urgent,
     )
+    return WrittenBatch(result, learned)
 
 
 def _upsert_node(conn: Connection, batch: BatchView, now: datetime) -> int:
@@ -313,7 +352,7 @@ def _claim_batch_id(
     ).scalar_one()
     if stored != content_sha256:
         raise BatchConflict(batch.batch_id)
-    raise _Duplicate
+    raise DuplicateBatch
 
 
 def _upsert_gpus(

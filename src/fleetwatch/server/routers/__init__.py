@@ -21,6 +21,7 @@ from fleetwatch.server.routers import (
     models,
     nodes,
     notices,
+    remote_write,
     reports,
     risk,
     tokens,
@@ -29,7 +30,10 @@ from fleetwatch.server.routers import (
 )
 from fleetwatch.server.schemas.common import error_responses
 
-__all__ = ["api_router"]
+__all__ = ["api_router", "remote_write_router"]
+
+# Prometheus' path, outside /v1: a remote_write url is ".../api/v1/write" by convention.
+remote_write_router = remote_write.router
 
 api_router = APIRouter(prefix="/v1", responses=error_responses(401, 403, 422, 503, 507))
 _ROUTERS = (

@@ -14,26 +14,25 @@ from fastapi.concurrency import run_in_threadpool
 
 from fleetwatch.config import ServerSettings
 from fleetwatch.errors import InvalidInput, PayloadTooLarge, UnsupportedMediaType
-from fleetwatch.rules.host_errors import is_urgent_host_event
 from fleetwatch.rules.thresholds import HealthThresholds
-from fleetwatch.rules.xid import XidCatalog, may_take_gpu_out
+from fleetwatch.rules.xid import XidCatalog
 from fleetwatch.server.auth import TokenInfo
 from fleetwatch.server.db.base import utcnow
 from fleetwatch.server.db.session import Database
 from fleetwatch.server.deps import IngestAuth
 from fleetwatch.server.errors import status_for
 from fleetwatch.server.ingest.batch_decoder import decode_batch, ingest_limits
-from fleetwatch.server.ingest.batch_structs import BatchStruct, EventStruct
+from fleetwatch.server.ingest.batch_structs import BatchStruct
 from fleetwatch.server.ingest.group_store import GroupedBatch, is_routine
 from fleetwatch.server.ingest.group_writer import GroupWriter
 from fleetwatch.server.ingest.store import IngestResult, store_batch
 from fleetwatch.server.node_binding import check_speaks_for
-from fleetwatch.server.runtime.leader import notify_wake
+from fleetwatch.server.routers.urgent_lane import catalog_of, is_urgent, thresholds_of, wake_urgent
 from fleetwatch.server.runtime.metric_families import ServerMetrics
 from fleetwatch.server.schemas.common import ErrorResponse, IngestAccepted, IngestResponse
 from fleetwatch.telemetry import BATCH_EXAMPLE
 
-__all__ = ["router"]
+__all__ = ["read_limited", "router"]
 
 logger = logging.getLogger(__name__)
 
@@ -75,8 +74,8 @@ _BODY_DOC: dict[str, Any] = {
 }
 
 
-async def _read_body(request: Request, limit: int) -> bytes:
-    """The decompressed body, refusing more than ``limit`` bytes before or after gunzip."""
+async def read_limited(request: Request, limit: int) -> bytes:
+    """The body as sent, refusing more than ``limit`` bytes (declared or streamed)."""
     declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > limit:
         raise PayloadTooLarge(limit)
@@ -86,7 +85,12 @@ async def _read_body(request: Request, limit: int) -> bytes:
         if size > limit:
             raise PayloadTooLarge(limit)
         chunks.append(chunk)
-    body = b"".join(chunks)
+    return b"".join(chunks)
+
+
+async def _read_body(request: Request, limit: int) -> bytes:
+    """The decompressed body, refusing more than ``limit`` bytes before or after gunzip."""
+    body = await read_limited(request, limit)
     encoding = request.headers.get("content-encoding", "identity").strip().lower()
     if encoding in ("", "identity"):
         return body
@@ -121,34 +125,6 @@ def _check_content_type(request: Request) -> None:
             f"Content-Type must be application/json, got {content_type!r}",
             [{"loc": ["header", "content-type"], "msg": "must be application/json"}],
         )
-
-
-# Events that may take a GPU out of service: judge and plan at once rather than at the next tick.
-# Only what may drain is urgent: an Xid the catalogue rates critical or fatal (application Xids,
-# most of a busy fleet's, would keep the lane busy and queue the fatal ones behind them), a lost
-# GPU, and host errors at the severities that drain (a fatal SXid, an uncorrected AER, MCE or
-# EDAC record; a flood of corrected ones must not wake the planner on every batch).
-def _is_urgent(event: EventStruct, catalog: XidCatalog) -> bool:
-    if event.kind == "xid":
-        return may_take_gpu_out(event.xid, catalog)
-    return event.kind == "gpu_lost" or is_urgent_host_event(event.kind, event.details)
-
-
-_DEFAULT_CATALOG = XidCatalog.load()
-
-
-def _catalog(request: Request) -> XidCatalog:
-    """The Xid catalogue the rules judge with (the rules file's overrides included); the
-    default one in an app built without background jobs."""
-    assessor = getattr(request.app.state, "assessor", None)
-    return assessor.judge.catalog if assessor is not None else _DEFAULT_CATALOG
-
-
-def _thresholds(request: Request) -> HealthThresholds | None:
-    """The thresholds the rules run with (the rules file's), for the port events derived on
-    ingest; None (the defaults) in an app built without background jobs."""
-    assessor = getattr(request.app.state, "assessor", None)
-    return assessor.judge.thresholds if assessor is not None else None
 
 
 # A body up to this size is decoded on the event loop (a 48-sample push takes a few hundred
@@ -195,7 +171,7 @@ def _answer(
     )
     # A port gone down or flapping is derived here from the port readings, not sent as an event.
     urgent = not result.duplicate and (
-        result.urgent_ports or any(_is_urgent(e, catalog) for e in batch.events)
+        result.urgent_ports or any(is_urgent(e, catalog) for e in batch.events)
     )
     response = IngestResponse(
         accepted=IngestAccepted(samples=result.samples, events=result.events),
@@ -225,9 +201,9 @@ async def _decode_and_store(
             settings,
             request.app.state.db,
             request.app.state.ingest_slots,
-            _thresholds(request),
+            thresholds_of(request),
         )
-    return _answer(batch, result, _catalog(request))
+    return _answer(batch, result, catalog_of(request))
 
 
 @router.post(
@@ -248,11 +224,7 @@ async def ingest(request: Request, token: IngestAuth) -> IngestResponse:
         body = await _read_body(request, settings.max_body_bytes)
         response, urgent_node = await _decode_and_store(request, body, token)
         if urgent_node is not None:
-            request.app.state.urgent.add([urgent_node])  # this process's own snapshot
-            # The leader may be another process or replica: tell it through the database (the
-            # leader itself would only judge the node twice).
-            if not request.app.state.is_leader():
-                await run_in_threadpool(notify_wake, request.app.state.db.engine, [urgent_node])
+            await wake_urgent(request, [urgent_node])
     except InvalidInput as exc:
         metrics.ingest_batches.labels("rejected").inc()
         metrics.ingest_rejections.labels(str(status_for(exc))).inc()

@@ -14,6 +14,8 @@ Counted as things happen, on the registry each app builds (:class:`ServerMetrics
     fleetwatch_http_requests_aborted_total{route}
     fleetwatch_metrics_render_seconds{page}
     fleetwatch_metrics_render_cpu_seconds_total{page}
+    fleetwatch_remote_write_requests_total{status}   fleetwatch_remote_write_series_total{outcome}
+    fleetwatch_remote_write_samples_total{outcome}
 
 Set by the leader's retention pass (``upkeep/retention.py``)::
 
@@ -77,6 +79,28 @@ class ServerMetrics:
             "fleetwatch_ingest_rejections_total",
             "Rejected ingest requests by HTTP status.",
             ["status"],
+            registry=registry,
+        )
+        # Prometheus remote write (routers/remote_write.py, upkeep/remote_write_seal.py).
+        self.remote_write_requests = Counter(
+            "fleetwatch_remote_write_requests_total",
+            "Remote-write requests by HTTP status answered.",
+            ["status"],
+            registry=registry,
+        )
+        self.remote_write_series = Counter(
+            "fleetwatch_remote_write_series_total",
+            "Remote-write series by outcome: used, unused (no FleetWatch reading is made from "
+            "it), no_node (no node label).",
+            ["outcome"],
+            registry=registry,
+        )
+        self.remote_write_samples = Counter(
+            "fleetwatch_remote_write_samples_total",
+            "Remote-write sample fields by outcome: staged, stored (sealed into samples), "
+            "duplicate, replica_dropped (the other HA replica), too_old, invalid, conflict, "
+            "unused.",
+            ["outcome"],
             registry=registry,
         )
         # Group commit (server/ingest/group_writer.py, PostgreSQL): how many pushes shared a

@@ -23,6 +23,7 @@ from fleetwatch.inventory import _MAX_LOCATION, _MAX_SERIAL
 from fleetwatch.rules.xid_catalog import ACTION_RANK, SEVERITY_RANK
 from fleetwatch.server.auth import SCOPES
 from fleetwatch.server.db.tables import metadata
+from fleetwatch.server.ingest.remote_write_readings import MAX_HA_LABEL
 from fleetwatch.server.judge.judging import Verdict
 from fleetwatch.server.repo.evictions import OPEN_STATES
 from fleetwatch.server.repo.fleet_snapshots import FLEET
@@ -178,6 +179,14 @@ def column_bounds() -> dict[str, int]:
         "events.batch_id": w["batch_id"],
         "ingest_batches.batch_id": w["batch_id"],
         "ingest_batches.content_sha256": 64,
+        # Prometheus remote write (server/ingest/remote_write_store.py builds the keys): a GPU's
+        # UUID or "port:<node>:<device>:<port>"; "xid:<uuid>" or "edac:<node>:<mc>:<kind>"
+        # (a memory controller below 10**6); the HA labels are used only up to 256 characters.
+        "remote_write_staging.key": max(w["uuid"], 5 + w["node"] + 1 + w["port_device"] + 4),
+        "remote_write_staging.node": w["node"],
+        "remote_write_state.key": max(4 + w["uuid"], 5 + w["node"] + 1 + 6 + 1 + 11),
+        "remote_write_replicas.cluster": MAX_HA_LABEL,
+        "remote_write_replicas.replica": MAX_HA_LABEL,
         # A GPU without a serial is tracked by its UUID; imported serials have their own cap.
         "gpu_lifetimes.serial": max(w["serial"], w["uuid"], _MAX_SERIAL),
         "gpu_lifetimes.gpu_uuid": w["uuid"],

@@ -30,6 +30,7 @@ from tests.factories import gpu_uuid, make_batch, make_validation, store_validat
 
 from fleetwatch.config import ServerSettings
 from fleetwatch.errors import AuthError
+from fleetwatch.remote_write.wire import encode_write_request
 from fleetwatch.server.app import create_app
 from fleetwatch.server.auth import authenticate, create_token, revoke_token
 from fleetwatch.server.client_certs import CERT_NAMES_KEY
@@ -57,6 +58,7 @@ ALLOWED = {
 # (method, route path) -> (permission class, concrete request path, status when allowed)
 ENDPOINTS: dict[tuple[str, str], tuple[str, str, int]] = {
     ("POST", "/v1/ingest"): ("ingest", "/v1/ingest", 200),
+    ("POST", "/api/v1/write"): ("ingest", "/api/v1/write", 204),
     ("GET", "/v1/nodes"): ("read", "/v1/nodes", 200),
     ("GET", "/v1/nodes/{name}"): ("read", "/v1/nodes/node-a", 200),
     ("GET", "/v1/nodes/{name}/ports"): ("read", "/v1/nodes/node-a/ports", 200),
@@ -275,6 +277,10 @@ def _call(
         path = _seed_eviction(db, path, headers)
     if key == ("POST", "/v1/ingest"):
         kwargs["json"] = make_batch("node-a", gpus=1)
+    elif key == ("POST", "/api/v1/write"):
+        kwargs["content"] = encode_write_request([])  # Prometheus' remote write, empty
+        kwargs["headers"] = {**headers, "Content-Type": "application/x-protobuf",
+                             "Content-Encoding": "snappy"}  # fmt: skip
     elif key == ("POST", "/v1/jobs/{job_id}/steps"):
         kwargs["json"] = _STEPS
     elif key[1].startswith("/v1/jobs/{job_id}/") and key[0] == "POST":

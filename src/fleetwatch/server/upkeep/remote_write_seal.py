@@ -1,0 +1,177 @@
+"""Sealing staged remote-write scrapes: each complete GPU scrape becomes one stored sample.
+
+A staged row is complete once no piece of it came for ``remote_write_settle_s`` (Prometheus
+sends each shard's batch within ``batch_send_deadline``, 5 s by default). The sealer takes such
+rows, oldest first, writes each node's as one batch through the agent's path
+(:func:`~fleetwatch.server.ingest.store.write_batch`: blocks, latest state, GPU ownership) and
+records their fields as stored, in one transaction: a scrape is stored and marked, or neither.
+``FOR UPDATE SKIP LOCKED`` lets every server process seal at once without taking a row twice.
+
+A process that has just started waits one settle time more before sealing anything: pieces that
+Prometheus held back while no server answered arrive in the first seconds after the start, and a
+row must not be sealed before they join it. Rows stay (fields as a mask, nothing pending) for
+``remote_write_dedup_window_s``, so that a piece resent later is recognised, then are deleted.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid as uuid_module
+from collections import defaultdict
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Connection, bindparam, delete, null, select, update
+
+from fleetwatch.config import ServerSettings
+from fleetwatch.errors import GpuClaimed
+from fleetwatch.server.db.base import utcnow
+from fleetwatch.server.db.session import Database
+from fleetwatch.server.db.tables import remote_write_staging
+from fleetwatch.server.ingest.batch_structs import BatchStruct, GpuStruct, NodeStruct, SampleStruct
+from fleetwatch.server.ingest.remote_write_store import PORT_KEY_PREFIX, field_mask
+from fleetwatch.server.ingest.store import WrittenBatch, write_batch
+
+__all__ = ["RemoteWriteSealer"]
+
+logger = logging.getLogger(__name__)
+
+# Rows sealed per transaction: a backlog (a restart's replay) is sealed in bounded steps.
+_ROWS_PER_PASS = 20_000
+
+_MARK_STORED = (
+    update(remote_write_staging)
+    .where(
+        remote_write_staging.c.key == bindparam("b_key"),
+        remote_write_staging.c.ts == bindparam("b_ts"),
+    )
+    .values(
+        stored_mask=remote_write_staging.c.stored_mask.op("|")(bindparam("b_mask")),
+        pending=null(),
+        received_at=null(),
+    )
+)
+
+
+def _stored_mask(row: Any) -> dict[str, Any]:
+    """The row's key and the bits its pending fields add to its mask (a port's: all)."""
+    mask = -1 if row.key.startswith(PORT_KEY_PREFIX) else field_mask(row.pending)
+    return {"b_key": row.key, "b_ts": row.ts, "b_mask": mask}
+
+
+def _port_reading(row: Any) -> dict[str, Any]:
+    """A staged port row as the wire's port reading (its counters nested again)."""
+    port: dict[str, Any] = {**row.identity, "ts": row.ts}
+    for name, value in row.pending.items():
+        group, dot, counter = name.partition(".")
+        if dot:
+            port.setdefault(group, {})[counter] = value
+        else:
+            port[name] = value
+    return port
+
+
+class RemoteWriteSealer:
+    """One pass: seal what settled; the job runs it every second or so."""
+
+    def __init__(
+        self,
+        db: Database,
+        settings: ServerSettings,
+        *,
+        clock: Callable[[], datetime] = utcnow,
+        counted: Callable[[str, int], None] = lambda outcome, n: None,
+    ) -> None:
+        self.db = db
+        self.settings = settings
+        self.clock = clock
+        self.counted = counted
+        self.started = clock()
+
+    def run_once(self) -> int:
+        """Seal what has settled; the number of samples stored."""
+        now = self.clock()
+        settle = timedelta(seconds=self.settings.remote_write_settle_s)
+        if now - self.started < settle:
+            return 0
+        written: list[WrittenBatch] = []
+        with self.db.write() as conn:
+            rows = conn.execute(
+                select(
+                    remote_write_staging.c.key,
+                    remote_write_staging.c.ts,
+                    remote_write_staging.c.node,
+                    remote_write_staging.c.identity,
+                    remote_write_staging.c.pending,
+                )
+                .where(remote_write_staging.c.received_at < now - settle)
+                .order_by(remote_write_staging.c.received_at)
+                .limit(_ROWS_PER_PASS)
+                .with_for_update(skip_locked=True)
+            ).all()
+            by_node: dict[str, list[Any]] = defaultdict(list)
+            for row in rows:
+                by_node[row.node].append(row)
+            stored = 0
+            for node, node_rows in sorted(by_node.items()):
+                one = self._write_node(conn, node, node_rows, now)
+                if one is not None:
+                    written.append(one)
+                    stored += len(node_rows)
+            if rows:
+                conn.execute(_MARK_STORED, [_stored_mask(r) for r in rows])
+            self._forget(conn, now)
+        for one in written:
+            one.committed()
+        if stored:
+            self.counted("stored", stored)
+        return stored
+
+    def _write_node(
+        self, conn: Connection, node: str, rows: list[Any], now: datetime
+    ) -> WrittenBatch | None:
+        identities: dict[str, dict[str, Any]] = {}
+        samples, ports = [], []
+        for row in sorted(rows, key=lambda r: r.ts):
+            if row.key.startswith(PORT_KEY_PREFIX):
+                ports.append(_port_reading(row))
+                continue
+            identities[row.key] = row.identity  # the newest scrape's identity wins
+            samples.append(SampleStruct(uuid=row.key, ts=row.ts, **row.pending))
+        batch = BatchStruct(
+            batch_id=f"rw-{uuid_module.uuid4().hex}",
+            node=NodeStruct(name=node, interval_s=self.settings.remote_write_scrape_interval_s),
+            gpus=[GpuStruct(uuid=uuid, **identity) for uuid, identity in identities.items()],
+            samples=samples,
+            ports=ports or None,
+        )
+        savepoint = conn.begin_nested()
+        try:
+            written = write_batch(
+                conn,
+                self.db,
+                batch,
+                content_sha256=batch.batch_id,
+                now=now,
+                live_intervals=self.settings.unreachable_after_intervals,
+            )
+        except GpuClaimed as exc:
+            # Another node reports these GPUs right now: the agent's 409. Marked as stored
+            # anyway, or every pass would try them again.
+            savepoint.rollback()
+            self.counted("conflict", len(rows))
+            logger.warning("remote write: samples of %s not stored: %s", node, exc)
+            return None
+        savepoint.commit()
+        return written
+
+    def _forget(self, conn: Connection, now: datetime) -> None:
+        """Rows older than the dedup window: nothing older is accepted, so none is resent."""
+        window = timedelta(seconds=self.settings.remote_write_dedup_window_s)
+        conn.execute(
+            delete(remote_write_staging).where(
+                remote_write_staging.c.ts < now - window,
+                remote_write_staging.c.received_at.is_(None),
+            )
+        )
