@@ -96,6 +96,7 @@ def _register() -> None:
         maintenance_cmd,
         model_cmd,
         parse_cmd,
+        prometheus_cmd,
         report_cmd,
         secrets_cmd,
         server_cmds,
@@ -122,6 +123,7 @@ def _register() -> None:
     main.add_command(maintenance_cmd.maintenance)
     main.add_command(report_cmd.report)
     main.add_command(secrets_cmd.secrets)
+    main.add_command(prometheus_cmd.prometheus)
 
 
 _register()

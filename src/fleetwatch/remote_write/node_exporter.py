@@ -47,6 +47,7 @@ from fleetwatch.event_details import MAX_EVENT_COUNT
 from fleetwatch.telemetry import PortSample
 
 __all__ = [
+    "NODE_EXPORTER_METRIC_NAMES",
     "EdacReading",
     "NodeExporterReadings",
     "Sample",
@@ -192,6 +193,10 @@ class NodeExporterReadings:
     recognised: set[str] = field(default_factory=set)
     unrecognised: set[str] = field(default_factory=set)
     skipped: list[str] = field(default_factory=list)
+
+
+NODE_EXPORTER_METRIC_NAMES = frozenset(_PORT_SERIES) | frozenset(_EDAC_SERIES)
+"""Every node_exporter series name :func:`map_node_exporter` reads."""
 
 
 def is_node_exporter_metric(name: str) -> bool:

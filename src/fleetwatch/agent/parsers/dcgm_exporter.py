@@ -45,6 +45,7 @@ from fleetwatch.agent.parsers.dcgm_mig import MigCopies
 from fleetwatch.telemetry import SAMPLE_FIELDS, normalize_pci_bus_id
 
 __all__ = [
+    "DCGM_METRIC_NAMES",
     "DcgmSample",
     "DcgmScrape",
     "is_dcgm_metric",
@@ -192,6 +193,10 @@ class DcgmSample:
     names: tuple[str, ...]
     labels: Mapping[str, str]
     value: float
+
+
+DCGM_METRIC_NAMES = frozenset(_METRIC_FIELD) | _XID_METRICS
+"""Every dcgm-exporter series name FleetWatch reads (all spellings of every generation)."""
 
 
 def is_dcgm_metric(name: str) -> bool:
