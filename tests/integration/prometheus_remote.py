@@ -41,10 +41,11 @@ DCGM_PAGES = Path(__file__).resolve().parents[2].parent / "shared/fixtures/dcgm_
 
 
 class Exporter:
-    """A dcgm-exporter stand-in on loopback: ``/metrics`` answers with :attr:`page`, which a
-    test may replace at any time (the handler threads read it once per request)."""
+    """A dcgm-exporter stand-in on a loopback ``address``: ``/metrics`` answers with
+    :attr:`page`, which a test may replace at any time (the handler threads read it once per
+    request)."""
 
-    def __init__(self, page: str) -> None:
+    def __init__(self, page: str, address: str = "127.0.0.1") -> None:
         self.page = page
         self.scrapes = 0  # requests answered, so a test can wait for Prometheus to come by
         exporter = self
@@ -63,9 +64,9 @@ class Exporter:
                 self.wfile.write(payload)
                 exporter.scrapes += found
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", free_port()), Handler)
+        self._server = ThreadingHTTPServer((address, free_port()), Handler)
         self._server.daemon_threads = True
-        self.target = f"127.0.0.1:{self._server.server_address[1]}"
+        self.target = f"{address}:{self._server.server_address[1]}"
         self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,))
 
     def start(self) -> None:
@@ -78,9 +79,9 @@ class Exporter:
 
 
 @contextmanager
-def exporter(page: str) -> Iterator[Exporter]:
-    """An :class:`Exporter` serving ``page``, stopped on exit."""
-    served = Exporter(page)
+def exporter(page: str, address: str = "127.0.0.1") -> Iterator[Exporter]:
+    """An :class:`Exporter` serving ``page`` on ``address``, stopped on exit."""
+    served = Exporter(page, address)
     served.start()
     try:
         yield served
@@ -152,8 +153,13 @@ class Prometheus:
 
     def sample_times(self, uuid: str, window_s: int = 600) -> set[int]:
         """Milliseconds since the epoch of every scrape, in the last ``window_s`` seconds,
-        from which Prometheus holds a sample of any series of GPU ``uuid``."""
-        series = self.query(f'{{UUID="{uuid}"}}[{window_s}s]')
+        from which Prometheus holds a sample of any series of GPU ``uuid`` (labelled ``UUID``,
+        or ``uuid`` as dcgm-exporter 1.x did)."""
+        series = [
+            one
+            for label in ("UUID", "uuid")
+            for one in self.query(f'{{{label}="{uuid}"}}[{window_s}s]')
+        ]
         return {round(float(ts) * 1000) for s in series for ts, _value in s["values"]}
 
     def values(self, metric: str, uuid: str, window_s: int = 600) -> list[tuple[int, str]]:
