@@ -240,8 +240,8 @@ def test_remote_write_lists_the_pages_gpus_with_the_values_on_the_page(
     for uuid, reading in expected.items():
         gpu = listed[uuid]
         assert gpu["node"] == NODES[uuid], gpu
-        assert gpu["index"] == reading.identity["index"], gpu
-        assert gpu["name"] == reading.identity.get("name"), gpu
+        for key in ("index", "name", "serial", "driver_version", "vbios_version", "pci_bus_id"):
+            assert gpu[key] == reading.identity.get(key), (key, gpu)
         assert gpu["latest"]["values"] == pytest.approx(reading.values), (uuid, gpu["latest"])
         assert _mig(gpu["mig"]) == _mig(reading.identity.get("mig")), gpu
     # No node from the datadog page's unlabelled series (their instance names 127.0.0.1), nor
