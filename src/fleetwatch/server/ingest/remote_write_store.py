@@ -214,6 +214,7 @@ def _stage(
                 table.c.key.in_({key for key, _ in merged}),
                 table.c.ts.between(min(ts for _, ts in merged), max(ts for _, ts in merged)),
             )
+            .order_by(table.c.key, table.c.ts)  # locked in one order: concurrent requests wait
             .with_for_update()
         )
     }
@@ -239,6 +240,7 @@ def _stage(
             }
         )
     if rows:
+        rows.sort(key=lambda row: (row["key"], row["ts"]))  # new rows too, in the lock order
         conn.execute(_upsert(conn.dialect.name), rows)
 
 
@@ -295,6 +297,7 @@ def _advance(
         for row in conn.execute(
             select(table.c.key, table.c.value, table.c.ts)
             .where(table.c.key.in_({key for key, _, _ in observations}))
+            .order_by(table.c.key)
             .with_for_update()
         )
     }
@@ -312,7 +315,7 @@ def _advance(
             index_elements=["key"],
             set_={"value": insert_.excluded.value, "ts": insert_.excluded.ts},
         ),
-        [{"key": key, "value": value, "ts": ts} for key, (value, ts) in last.items()],
+        [{"key": key, "value": value, "ts": ts} for key, (value, ts) in sorted(last.items())],
     )
     return steps
 
