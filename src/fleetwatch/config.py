@@ -753,8 +753,6 @@ class ServerSettings(BaseSettings):
     @field_validator("secret_keys", mode="before")
     @classmethod
     def _split_keys(cls, value: Any) -> Any:
-        if isinstance(value, str) and value.strip().startswith("["):
-            return json.loads(value)  # the JSON list `fleetwatch server` hands its workers
         return _split_list(value)
 
     @field_validator("secret_keys")
@@ -867,6 +865,9 @@ KNOWN_COLLECTORS = ("nvml", "dcgm-exporter", "nvidia-smi", "kernel-log", "infini
 
 
 def _split_list(value: Any) -> Any:
+    """A comma-separated list, or a JSON list (what `fleetwatch server` hands its workers)."""
+    if isinstance(value, str) and value.strip().startswith("["):
+        return json.loads(value)
     if isinstance(value, str):
         return [item.strip() for item in value.split(",") if item.strip()]
     return value

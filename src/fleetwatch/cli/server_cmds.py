@@ -113,14 +113,11 @@ def server(
     if problem is not None:
         raise ConfigError(problem)
     # Workers are separate processes that build their own app from the environment.
-    # None is left unset (str(None) would read back as the text "None"); lists go as JSON.
-    # Secrets have no flag: workers read them from the same environment (a dump would mask them).
-    for name, value in settings.model_dump(mode="json", exclude={"secret_keys"}).items():
-        key = f"FLEETWATCH_SERVER_{name.upper()}"
-        if value is None:
+    for key, text in settings_environment(settings).items():
+        if text is None:
             os.environ.pop(key, None)
         else:
-            os.environ[key] = json.dumps(value) if isinstance(value, list | dict) else str(value)
+            os.environ[key] = text
     # Before uvicorn starts a thread; its worker processes inherit malloc's settings through the
     # environment.
     tune_malloc(settings)
@@ -299,3 +296,17 @@ def token_revoke(key: str, database_url: str | None) -> None:
     finally:
         database.dispose()
     click.echo(f"revoked {info.scope} token {info.name!r} (id {info.token_id})")
+
+
+def settings_environment(settings: ServerSettings) -> dict[str, str | None]:
+    """The environment a worker process reads ``settings`` back from: None is left unset
+    (str(None) would read back as the text "None"); lists go as JSON. Secrets are left out: they
+    have no flag, and workers read them from the same environment (a dump would mask them)."""
+    out: dict[str, str | None] = {}
+    for name, value in settings.model_dump(mode="json", exclude={"secret_keys"}).items():
+        key = f"FLEETWATCH_SERVER_{name.upper()}"
+        if value is None:
+            out[key] = None
+        else:
+            out[key] = json.dumps(value) if isinstance(value, list | dict) else str(value)
+    return out

@@ -90,7 +90,7 @@ class RemoteWriteSealer:
         self.started = clock()
 
     def run_once(self) -> int:
-        """Seal what has settled; the number of samples stored."""
+        """Seal what has settled; the number of fields stored (a GPU sample's, a port's)."""
         now = self.clock()
         settle = timedelta(seconds=self.settings.remote_write_settle_s)
         if now - self.started < settle:
@@ -116,9 +116,9 @@ class RemoteWriteSealer:
             stored = 0
             for node, node_rows in sorted(by_node.items()):
                 one = self._write_node(conn, node, node_rows, now)
-                if one is not None:
+                if one is not None:  # counted in fields, as the pieces were when staged
                     written.append(one)
-                    stored += len(node_rows)
+                    stored += sum(len(row.pending) for row in node_rows)
             if rows:
                 conn.execute(_MARK_STORED, [_stored_mask(r) for r in rows])
             self._forget(conn, now)
@@ -160,7 +160,7 @@ class RemoteWriteSealer:
             # Another node reports these GPUs right now: the agent's 409. Marked as stored
             # anyway, or every pass would try them again.
             savepoint.rollback()
-            self.counted("conflict", len(rows))
+            self.counted("conflict", sum(len(row.pending) for row in rows))
             logger.warning("remote write: samples of %s not stored: %s", node, exc)
             return None
         savepoint.commit()

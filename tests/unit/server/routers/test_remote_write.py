@@ -74,7 +74,7 @@ def test_a_scrape_split_across_requests_and_resent_is_stored_once_with_the_pages
     half = len(series) // 2
     for part in (series[:half], series[half:], series[:half], series):  # split, then resent
         assert _write(client, tokens["agent"], part).status_code == 204
-    assert _seal(db, settings, _later(now)) == 2
+    sealed = _seal(db, settings, _later(now))  # fields, as staged
     with db.read() as conn:
         samples = stored_samples(conn)
         stored_gpus = {row.uuid: row for row in conn.execute(select(gpus))}
@@ -82,6 +82,7 @@ def test_a_scrape_split_across_requests_and_resent_is_stored_once_with_the_pages
     # The page's third GPU (GPU-abc) has only series FleetWatch does not read: no sample.
     expected = {r.identity["uuid"]: r for r in parse_dcgm_exporter(page) if r.values}
     assert len(samples) == len(expected) == 2  # one sample per GPU, however often sent
+    assert sealed == sum(len(r.values) for r in expected.values())
     for sample in samples:
         reading = expected[sample["gpu_uuid"]]
         assert sample["ts"] == now
