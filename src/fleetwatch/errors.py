@@ -19,6 +19,7 @@
         Forbidden                 a valid token without the scope an endpoint needs
         NodeForbidden             a caller speaking for a node its token or certificate is not for
       PushError                   the agent could not deliver a batch (wraps httpx errors)
+      SourceError                 an outside source (Prometheus' HTTP API) unreachable or refusing
       CollectorError              a telemetry source failed
         NvmlUnavailable           no NVML library or driver on this node
         DeviceLost                a GPU stopped answering (fallen off the bus, reset)
@@ -53,6 +54,7 @@ __all__ = [
     "PayloadTooLarge",
     "PushError",
     "SchemaOutOfDate",
+    "SourceError",
     "StorageError",
     "StorageFull",
     "Unauthenticated",
@@ -191,6 +193,15 @@ class PushError(FleetWatchError):
     def __init__(self, message: str, status_code: int | None = None) -> None:
         super().__init__(message)
         self.status_code = status_code
+
+
+class SourceError(FleetWatchError):
+    """A source history is read from (``fleetwatch import prometheus``) cannot be reached or
+    refused a query; ``url`` is what was asked."""
+
+    def __init__(self, message: str, url: str | None = None) -> None:
+        super().__init__(message)
+        self.url = url
 
 
 class CollectorError(FleetWatchError):

@@ -92,6 +92,7 @@ def _register() -> None:
         config_cmd,
         dashboards_cmd,
         demo_cmd,
+        import_cmd,
         inventory_cmd,
         maintenance_cmd,
         model_cmd,
@@ -116,6 +117,7 @@ def _register() -> None:
     main.add_command(sim_cmd.sim)
     main.add_command(model_cmd.model)
     main.add_command(inventory_cmd.inventory)
+    main.add_command(import_cmd.import_group)
     main.add_command(adapters_cmd.slurm_sync)
     main.add_command(adapters_cmd.k8s_sync)
     main.add_command(dashboards_cmd.dashboards)
