@@ -33,6 +33,7 @@ RUN python3 /src/requirements.py /src/pyproject.toml --build >/tmp/build-require
     && /tmp/build/bin/pip install --requirement /tmp/build-requirements.txt
 COPY README.md /src/
 COPY src /src/src
+COPY docs/runbooks /src/docs/runbooks
 RUN /tmp/build/bin/pip wheel --no-build-isolation --no-deps --wheel-dir /dist /src
 
 FROM runtime

@@ -618,6 +618,15 @@ class ServerSettings(BaseSettings):
         description="A wear-out onset alert stays firing this long",
         json_schema_extra=FLEET_POLICY,
     )
+    runbook_base_url: str = Field(
+        default="/runbooks",
+        min_length=1,
+        description="Where alert payloads' runbook_url points: <this>/<page>. The default is "
+        "this server's own path, which serves docs/runbooks; set this server's external URL "
+        "(https://fleetwatch.example.com/runbooks) to make the links clickable in Slack and "
+        "PagerDuty, or a docs site's runbook folder",
+        json_schema_extra=ADVANCED,
+    )
     webhook_delivery_interval_s: float = Field(
         default=1.0,
         gt=0,

@@ -50,6 +50,7 @@ SERVER_LAYERS: tuple[tuple[str, ...], ...] = (
         "page",
         "process_tuning",
         "routers",
+        "runbook_pages",
         "schemas",
         "timeparse",
         "tls",

@@ -14,6 +14,10 @@ Verifying a generic delivery (receivers should do this)::
 
 :func:`verify_signature` does exactly that. Sign and check the raw body bytes, before any JSON
 parsing. Deliveries are at least once: deduplicate on ``Idempotency-Key`` (also in the body).
+
+Every alert in every format carries ``runbook_url``, the page for its kind
+(:func:`fleetwatch.runbooks.runbook_url`): added at send time, from the sending server's
+``runbook_base_url``, so a changed base applies to deliveries already queued.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from fleetwatch.rules.xid_catalog import SEVERITY_RANK
+from fleetwatch.runbooks import DEFAULT_BASE_URL, runbook_url
 
 __all__ = [
     "KINDS",
@@ -123,6 +128,7 @@ def render(
     idempotency_key: str,
     payload: dict[str, Any],
     now: datetime,
+    runbook_base_url: str = DEFAULT_BASE_URL,
 ) -> OutgoingRequest:
     """The request that delivers ``payload`` to a subscription of ``kind``."""
     headers = {
@@ -130,7 +136,7 @@ def render(
         "Idempotency-Key": idempotency_key,
         "User-Agent": "fleetwatch-webhooks",
     }
-    alerts: list[dict[str, Any]] = payload.get("alerts", [])
+    alerts = [_with_runbook(a, runbook_base_url) for a in payload.get("alerts", [])]
     if kind == "generic":
         body_doc: dict[str, Any] = {"idempotency_key": idempotency_key, "event": event}
         if "report" in payload:
@@ -152,6 +158,20 @@ def render(
         target = url.rstrip("/") + "/api/v2/alerts"
         return OutgoingRequest(target, headers, _dumps(_alertmanager(event, alerts, now, payload)))
     raise ValueError(f"unknown webhook kind {kind!r}")
+
+
+def _with_runbook(alert: dict[str, Any], base_url: str) -> dict[str, Any]:
+    return {**alert, "runbook_url": runbook_url(base_url, alert["kind"], alert.get("rule"))}
+
+
+def _slack_link(alert: dict[str, Any]) -> str:
+    """The runbook as a Slack link where it is absolute (Slack cannot resolve a path)."""
+    url = str(alert["runbook_url"])
+    return f"<{url}|runbook>" if _absolute(url) else f"runbook: {url}"
+
+
+def _absolute(url: str) -> bool:
+    return url.startswith(("https://", "http://"))
 
 
 def _line(alert: dict[str, Any]) -> str:
@@ -181,6 +201,7 @@ def _slack(event: str, payload: dict[str, Any], alerts: list[dict[str, Any]]) ->
             f"*Slot:* {a.get('slot') or '-'}",
             f"*Cluster:* {a.get('cluster') or '-'}",
             f"*Action:* {a.get('action') or '-'}",
+            f"*Runbook:* {_slack_link(a)}",
         ]
         blocks: list[dict[str, Any]] = [
             {"type": "section", "text": {"type": "mrkdwn", "text": f"*{text}*"}},
@@ -188,7 +209,7 @@ def _slack(event: str, payload: dict[str, Any], alerts: list[dict[str, Any]]) ->
         ]
         return {"text": text, "blocks": blocks}
     text = f"{verb}: {len(alerts)} FleetWatch alerts"
-    lines = [_line(a) for a in alerts[:_SLACK_LINES]]
+    lines = [f"{_line(a)} ({_slack_link(a)})" for a in alerts[:_SLACK_LINES]]
     if len(alerts) > _SLACK_LINES:
         lines.append(f"... and {len(alerts) - _SLACK_LINES} more")
     return {
@@ -215,6 +236,9 @@ def _pagerduty(
         summary = f"{len(alerts)} FleetWatch alerts, e.g. {_line(alerts[0])}"
         source, component, klass = "fleetwatch", None, "group"
         details = {"count": len(alerts), "alerts": alerts}
+    # Events API v2 shows ``links`` on the incident, one per runbook page the alerts need; only
+    # absolute ones (a bare path means nothing to PagerDuty: custom_details still carry it).
+    runbooks = dict.fromkeys(a["runbook_url"] for a in alerts if _absolute(a["runbook_url"]))
     return {
         "routing_key": routing_key,
         "event_action": "resolve" if event == "resolve" else "trigger",
@@ -228,6 +252,7 @@ def _pagerduty(
             "class": klass,
             "custom_details": details,
         },
+        "links": [{"href": url, "text": f"Runbook: {url.rsplit('/', 1)[-1]}"} for url in runbooks],
     }
 
 
@@ -258,6 +283,7 @@ def _alertmanager(
                     "action": a.get("action") or "",
                     "serial": a.get("serial") or "",
                     "slot": a.get("slot") or "",
+                    "runbook_url": a["runbook_url"],
                 },
                 "startsAt": a["started_at"],
                 "endsAt": ends.isoformat(),

@@ -46,6 +46,7 @@ from fleetwatch.server.operations import add_operational_routes
 from fleetwatch.server.page import router as page_router
 from fleetwatch.server.process_tuning import tune_garbage_collector
 from fleetwatch.server.routers import api_router, remote_write_router
+from fleetwatch.server.runbook_pages import router as runbook_router
 from fleetwatch.server.runtime.leader import single_process_problem
 from fleetwatch.server.runtime.metric_families import ServerMetrics
 from fleetwatch.server.token_cache import TokenCache
@@ -59,8 +60,8 @@ DESCRIPTION = """\
 FleetWatch keeps a GPU fleet healthy. Agents push telemetry to `POST /v1/ingest` (wire format v1);
 schedulers and people read the fleet through the other endpoints and `/metrics`.
 
-Every endpoint but `/healthz`, `/readyz` and these docs needs `Authorization: Bearer <token>`
-(`fleetwatch token create --scope agent|read|scheduler|admin`).
+Every endpoint but `/healthz`, `/readyz`, these docs and the runbooks (`/runbooks/`) needs
+`Authorization: Bearer <token>` (`fleetwatch token create --scope agent|read|scheduler|admin`).
 """
 
 
@@ -238,6 +239,7 @@ def create_app(
     app.include_router(api_router)
     app.include_router(remote_write_router)  # POST /api/v1/write, Prometheus' path
     app.include_router(page_router)  # the fleet page at /, outside /v1
+    app.include_router(runbook_router)  # /runbooks/<name>, what alerts link to
     add_operational_routes(app, settings)
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     return app

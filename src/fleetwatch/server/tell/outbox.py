@@ -222,6 +222,7 @@ class OutboxWorker:
                 idempotency_key=row.idempotency_key,
                 payload=row.payload,
                 now=now,
+                runbook_base_url=self.settings.runbook_base_url,
             )
             response = self.client.post(request.url, content=request.body, headers=request.headers)
         except (httpx.HTTPError, ValueError) as exc:

@@ -145,7 +145,12 @@ OPEN = {
     ("GET", "/redoc"),
     ("GET", "/openapi.json"),
     ("GET", "/docs/oauth2-redirect"),
+    # The runbook pages alerts link to (tests/unit/server/test_runbook_pages.py).
+    ("GET", "/runbooks"),
+    ("GET", "/runbooks/"),
 }
+# Open routes with a path parameter, and a path that exists for each.
+OPEN_TEMPLATED = {("GET", "/runbooks/{name}"): "/runbooks/xid"}
 # The docs pages' own scripts and styles (Swagger UI, ReDoc), open like the pages; each asset is
 # checked in tests/unit/server/test_offline_docs.py.
 OPEN_MOUNTS = {("*", "/docs-assets")}
@@ -356,7 +361,7 @@ def _seed_eviction(db: Database, path: str, headers: dict[str, str]) -> str:
 
 def test_auth_matrix_covers_every_route(client: TestClient) -> None:
     routes = _app_routes(client)
-    expected = set(ENDPOINTS) | OPEN | OPEN_MOUNTS | PAGES
+    expected = set(ENDPOINTS) | OPEN | set(OPEN_TEMPLATED) | OPEN_MOUNTS | PAGES
     assert routes == expected, (
         f"routes without an expected entry: {sorted(routes - expected)}; "
         f"entries without a route: {sorted(expected - routes)}"
@@ -381,7 +386,9 @@ def test_auth_page_routes_take_read_scopes_only(
         assert refused.status_code == 401, (credential, refused.text)
 
 
-@pytest.mark.parametrize(("method", "path"), sorted(OPEN))
+@pytest.mark.parametrize(
+    ("method", "path"), sorted(OPEN | {(m, p) for (m, _), p in OPEN_TEMPLATED.items()})
+)
 def test_auth_open_routes_need_no_token(client: TestClient, method: str, path: str) -> None:
     response = client.request(method, path)
     assert response.status_code == 200, response.text

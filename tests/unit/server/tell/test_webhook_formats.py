@@ -68,6 +68,7 @@ def test_generic_format_carries_the_alert_and_a_verifiable_signature() -> None:
     body = json.loads(request.body)
     assert body["idempotency_key"] == request.headers["Idempotency-Key"] == "trigger:s1:a7"
     assert body["event"] == "trigger" and body["alert"]["action"] == "reboot_node"
+    assert body["alert"]["runbook_url"] == "/runbooks/xid"  # the default: this server's path
     ts = request.headers["X-FleetWatch-Timestamp"]
     assert ts == str(int(NOW.timestamp()))
     expected = hmac.new(b"k", f"{ts}.".encode() + request.body, hashlib.sha256).hexdigest()
@@ -95,8 +96,26 @@ def test_slack_format_has_text_and_blocks() -> None:
     assert isinstance(body, dict)
     assert body["text"].startswith("FIRING: [fatal] node-a GPU 3")
     assert body["blocks"][0]["type"] == "section"
+    fields = [f["text"] for f in body["blocks"][1]["fields"]]
+    assert "*Runbook:* runbook: /runbooks/xid" in fields  # a path: not a Slack link
     _, grouped = _render("slack", group_key="g1")
     assert isinstance(grouped, dict) and grouped["text"] == "FIRING: 1 FleetWatch alerts"
+    assert grouped["blocks"][1]["text"]["text"].endswith("(runbook: /runbooks/xid)")
+
+
+def test_slack_links_an_absolute_runbook() -> None:
+    request = render(
+        kind="slack",
+        url="http://receiver.test/hook",
+        secret=None,
+        event="trigger",
+        idempotency_key="k",
+        payload={"alerts": [_alert(kind="host", rule="port_down")]},
+        now=NOW,
+        runbook_base_url="https://fw.example/runbooks/",
+    )
+    fields = [f["text"] for f in json.loads(request.body)["blocks"][1]["fields"]]
+    assert "*Runbook:* <https://fw.example/runbooks/ports|runbook>" in fields
 
 
 def test_pagerduty_format_is_events_v2() -> None:
@@ -108,10 +127,31 @@ def test_pagerduty_format_is_events_v2() -> None:
     assert payload["severity"] == "critical" and payload["source"] == "node-a"
     assert payload["component"] == "GPU-1" and payload["group"] == "a"
     assert payload["class"] == "xid79" and payload["custom_details"]["serial"] == "1650000001"
+    assert payload["custom_details"]["runbook_url"] == "/runbooks/xid"
+    assert body["links"] == []  # PagerDuty takes absolute links only
     _, resolve = _render("pagerduty", event="resolve")
     assert isinstance(resolve, dict) and resolve["event_action"] == "resolve"
     _, grouped = _render("pagerduty", group_key="s1:g7-7:1")
     assert isinstance(grouped, dict) and grouped["dedup_key"] == "s1:g7-7:1"
+    assert grouped["payload"]["custom_details"]["alerts"][0]["runbook_url"] == "/runbooks/xid"
+
+
+def test_pagerduty_links_each_runbook_once() -> None:
+    alerts = [_alert(), _alert(id=8, dedup_key="gpu:GPU-2:xid79"), _alert(id=9, kind="wear_out")]
+    request = render(
+        kind="pagerduty",
+        url="http://receiver.test/hook",
+        secret="routing",
+        event="trigger",
+        idempotency_key="k",
+        payload={"alerts": alerts, "group_key": "s1:g7-9:3"},
+        now=NOW,
+        runbook_base_url="https://fw.example/runbooks",
+    )
+    assert json.loads(request.body)["links"] == [
+        {"href": "https://fw.example/runbooks/xid", "text": "Runbook: xid"},
+        {"href": "https://fw.example/runbooks/wear_out", "text": "Runbook: wear_out"},
+    ]
 
 
 def test_alertmanager_format_posts_a_list_to_api_v2() -> None:
@@ -136,6 +176,7 @@ def test_alertmanager_format_posts_a_list_to_api_v2() -> None:
         "dedup_key": "gpu:GPU-1:xid79",
     }
     assert alert["annotations"]["action"] == "reboot_node"
+    assert alert["annotations"]["runbook_url"] == "/runbooks/xid"
     assert datetime.fromisoformat(alert["endsAt"]) == NOW.replace(minute=3)
     resolved = render(
         kind="alertmanager",
