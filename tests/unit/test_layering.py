@@ -61,7 +61,9 @@ SERVER_LAYERS: tuple[tuple[str, ...], ...] = (
     ("tell",),  # alerts, the webhook outbox, the weekly report's delivery
     ("act",),  # evictions and job notices, from the judge's verdicts
     ("judge",),  # the fleet's assessment: rule verdicts, risk, stragglers
-    ("upkeep",),  # hourly rollups (the judge's covariates), retention, lifetimes, refits
+    # hourly rollups (the judge's covariates), retention, lifetimes, refits; and history the CLI
+    # imports from elsewhere (fleetwatch import prometheus) into the same rollups
+    ("upkeep", "history"),
     ("ingest",),  # a push from the wire to the store
     ("repo",),  # data access: queries, returning rows, records and dataclasses
     ("runtime",),  # locks, leader, precedence, isolation, scheduler, leader state, metric families
