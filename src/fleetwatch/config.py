@@ -867,7 +867,11 @@ KNOWN_COLLECTORS = ("nvml", "dcgm-exporter", "nvidia-smi", "kernel-log", "infini
 
 
 def _split_list(value: Any) -> Any:
+    """Comma-separated text as a list; a JSON list as itself (``fleetwatch server`` hands its
+    workers every list setting as JSON, and a comma split would keep its brackets and quotes)."""
     if isinstance(value, str):
+        if value.strip().startswith("["):
+            return json.loads(value)
         return [item.strip() for item in value.split(",") if item.strip()]
     return value
 
