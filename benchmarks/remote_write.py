@@ -27,7 +27,7 @@ the database plus its shared processes (``procstats.postgres_cpu_s``); the load 
 not counted. The figure is CPU per GPU row stored; the window's idle cost (background passes) is
 in it, and the idle rate measured before the phase is reported beside it.
 
-Run: ``.venv/bin/python benchmarks/remote_write.py [--nodes 200] [--scrapes 20] [--json F]``;
+Run: ``.venv/bin/python benchmarks/remote_write.py [--nodes 200] [--scrapes 12] [--json F]``;
 ``--smoke`` for seconds at toy sizes. Progress on stderr, the table on stdout. The exit status is
 1 when a path did not store exactly one row per GPU per scrape.
 """
@@ -308,6 +308,7 @@ class Route:
     bodies: list[bytes]
     rows: int  # GPU rows in ``bodies``
     samples: int  # values sent (remote write: series samples; agent: GPU rows)
+    connections: int  # requests in flight
 
 
 def measure_path(
@@ -322,7 +323,7 @@ def measure_path(
     url = group.urls[0]
     before_warm = stored_rows(db.dsn)
     log(f"{path.name}: warm-up, {len(path.warm)} requests ({warm_rows:,} rows)")
-    send(url, path.endpoint, headers, path.warm, args.connections)
+    send(url, path.endpoint, headers, path.warm, path.connections)
     timeout = args.settle + 120
     if wait_rows(db.dsn, before_warm + warm_rows, timeout) < before_warm + warm_rows:
         tail = group.servers[0].log_path.read_text()[-3000:]
@@ -332,7 +333,7 @@ def measure_path(
     start = Cpu.take(group, db.name)
     idle = idle_before.until(start)
     log(f"{path.name}: {len(path.bodies):,} requests, {path.rows:,} rows; timed until stored")
-    send(url, path.endpoint, headers, path.bodies, args.connections)
+    send(url, path.endpoint, headers, path.bodies, path.connections)
     sent = time.monotonic()
     expected = before_warm + warm_rows + path.rows
     stored = wait_rows(db.dsn, expected, timeout) - before_warm - warm_rows
@@ -393,6 +394,7 @@ def fleetwatch_side(
             rw_bodies,
             rows,
             rw_samples,
+            args.connections,
         ),
         Route(
             "agent path",
@@ -402,6 +404,8 @@ def fleetwatch_side(
             agent,
             rows,
             rows,
+            # Each agent pushes on its own: the server's group commit sees them together.
+            args.agent_connections or args.nodes,
         ),
     ]
     db = ThrowawayDatabase(args.database_url)
@@ -602,7 +606,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     p.add_argument("--nodes", type=int, default=200)
     p.add_argument("--gpus", type=int, default=8, help="GPUs a node (8)")
-    p.add_argument("--scrapes", type=int, default=20, help="measured scrapes of every node (20)")
+    p.add_argument("--scrapes", type=int, default=12, help="measured scrapes of every node (12)")
     p.add_argument("--interval", type=float, default=15.0, help="seconds between scrapes (15)")
     p.add_argument("--push-interval", type=float, default=60.0, help="agent pushes (60 s)")
     p.add_argument(
@@ -611,7 +615,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=[500, 2000],
         help="samples a remote-write request, MIN,MAX (500,2000)",
     )
-    p.add_argument("--connections", type=int, default=4, help="requests in flight (4)")
+    p.add_argument(
+        "--connections", type=int, default=4, help="remote-write requests in flight (4 shards)"
+    )
+    p.add_argument(
+        "--agent-connections", type=int, help="pushes in flight (default: one per node, as agents)"
+    )
     p.add_argument(
         "--settle", type=float, default=10.0, help="the server's remote_write_settle_s (10)"
     )
