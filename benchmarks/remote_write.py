@@ -238,9 +238,11 @@ def agent_bodies(
 
 def send(
     url: str, path: str, headers: dict[str, str], bodies: list[bytes], connections: int
-) -> None:
-    """Every body, ``connections`` in flight (Prometheus' shards, the fleet's agents)."""
+) -> list[str]:
+    """Every body, ``connections`` in flight (Prometheus' shards, the fleet's agents); a 5xx is
+    sent again after a pause, as Prometheus and the agent retry it. The 5xx answers met."""
     host, port = url.removeprefix("http://").rsplit(":", 1)
+    retried: list[str] = []
 
     async def run() -> None:
         pool = RawPool(host, int(port), connections, headers)
@@ -248,7 +250,12 @@ def send(
 
         async def worker() -> None:
             for body in queue:
-                status, answer = await pool.post(path, body)
+                for attempt in range(10):
+                    status, answer = await pool.post(path, body)
+                    if status < 500:
+                        break
+                    retried.append(f"{status}: {answer[:200].decode(errors='replace')}")
+                    await asyncio.sleep(0.03 * 2**attempt)  # Prometheus' min_backoff, doubled
                 if status >= 300:
                     raise SystemExit(f"{path} answered {status}: {answer[:300]!r}")
 
@@ -258,6 +265,7 @@ def send(
             pool.close()
 
     asyncio.run(run())
+    return retried
 
 
 def stored_rows(dsn: str) -> int:
@@ -333,7 +341,7 @@ def measure_path(
     start = Cpu.take(group, db.name)
     idle = idle_before.until(start)
     log(f"{path.name}: {len(path.bodies):,} requests, {path.rows:,} rows; timed until stored")
-    send(url, path.endpoint, headers, path.bodies, path.connections)
+    retried = send(url, path.endpoint, headers, path.bodies, path.connections)
     sent = time.monotonic()
     expected = before_warm + warm_rows + path.rows
     stored = wait_rows(db.dsn, expected, timeout) - before_warm - warm_rows
@@ -349,6 +357,8 @@ def measure_path(
         "rows_stored": stored,
         "stored_equals_sent": stored == path.rows,
         "send_s": round(sent - start.wall, 2),
+        "retried_5xx": len(retried),
+        "retried_5xx_first": retried[:3],
         **cpu,
         "idle": idle,
         "server_us_per_row": server_us,
@@ -362,7 +372,7 @@ def measure_path(
         f"{path.name}: {stored:,} of {path.rows:,} rows stored in {cpu['wall_s']:.1f} s "
         f"(sent in {result['send_s']:.1f} s); server {cpu['server_cpu_s']:.2f} CPU-s, "
         f"PostgreSQL {cpu['postgres_cpu_s']:.2f}; {result['total_us_per_row']:.1f} µs/row; "
-        f"idle {idle_cores:.3f} cores before"
+        f"idle {idle_cores:.3f} cores before; {len(retried)} answered 5xx, sent again"
     )
     return result
 
@@ -595,6 +605,7 @@ def markdown(results: dict[str, Any]) -> str:
             f"\n{p['path']}: {p['requests']:,} requests of {p['samples_per_request']:,} "
             f"{'samples' if p['path'] == 'remote write' else 'rows'}, stored "
             f"{p['rows_stored']:,} == sent {p['rows_sent']:,}: {p['stored_equals_sent']}; "
+            f"{p['retried_5xx']} answered 5xx and sent again; "
             f"{p['wall_s']:.1f} s until stored (sent in {p['send_s']:.1f} s); of its "
             f"{p['total_us_per_row']:.1f} µs/row, {p['idle_us_per_row']:.1f} is what the server "
             f"and PostgreSQL used idle over as long a window (measured before it)"
