@@ -59,6 +59,7 @@ SMOKES = [
     Smoke("port_events", "per port reading:"),
     Smoke("push_interval", "| nvml-fixture | 60 s |"),
     Smoke("quarter", "repeat offenders"),
+    Smoke("remote_write", "| remote write |", ("--database-url", "{postgres}"), PG, slow=True),
     Smoke("report", "| **compute + HTML** |", ("--db", "{tmp}/report.db")),
     Smoke("risk", "GET /v1/risk?horizon=24h&limit=50", slow=True),
     Smoke("risk_render", "GPUs, horizons"),

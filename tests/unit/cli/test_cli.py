@@ -10,6 +10,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from unittest import mock
 
 import pytest
 from click.testing import CliRunner, Result
@@ -267,3 +268,25 @@ def test_cli_version_and_help(runner: CliRunner) -> None:
     helped = _run(runner, "--help").stdout
     for command in ("server", "db", "token", "config"):
         assert command in helped
+
+
+def test_cli_server_hands_its_workers_list_settings_that_read_back_as_given(
+    runner: CliRunner, db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Workers build their settings from the environment ``fleetwatch server`` fills, where lists
+    go as JSON: a comma split of that JSON made ``["Hostname"`` a node label, and remote write
+    stored nothing through the CLI's server."""
+    import uvicorn
+
+    from fleetwatch.cli import server_cmds
+
+    monkeypatch.setattr(uvicorn, "run", lambda *args, **kwargs: None)
+    monkeypatch.setattr(server_cmds, "_check_database", lambda settings: None)
+    monkeypatch.setenv("FLEETWATCH_SERVER_REMOTE_WRITE_NODE_LABELS", "node, Hostname")
+    with mock.patch.dict(os.environ):
+        result = _run(runner, "server", "--database-url", db_url)
+        assert result.exit_code == 0, result.output
+        handed = os.environ["FLEETWATCH_SERVER_REMOTE_WRITE_NODE_LABELS"]
+        worker = ServerSettings(_env_file=None)
+    assert json.loads(handed) == ["node", "Hostname"]
+    assert worker.remote_write_node_labels == ["node", "Hostname"]
