@@ -44,7 +44,7 @@ from fleetwatch.server.ingest.store import (
     update_latest,
 )
 
-__all__ = ["GroupedBatch", "is_routine", "store_group"]
+__all__ = ["GroupedBatch", "is_routine", "store_group", "write_group"]
 
 _TS = DateTime(timezone=True)
 
@@ -108,10 +108,24 @@ def store_group(
     item on its own. PostgreSQL only."""
     learned = LearnedKeys(db)
     with db.write() as conn:
-        members = _routine_members(conn, db, items, now, learned)
-        if members:
-            _write(conn, members, now)
+        results = write_group(conn, db, items, now=now, learned=learned)
     learned.remember()
+    return results
+
+
+def write_group(
+    conn: Connection,
+    db: Database,
+    items: Sequence[GroupedBatch],
+    *,
+    now: datetime,
+    learned: LearnedKeys,
+) -> list[IngestResult | None]:
+    """:func:`store_group` in the caller's transaction (the remote-write sealer stores its
+    scrapes beside its own bookkeeping); ``learned`` remembers the keys once it commits."""
+    members = _routine_members(conn, db, items, now, learned)
+    if members:
+        _write(conn, members, now)
     stored = {id(m.item): m for m in members}
     return [
         IngestResult(

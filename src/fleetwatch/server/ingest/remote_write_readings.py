@@ -120,11 +120,12 @@ def read_request(
     (``is_node_series(name)`` says which names its mapping reads), counting the rest."""
     out = RequestReadings()
     scrapes: dict[tuple[str, int], list[DcgmSample]] = defaultdict(list)
+    first = True
     for one in series:
         labels = one.labels
         name = labels.get("__name__", "")
-        if out.ha is None:
-            out.ha = _ha_replica(labels, limits)
+        if first:  # external labels are on every series: the first one says
+            out.ha, first = _ha_replica(labels, limits), False
         dcgm = is_dcgm_metric(name)
         if not dcgm and not is_node_series(name):
             out.series["unused"] += 1

@@ -18,11 +18,12 @@ from __future__ import annotations
 import logging
 import uuid as uuid_module
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, bindparam, delete, null, select, update
+from sqlalchemy import Connection, bindparam, delete, null, select, text, update
+from sqlalchemy.dialects.postgresql import JSONB
 
 from fleetwatch.config import ServerSettings
 from fleetwatch.errors import GpuClaimed
@@ -30,7 +31,9 @@ from fleetwatch.server.db.base import utcnow
 from fleetwatch.server.db.session import Database
 from fleetwatch.server.db.tables import remote_write_staging
 from fleetwatch.server.ingest.batch_structs import BatchStruct, GpuStruct, NodeStruct, SampleStruct
+from fleetwatch.server.ingest.group_store import GroupedBatch, write_group
 from fleetwatch.server.ingest.remote_write_store import PORT_KEY_PREFIX, field_mask
+from fleetwatch.server.ingest.sample_writer import LearnedKeys
 from fleetwatch.server.ingest.store import WrittenBatch, write_batch
 
 __all__ = ["RemoteWriteSealer"]
@@ -72,6 +75,51 @@ def _port_reading(row: Any) -> dict[str, Any]:
     return port
 
 
+def _batch(node: str, rows: list[Any], settings: ServerSettings) -> BatchStruct:
+    """A node's settled rows as the batch an agent would have pushed."""
+    identities: dict[str, dict[str, Any]] = {}
+    samples, ports = [], []
+    for row in sorted(rows, key=lambda r: r.ts):
+        if row.key.startswith(PORT_KEY_PREFIX):
+            ports.append(_port_reading(row))
+            continue
+        identities[row.key] = row.identity  # the newest scrape's identity wins
+        samples.append(SampleStruct(uuid=row.key, ts=row.ts, **row.pending))
+    return BatchStruct(
+        batch_id=f"rw-{uuid_module.uuid4().hex}",
+        node=NodeStruct(name=node, interval_s=settings.remote_write_scrape_interval_s),
+        gpus=[GpuStruct(uuid=uuid, **identity) for uuid, identity in identities.items()],
+        samples=samples,
+        ports=ports or None,
+    )
+
+
+def _mark_stored(conn: Connection, rows: Sequence[Any]) -> None:
+    """The rows' pending fields set in their masks, nothing pending: one statement on
+    PostgreSQL (a statement per row cost more than storing the samples)."""
+    marks = [_stored_mask(row) for row in rows]
+    if conn.dialect.name == "postgresql":
+        conn.execute(
+            _MARK_STORED_PG,
+            {
+                "b_rows": [
+                    {"key": m["b_key"], "ts": m["b_ts"].isoformat(), "mask": m["b_mask"]}
+                    for m in marks
+                ]
+            },
+        )
+    else:
+        conn.execute(_MARK_STORED, marks)
+
+
+_MARK_STORED_PG = text(
+    "UPDATE remote_write_staging AS s SET stored_mask = s.stored_mask | v.mask, "
+    "pending = NULL, received_at = NULL "
+    "FROM jsonb_to_recordset(:b_rows) AS v(key text, ts timestamptz, mask bigint) "
+    "WHERE s.key = v.key AND s.ts = v.ts"
+).bindparams(bindparam("b_rows", type_=JSONB))
+
+
 class RemoteWriteSealer:
     """One pass: seal what settled; the job runs it every second or so."""
 
@@ -95,6 +143,7 @@ class RemoteWriteSealer:
         settle = timedelta(seconds=self.settings.remote_write_settle_s)
         if now - self.started < settle:
             return 0
+        learned = LearnedKeys(self.db)
         written: list[WrittenBatch] = []
         with self.db.write() as conn:
             rows = conn.execute(
@@ -113,15 +162,31 @@ class RemoteWriteSealer:
             by_node: dict[str, list[Any]] = defaultdict(list)
             for row in rows:
                 by_node[row.node].append(row)
-            stored = 0
-            for node, node_rows in sorted(by_node.items()):
-                one = self._write_node(conn, node, node_rows, now)
-                if one is not None:  # counted in fields, as the pieces were when staged
+            batches = {
+                node: _batch(node, node_rows, self.settings) for node, node_rows in by_node.items()
+            }
+            alone = sorted(batches)
+            if conn.dialect.name == "postgresql" and batches:
+                # Routine scrapes (known nodes and GPUs, no ports) share one set of statements,
+                # as an agent's routine pushes do (group commit); the rest go one node at a time.
+                items = [GroupedBatch(batch, batch.batch_id) for batch in batches.values()]
+                results = write_group(conn, self.db, items, now=now, learned=learned)
+                alone = sorted(
+                    item.batch.node.name
+                    for item, result in zip(items, results, strict=True)
+                    if result is None
+                )
+            stored = sum(len(row.pending) for row in rows)  # in fields, as staged
+            for node in alone:
+                one = self._write_node(conn, batches[node], now)
+                if one is None:
+                    stored -= sum(len(row.pending) for row in by_node[node])
+                else:
                     written.append(one)
-                    stored += sum(len(row.pending) for row in node_rows)
             if rows:
-                conn.execute(_MARK_STORED, [_stored_mask(r) for r in rows])
+                _mark_stored(conn, rows)
             self._forget(conn, now)
+        learned.remember()
         for one in written:
             one.committed()
         if stored:
@@ -129,23 +194,8 @@ class RemoteWriteSealer:
         return stored
 
     def _write_node(
-        self, conn: Connection, node: str, rows: list[Any], now: datetime
+        self, conn: Connection, batch: BatchStruct, now: datetime
     ) -> WrittenBatch | None:
-        identities: dict[str, dict[str, Any]] = {}
-        samples, ports = [], []
-        for row in sorted(rows, key=lambda r: r.ts):
-            if row.key.startswith(PORT_KEY_PREFIX):
-                ports.append(_port_reading(row))
-                continue
-            identities[row.key] = row.identity  # the newest scrape's identity wins
-            samples.append(SampleStruct(uuid=row.key, ts=row.ts, **row.pending))
-        batch = BatchStruct(
-            batch_id=f"rw-{uuid_module.uuid4().hex}",
-            node=NodeStruct(name=node, interval_s=self.settings.remote_write_scrape_interval_s),
-            gpus=[GpuStruct(uuid=uuid, **identity) for uuid, identity in identities.items()],
-            samples=samples,
-            ports=ports or None,
-        )
         savepoint = conn.begin_nested()
         try:
             written = write_batch(
@@ -160,8 +210,8 @@ class RemoteWriteSealer:
             # Another node reports these GPUs right now: the agent's 409. Marked as stored
             # anyway, or every pass would try them again.
             savepoint.rollback()
-            self.counted("conflict", sum(len(row.pending) for row in rows))
-            logger.warning("remote write: samples of %s not stored: %s", node, exc)
+            self.counted("conflict", len(batch.samples) + len(batch.ports or ()))
+            logger.warning("remote write: readings of %s not stored: %s", batch.node.name, exc)
             return None
         savepoint.commit()
         return written
