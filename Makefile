@@ -21,7 +21,7 @@ TEST_DEBS = prometheus prometheus-alertmanager chromium poppler-utils weasyprint
 IMAGE_ARCHIVE ?= var/fleetwatch-image.oci.tar
 IMAGE_FORMAT ?= oci-archive
 
-.PHONY: demo test lint typecheck check bench fleet-scale install image clean
+.PHONY: demo test lint docs typecheck check bench fleet-scale install image clean
 
 $(BIN)/python:
 	$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "FleetWatch needs Python >= 3.11"'
@@ -53,6 +53,15 @@ test: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks scripts
 	$(BIN)/ruff format --check src tests benchmarks scripts
+	$(MKDOCS) build --site-dir var/docs-lint
+
+# The documentation site (mkdocs.yml) into site/; strict: a broken link or anchor fails the build.
+# Open site/index.html, or serve it for search: $(BIN)/python -m http.server -d site.
+# NO_MKDOCS_2_WARNING: Material's banner about MkDocs 2.0, printed on every build. Never --quiet:
+# mkdocs 1.6 then counts no warnings, and --strict passes a broken link.
+MKDOCS = NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs
+docs: $(STAMP)
+	$(MKDOCS) build
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
@@ -77,4 +86,4 @@ image:
 	scripts/build-image.sh --archive $(IMAGE_ARCHIVE) --format $(IMAGE_FORMAT)
 
 clean:
-	rm -rf $(VENV) var .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) var site .pytest_cache .mypy_cache .ruff_cache
