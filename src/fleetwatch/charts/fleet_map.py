@@ -17,7 +17,7 @@ from urllib.parse import quote
 
 from fleetwatch.charts.svg import attr, document, num, text
 
-__all__ = ["STATES", "MapNode", "fleet_map_svg", "node_href", "state_counts", "worst"]
+__all__ = ["STATES", "WORDS", "MapNode", "fleet_map_svg", "node_href", "state_counts", "worst"]
 
 # (state, words, fill), worst first.
 STATES: tuple[tuple[str, str, str], ...] = (
@@ -30,7 +30,7 @@ STATES: tuple[tuple[str, str, str], ...] = (
     ("healthy", "healthy", "#32d583"),
 )
 _RANK = {state: i for i, (state, _, _) in enumerate(STATES)}
-_WORDS = {state: words for state, words, _ in STATES}
+WORDS = {state: words for state, words, _ in STATES}
 FILL = {state: fill for state, _, fill in STATES}
 NO_RACK = "(no rack label)"
 NO_ROW = "(no row label)"
@@ -156,7 +156,7 @@ def fleet_map_svg(
                 (
                     n.state,
                     href(n.name),
-                    f"{n.name}: {_WORDS[n.state]}",
+                    f"{n.name}: {WORDS[n.state]}",
                     f'data-node="{attr(n.name)}"',
                 )
                 for n in members
@@ -183,7 +183,7 @@ def _rack_tile(
     state = worst(n.state for n in members)
     culprit = next(n for n in members if n.state == state)
     tally = Counter(n.state for n in members)
-    parts = ", ".join(f"{tally[s]} {_WORDS[s]}" for s, _, _ in STATES if tally[s])
+    parts = ", ".join(f"{tally[s]} {WORDS[s]}" for s, _, _ in STATES if tally[s])
     title = f"{rack}: {len(members)} nodes ({parts}); opens {culprit.name}"
     data = f'data-rack="{attr(rack)}" data-nodes="{len(members)}" data-node="{attr(culprit.name)}"'
     return state, href(culprit.name), title, data

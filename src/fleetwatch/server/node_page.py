@@ -17,7 +17,7 @@ from fastapi.responses import HTMLResponse, Response
 from markupsafe import Markup
 
 from fleetwatch.charts import availability_svg, events_svg
-from fleetwatch.charts.fleet_map import FILL, node_href
+from fleetwatch.charts.fleet_map import FILL, WORDS, node_href
 from fleetwatch.config import ServerSettings
 from fleetwatch.errors import AuthError, NotFound
 from fleetwatch.reports.availability import SlaTargets, compute_availability
@@ -69,6 +69,7 @@ class NodeView:
     now: datetime
     node: dict[str, Any]
     state: str
+    state_words: str
     fill: str
     gpus: list[GpuRow]
     events: list[dict[str, Any]]
@@ -132,6 +133,7 @@ def _build(request: Request, name: str) -> NodeView:
         now=now,
         node=node,
         state=state,
+        state_words=WORDS[state],
         fill=FILL[state],
         gpus=[_gpu_row(g, risks.get(g["uuid"])) for g in node["gpus"]],
         events=events,
