@@ -9,6 +9,7 @@ That keeps 30 days of a 12,500-node fleet to 30 small computations instead of 30
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import replace
 from datetime import UTC, date, datetime, time, timedelta
 
@@ -43,23 +44,38 @@ def daily_figures(period: FleetPeriod, starts: list[datetime]) -> list[DayFigure
             counts[start_day]["drains" if drain else "failures"] += 1
         if drain and outage.end is not None and _day(outage.end) in counts:
             counts[_day(outage.end)]["returns"] += 1
-    touched = {o.node for o in period.outages} | {n for n, spans in period.planned.items() if spans}
-    touched &= set(period.nodes)
-    calm = sorted(period.joined.get(n, period.since) for n in period.nodes if n not in touched)
+    joined = sorted(period.joined.get(n, period.since) for n in period.nodes)
     out = []
     for start in starts:
         end = min(start + _DAY, period.until)
         availability = None
         if end > start:
-            availability = _availability(period, touched, calm, start, end)
+            availability = _availability(period, joined, start, end)
         out.append(DayFigures(start.date(), **counts[start.date()], availability=availability))
     return out
 
 
+def _exposure_h(joined: list[datetime], start: datetime, end: datetime) -> float:
+    """Node-hours of ``[start, end)`` of nodes that joined at ``joined`` (sorted)."""
+    before = bisect.bisect_right(joined, start)
+    during = joined[before : bisect.bisect_left(joined, end)]
+    seconds = before * (end - start).total_seconds()
+    seconds += sum((end - j).total_seconds() for j in during)
+    return seconds / 3600.0
+
+
 def _availability(
-    period: FleetPeriod, touched: set[str], calm: list[datetime], start: datetime, end: datetime
+    period: FleetPeriod, joined: list[datetime], start: datetime, end: datetime
 ) -> float | None:
-    calm_h = sum((end - max(start, j)).total_seconds() for j in calm if j < end) / 3600.0
+    """The day's workload availability: nodes with an outage or planned time that day go
+    through the computation; every other node was up whenever exposed."""
+    outages = [o for o in period.outages if o.start < end and (o.end is None or o.end >= start)]
+    touched = {o.node for o in outages} | {
+        n for n, spans in period.planned.items() if any(a < end and b > start for a, b in spans)
+    }
+    touched &= set(period.nodes)
+    mine = sorted(period.joined.get(n, period.since) for n in touched)
+    calm_h = _exposure_h(joined, start, end) - _exposure_h(mine, start, end)
     up_h, exposed_h = calm_h, calm_h
     if touched:
         part = replace(
@@ -67,7 +83,7 @@ def _availability(
             since=start,
             until=end,
             nodes={n: {} for n in touched},
-            outages=[o for o in period.outages if o.node in touched],
+            outages=[o for o in outages if o.node in touched],
             jobs=(),
             checkpoints=(),
             restarts=(),
