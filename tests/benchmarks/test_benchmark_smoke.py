@@ -46,6 +46,7 @@ SMOKES = [
     Smoke("agent", "Xid line -> server event", slow=True),
     Smoke("background_scale", "| steady", ("--database-url", "{postgres}"), PG, slow=True),
     Smoke("evictions", "killed agent -> eviction pending", slow=True),
+    Smoke("fleet_page", "pictures alone (node states, map, 30 days' trends, risk bands)"),
     Smoke("host_error_evictions", "both (2 trials)", slow=True),
     Smoke("ib_collector", '"cpu_ms_per_collection"', needs=("shared",)),
     Smoke("ingest", "stored", ("--only", "postgres", "--database-url", "{postgres}"), PG, True),

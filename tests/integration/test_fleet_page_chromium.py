@@ -1,20 +1,28 @@
 """The fleet page in a real browser: a `fleetwatch server` process, rendered by headless Chromium.
 
 Chromium follows ``/?token=...``'s 303, keeps the HttpOnly cookie and renders ``/`` with it, as a
-person's browser does; the DOM must hold the fleet, and the screenshot must not be blank.
+person's browser does; the DOM must hold the fleet, the map must draw each node in its state's
+colour (the DOM Chromium built from the inline SVG, so the page's CSP let it through), the node
+page must render the same way, and the screenshots must not be blank. With
+``FLEETWATCH_SCREENSHOTS=<dir>`` the screenshots are kept there.
 """
 
 from __future__ import annotations
 
+import os
+import re
+import shutil
 import subprocess
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
+from fleetwatch.charts.fleet_map import FILL
 from tests.conftest import require_tool
 from tests.factories import make_batch
-from tests.integration.live import create_token, fleetwatch, live_server
+from tests.integration.live import LiveServer, create_token, fleetwatch, live_server
 
 pytestmark = pytest.mark.slow
 
@@ -50,6 +58,7 @@ def test_fleet_page_renders_in_headless_chromium(tmp_path: Path) -> None:
     with live_server(database_url, tmp_path) as server:
         _seed(server.url, agent)
         page = f"{server.url}/?token={reader}"
+        _wait_for_state(server, reader, "gpu-node-017", "out")
 
         dom = _chromium("--dump-dom", page, profile=tmp_path / "profile-dom")
         assert dom.returncode == 0, dom.stderr
@@ -59,11 +68,49 @@ def test_fleet_page_renders_in_headless_chromium(tmp_path: Path) -> None:
         assert "Sign in" not in html  # the cookie carried the token across the redirect
         assert '<td class="num bad">79</td>' in html  # the fatal Xid, listed
 
+        _assert_tile(dom.stdout, "gpu-node-017", "out")  # Xid 79 took a GPU out
+        _assert_tile(dom.stdout, "gpu-node-018", "healthy")
+        assert '<a href="/nodes/gpu-node-017">' in dom.stdout
+
         png = tmp_path / "fleet.png"
         shot = _chromium(f"--screenshot={png}", page, profile=tmp_path / "profile-shot")
         assert shot.returncode == 0, shot.stderr
         assert png.is_file(), shot.stderr
+
+        node = f"{server.url}/nodes/gpu-node-017?token={reader}"
+        node_dom = _chromium("--dump-dom", node, profile=tmp_path / "profile-node")
+        assert node_dom.returncode == 0, node_dom.stderr
+        assert re.search(r'<svg [^>]*class="state" data-state="out"', node_dom.stdout)
+        assert "Xid 79" in node_dom.stdout and "<summary>evidence" in node_dom.stdout
+        node_png = tmp_path / "node.png"
+        shot = _chromium(f"--screenshot={node_png}", node, profile=tmp_path / "profile-node-shot")
+        assert shot.returncode == 0 and node_png.is_file(), shot.stderr
     _assert_not_blank(png)
+    _assert_not_blank(node_png)
+    keep = os.environ.get("FLEETWATCH_SCREENSHOTS")
+    if keep:
+        for shot_png in (png, node_png):
+            shutil.copy(shot_png, Path(keep) / shot_png.name)
+
+
+def _wait_for_state(server: LiveServer, token: str, node: str, state: str) -> None:
+    """Until the page's map shows ``node`` in ``state`` (the assessment judges pushes in the
+    background); fails after a generous minute."""
+    deadline = time.monotonic() + 60
+    with server.client(token) as client:
+        while True:
+            html = client.get("/").text
+            if re.search(rf'data-state="{state}" data-node="{node}"', html):
+                return
+            assert time.monotonic() < deadline, html[:3000]
+            time.sleep(0.2)
+
+
+def _assert_tile(html: str, node: str, state: str) -> None:
+    tile = re.search(rf'<rect [^>]*data-node="{node}"[^>]*>', html)
+    assert tile, html[:3000]
+    assert f'data-state="{state}"' in tile.group(0), tile.group(0)
+    assert f'fill="{FILL[state]}"' in tile.group(0), tile.group(0)
 
 
 def _assert_not_blank(png: Path) -> None:

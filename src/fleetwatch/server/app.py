@@ -42,6 +42,7 @@ from fleetwatch.server.ingest.group_writer import GroupWriter
 from fleetwatch.server.metrics.availability_exposition import AvailabilityExposition
 from fleetwatch.server.metrics.exposition import FleetExposition
 from fleetwatch.server.metrics.page_prefetch import PagePrefetch
+from fleetwatch.server.node_page import router as node_page_router
 from fleetwatch.server.operations import add_operational_routes
 from fleetwatch.server.page import router as page_router
 from fleetwatch.server.process_tuning import tune_garbage_collector
@@ -240,6 +241,7 @@ def create_app(
     app.include_router(remote_write_router)  # POST /api/v1/write, Prometheus' path
     app.include_router(page_router)  # the fleet page at /, outside /v1
     app.include_router(runbook_router)  # /runbooks/<name>, what alerts link to
+    app.include_router(node_page_router)  # a page per node at /nodes/<name>
     add_operational_routes(app, settings)
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     return app

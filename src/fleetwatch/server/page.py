@@ -30,8 +30,10 @@ from fastapi import APIRouter, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials
+from markupsafe import Markup
 from sqlalchemy import Connection
 
+from fleetwatch.charts.fleet_map import node_href
 from fleetwatch.config import ServerSettings
 from fleetwatch.errors import AuthError, Forbidden, Unauthenticated
 from fleetwatch.rules.xid_catalog import XidCatalog
@@ -49,10 +51,12 @@ from fleetwatch.server.csp import PAGE_HEADERS
 from fleetwatch.server.db.base import utcnow
 from fleetwatch.server.db.session import Database
 from fleetwatch.server.deps import check_credentials
+from fleetwatch.server.fleet_pictures import FleetPictures, draw, node_flags
 from fleetwatch.server.judge.assessment import FleetAssessment, GpuRisk, risk_order
 from fleetwatch.server.judge.assessor import Assessor
 from fleetwatch.server.repo.fleet_page import (
     active_stragglers,
+    draining_nodes,
     fatal_xid_events,
     gpu_count,
     node_clocks,
@@ -60,7 +64,17 @@ from fleetwatch.server.repo.fleet_page import (
 )
 from fleetwatch.server.repo.maintenance import load_planned
 
-__all__ = ["COOKIE", "authenticate_page", "router"]
+__all__ = [
+    "COOKIE",
+    "authenticate",
+    "authenticate_page",
+    "bearer_token",
+    "html",
+    "router",
+    "sign_in_form",
+    "signed_in",
+    "templates",
+]
 
 COOKIE = "fleetwatch_session"
 _LEGACY_COOKIE = "fleetwatch_token"  # held the raw token before sessions: deleted on sight
@@ -90,6 +104,18 @@ def _ago(when: datetime | None, now: datetime) -> str:
     return f"{seconds:.0f} s ago"
 
 
+def _node_link(name: str | None) -> Markup:
+    """``name`` as a link to its node page (nothing for no node)."""
+    if not name:
+        return Markup("")
+    return Markup('<a class="node" href="{}">{}</a>').format(node_href(name), name)
+
+
+def templates() -> jinja2.Environment:
+    """The server's page templates (the fleet page's and the node page's)."""
+    return _templates()
+
+
 @functools.cache
 def _templates() -> jinja2.Environment:
     env = jinja2.Environment(
@@ -101,6 +127,7 @@ def _templates() -> jinja2.Environment:
     )
     env.filters["utc"] = _utc
     env.filters["ago"] = _ago
+    env.filters["node_link"] = _node_link
     return env
 
 
@@ -176,10 +203,11 @@ def _drop_legacy_cookie(request: Request, response: Response) -> None:
         response.delete_cookie(_LEGACY_COOKIE, path="/", httponly=True, samesite="strict")
 
 
-def _signed_in(request: Request, token: str, info: TokenInfo) -> RedirectResponse:
-    """303 to the page without the token in its address; a session for it goes to the cookie."""
+def _signed_in(request: Request, token: str, info: TokenInfo, path: str = "/") -> RedirectResponse:
+    """303 to the page (``path``) without the token in its address; a session for it goes to
+    the cookie."""
     kept = [(k, v) for k, v in request.query_params.multi_items() if k != "token"]
-    url = f"/?{urlencode(kept)}" if kept else "/"
+    url = f"{path}?{urlencode(kept)}" if kept else path
     response = RedirectResponse(url, status_code=303, headers=_HEADERS)
     _drop_legacy_cookie(request, response)
     if request.app.state.settings.insecure_no_auth:
@@ -272,7 +300,7 @@ class RackRow:
     up: list[str]
     unreachable: list[str]
     unheard: list[str]
-    maintenance: list[str]  # "name (window 7: reason)"
+    maintenance: list[tuple[str, str]]  # (name, "window 7: reason")
 
 
 @dataclass(frozen=True)
@@ -301,6 +329,8 @@ class FleetView:
     gpus_out: int
     risks: list[RiskRow]
     risk_total: int
+    no_model: bool
+    pictures: FleetPictures
     fatal_events: list[dict[str, Any]]
     evictions: list[dict[str, Any]]
     stragglers: list[dict[str, Any]]
@@ -313,13 +343,27 @@ def _build_view(request: Request, horizon: str, top: int) -> FleetView:
     snap = assessor.current()
     liveness: Liveness = request.app.state.liveness
     now = liveness.clock()
+    settings: ServerSettings = request.app.state.settings
+    flags = node_flags(snap, _HORIZON_DAYS[horizon], settings.notice_risk_threshold)
     with db.read() as conn:
-        racks = _racks(conn, now, liveness)
+        racks, readings = _racks(conn, now, liveness)
         gpus = gpu_count(conn)
         fatal = _fatal_events(conn, assessor.judge.catalog, now - timedelta(hours=24))
         waiting = waiting_evictions(conn, limit=_LIST_LIMIT)
         slow = active_stragglers(conn, limit=_LIST_LIMIT)
-    risks = _ranked(snap, _HORIZON_DAYS[horizon])
+        pictures = draw(
+            conn,
+            readings,
+            flags=flags,
+            draining=draining_nodes(conn),
+            now=now,
+            sla_target=settings.sla_availability,
+        )
+    # GPUs with something to say: a verdict or a model's probability (not one row per GPU
+    # saying that no model is fitted).
+    risks = [
+        r for r in _ranked(snap, _HORIZON_DAYS[horizon]) if r.basis != "none" or r.gpu.verdicts
+    ]
     return FleetView(
         now=now,
         assessed_at=snap.at,
@@ -331,9 +375,11 @@ def _build_view(request: Request, horizon: str, top: int) -> FleetView:
         nodes_unheard=sum(len(r.unheard) for r in racks),
         nodes_maintenance=sum(len(r.maintenance) for r in racks),
         gpu_count=gpus,
-        gpus_out=sum(1 for g in snap.gpus if g.out_of_service),
+        gpus_out=flags.out_gpus,
         risks=[_risk_row(r) for r in risks[:top]],
         risk_total=len(risks),
+        no_model=snap.bundle is None,
+        pictures=pictures,
         fatal_events=fatal,
         evictions=waiting,
         stragglers=slow,
@@ -341,8 +387,12 @@ def _build_view(request: Request, horizon: str, top: int) -> FleetView:
     )
 
 
-def _racks(conn: Connection, now: datetime, liveness: Liveness) -> list[RackRow]:
+def _racks(
+    conn: Connection, now: datetime, liveness: Liveness
+) -> tuple[list[RackRow], list[tuple[str, Mapping[str, Any], str]]]:
+    """The rack table's rows, and each node's (name, labels, liveness reading) for the map."""
     grouped: dict[str, RackRow] = {}
+    readings: list[tuple[str, Mapping[str, Any], str]] = []
     planned = load_planned(conn, now)
     rows = node_clocks(conn)
     lag = fleet_lag_s(((r.last_seen, r.lag_s) for r in rows), now, max_s=liveness.lag_max_s)
@@ -355,14 +405,15 @@ def _racks(conn: Connection, now: datetime, liveness: Liveness) -> list[RackRow]
         state = liveness.state(
             row.last_seen, row.interval_s, now, planned=planned, node=row.name, lag_s=lag
         )
+        readings.append((row.name, labels, state))
         window = planned.window(row.name)
         if window is not None:
-            entry.maintenance.append(f"{row.name} (window {window.id}: {window.reason})")
+            entry.maintenance.append((row.name, f"window {window.id}: {window.reason}"))
             continue
         by_state = {"up": entry.up, "unheard": entry.unheard, "unreachable": entry.unreachable}
         by_state[state].append(row.name)
     # Racks with unreachable nodes first: that is where to look.
-    return sorted(grouped.values(), key=lambda r: (-len(r.unreachable), r.rack))
+    return sorted(grouped.values(), key=lambda r: (-len(r.unreachable), r.rack)), readings
 
 
 def _ranked(snap: FleetAssessment, horizon_days: float) -> list[GpuRisk]:
@@ -395,7 +446,7 @@ def _reason(risk: GpuRisk) -> str:
         top = sorted(risk.factors, key=lambda f: -abs(f.hazard_ratio - 1.0))[:3]
         drivers = ", ".join(f"{f.name} ×{f.hazard_ratio:.2f}" for f in top)
         return f"model {risk.model or ''}: {drivers}".strip(": ") if drivers else "model"
-    return "no fitted model yet"
+    return "; ".join(f"{v.rule} ({v.severity}, {v.action})" for v in risk.gpu.verdicts)
 
 
 def _fatal_events(conn: Connection, catalog: XidCatalog, since: datetime) -> list[dict[str, Any]]:
@@ -413,3 +464,11 @@ def _weekly_report_link(request: Request) -> str | None:
     """The weekly report page (cookie-authenticated) when this server has the report route."""
     paths: Sequence[str] = [getattr(route, "path", "") for route in request.app.routes]
     return "/report" if _WEEKLY_REPORT in paths else None
+
+
+# The fleet page's sign-in, shared with the node pages (server.node_page).
+authenticate = _authenticate
+bearer_token = _bearer_token
+html = _html
+sign_in_form = _sign_in
+signed_in = _signed_in

@@ -75,7 +75,10 @@ def test_token_in_the_query_becomes_an_httponly_strict_cookie(
     assert re.search(r"<b>2</b>GPUs", fleet)
     assert "model none (rules only)" in page.text
     assert '<meta http-equiv="refresh"' in page.text
-    assert "Risk: top 2 of 2 GPUs" in page.text
+    # No model and no verdict: no GPU row, and the missing model said once.
+    assert "Risk: top 0 of 0 GPUs" in page.text
+    assert page.text.count("No fitted model yet") == 1
+    assert "no fitted model yet" not in page.text
 
 
 def test_query_token_keeps_the_other_parameters(client: TestClient, tokens: dict[str, str]) -> None:
@@ -152,15 +155,17 @@ def test_a_fatal_xid_is_first_in_risk_and_listed_as_a_fatal_event(
     risk = _section(html, "Risk")
     row = (
         r"<tr>\s*<td class=\"num ?(?:bad)?\">(.*?)</td>\s*<td>(\w+)</td>"
-        r"\s*<td class=\"node\">(.*?)</td>\s*<td class=\"num\" title=\"[^\"]*\">(\d+)</td>"
+        r"\s*<td class=\"node\"><a class=\"node\" href=\"/nodes/([^\"]*)\">(.*?)</a></td>"
+        r"\s*<td class=\"num\" title=\"[^\"]*\">(\d+)</td>"
     )
     rows = re.findall(row, risk)
-    assert rows[0] == ("1.000", "rule", "node-a", "1"), rows
-    assert all(row[1] == "none" and row[0] == "—" for row in rows[1:]), rows
+    # Only the GPU with a verdict: with no model, node-b's GPUs have nothing to say.
+    assert rows == [("1.000", "rule", "node-a", "node-a", "1")], rows
     assert "Xid 79" in risk
+    assert risk.count("No fitted model yet") == 1
 
     api = client.get("/v1/risk", headers=bearer(tokens["read"])).json()
-    assert [(g["node"], str(g["index"])) for g in api["gpus"]] == [(r[2], r[3]) for r in rows]
+    assert (api["gpus"][0]["node"], str(api["gpus"][0]["index"])) == (rows[0][3], rows[0][4])
 
     fatal = _section(html, "Fatal Xid events")
     assert "node-a" in fatal and '<td class="num bad">79</td>' in fatal

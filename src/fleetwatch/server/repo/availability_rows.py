@@ -40,7 +40,7 @@ from fleetwatch.server.db.tables import (
 from fleetwatch.server.repo.job_outcomes import jobs_in, mean_step_s, node_failures
 from fleetwatch.server.repo.maintenance import maintenance_intervals
 
-__all__ = ["load_period", "planned_intervals", "sla_targets"]
+__all__ = ["load_outages", "load_period", "planned_intervals", "sla_targets"]
 
 # Reports of checkpoints and restarts this long before the period may still overlap it.
 LOOKBACK = timedelta(days=7)
@@ -237,4 +237,20 @@ def load_period(
         checkpoints=ckpts,
         restarts=restarts,
         stragglers=_stragglers(conn, since, until),
+    )
+
+
+def load_outages(conn: Connection, since: datetime, until: datetime) -> FleetPeriod:
+    """The nodes, their maintenance and outages of ``[since, until)`` without jobs or labels:
+    what availability alone needs (the fleet page's trends, a node's page)."""
+    _, joined = _node_labels(conn, until, False)
+    planned = planned_intervals(conn, since, until)
+    return FleetPeriod(
+        since=since,
+        until=until,
+        nodes={name: {} for name in joined},
+        joined=joined,
+        planned=planned or {},
+        planned_known=planned is not None,
+        outages=_outages(conn, since, until),
     )

@@ -14,6 +14,7 @@ from fleetwatch.server.db.tables import events, evictions, gpus, nodes, straggle
 
 __all__ = [
     "active_stragglers",
+    "draining_nodes",
     "fatal_xid_events",
     "gpu_count",
     "node_clocks",
@@ -88,3 +89,12 @@ def active_stragglers(conn: Connection, *, limit: int) -> list[dict[str, Any]]:
         .limit(limit)
     )
     return [row._asdict() for row in conn.execute(query)]
+
+
+def draining_nodes(conn: Connection) -> set[str]:
+    """Nodes a scheduler is draining or has drained (an eviction acked or completed, not a
+    dry run), until they return."""
+    query = select(evictions.c.node).where(
+        evictions.c.state.in_(("acked", "completed")), evictions.c.dry_run.is_(False)
+    )
+    return {row.node for row in conn.execute(query)}

@@ -1,0 +1,80 @@
+"""The node page and the fleet page's pictures: the map's tile of a node carries its state and
+that state's fill, each tile and table links to the node's page, and the node page shows the
+node's GPUs, verdicts with evidence, events, evictions and availability behind the same sign-in."""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+
+from fastapi.testclient import TestClient
+from tests.conftest import bearer
+from tests.factories import make_batch
+from tests.unit.server.conftest import Push
+from tests.unit.server.routers.test_risk_api import _xid_batch
+
+from fleetwatch.charts.fleet_map import FILL
+from fleetwatch.server.db.base import utcnow
+from fleetwatch.server.db.session import Database
+from fleetwatch.server.repo.evictions import create_eviction
+
+
+def _tile(html: str, node: str) -> str:
+    match = re.search(rf'<rect [^>]*data-node="{re.escape(node)}"[^>]*>', html)
+    assert match, html[:3000]
+    return match.group(0)
+
+
+def test_fleet_map_tiles_carry_each_nodes_state_and_link_to_its_page(
+    client: TestClient, db: Database, tokens: dict[str, str], push: Push
+) -> None:
+    assert push(_xid_batch("node-a", 79)).status_code == 200  # a fatal Xid: out by rule
+    assert push(make_batch("node-b", gpus=2, labels={"rack": "r1"})).status_code == 200
+    assert push(make_batch("node-c", gpus=2, labels={"rack": "r1"})).status_code == 200
+    with db.write() as conn:
+        create_eviction(
+            conn, node="node-c", state="acked", reason_kind="risk", reason="high risk",
+            evidence={}, expected_saving_usd=None, dry_run=False, now=utcnow(),
+        )  # fmt: skip
+    client.app.state.assessor.run_once()  # type: ignore[attr-defined]
+    html = client.get("/", headers=bearer(tokens["read"])).text
+    for node, state in (("node-a", "out"), ("node-b", "healthy"), ("node-c", "draining")):
+        tile = _tile(html, node)
+        assert f'data-state="{state}"' in tile and f'fill="{FILL[state]}"' in tile, tile
+        assert f'<a href="/nodes/{node}"><rect' in html
+    assert re.search(r'data-state="out" data-count="1"', html)
+    assert re.search(r'data-state="healthy" data-count="1"', html)
+    # the trends and the risk distribution are drawn too
+    assert 'class="chart trend-events"' in html and 'class="chart trend-availability"' in html
+    assert re.search(r'data-band="out" data-count="1"', html)
+    assert re.search(r'data-band="none" data-count="5"', html)  # unscored GPUs in service
+    assert '<a class="node" href="/nodes/node-a">node-a</a>' in html  # the risk table links
+
+
+def test_node_page_shows_gpus_verdicts_events_and_evictions(
+    client: TestClient, db: Database, tokens: dict[str, str], push: Push
+) -> None:
+    assert push(_xid_batch("node-a", 79)).status_code == 200
+    with db.write() as conn:
+        create_eviction(
+            conn, node="node-a", state="completed", reason_kind="rule", reason="Xid 79 <b>",
+            evidence={}, expected_saving_usd=None, dry_run=False,
+            now=utcnow() - timedelta(hours=3),
+        )  # fmt: skip
+    client.app.state.assessor.run_once()  # type: ignore[attr-defined]
+    assert client.get("/nodes/node-a").status_code == 401  # same sign-in as the fleet page
+    signed = client.get("/nodes/node-a", params={"token": tokens["read"]}, follow_redirects=False)
+    assert signed.status_code == 303 and signed.headers["location"] == "/nodes/node-a"
+    page = client.get("/nodes/node-a")
+    assert page.status_code == 200, page.text
+    assert page.headers["content-security-policy"].startswith("default-src 'none'")
+    html = page.text
+    assert re.search(r'<svg [^>]*class="state" data-state="out"', html)
+    assert "Xid 79" in html and "<b>evidence" not in html
+    assert "<summary>evidence" in html
+    assert "Xid 79 &lt;b&gt;" in html  # the eviction's reason, escaped
+    assert "<td>xid</td>" in html  # the event
+    assert 'class="chart trend-availability"' in html
+    assert "workload availability" in html
+    missing = client.get("/nodes/nope")
+    assert missing.status_code == 404 and "No node named nope" in missing.text
