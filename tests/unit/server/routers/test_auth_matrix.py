@@ -160,6 +160,7 @@ OPEN_MOUNTS = {("*", "/docs-assets")}
 # in full; test_auth_page_routes_take_read_scopes_only runs them through every scope here.
 PAGES = {
     ("GET", "/"),
+    ("GET", "/nodes/{name}"),
     ("GET", "/report"),
     ("POST", "/signin"),
 }
@@ -377,6 +378,8 @@ def test_auth_page_routes_take_read_scopes_only(
     assert page.status_code == (200 if allowed else 403), page.text
     report = client.get("/report", headers=bearer(tokens[scope]))
     assert report.status_code == (200 if allowed else 403), report.text
+    node = client.get("/nodes/no-such-node", headers=bearer(tokens[scope]))
+    assert node.status_code == (404 if allowed else 403), node.text  # past the sign-in or not
     signin = client.post("/signin", data={"token": tokens[scope]}, follow_redirects=False)
     assert signin.status_code == (303 if allowed else 403), signin.text
     assert ("set-cookie" in signin.headers) is allowed
