@@ -21,7 +21,6 @@ import pytest
 
 from tests.integration.live import (
     create_token,
-    fleetwatch,
     free_port,
     live_server,
     start_agent,
@@ -51,8 +50,6 @@ def _cycles(log: str, push_interval_s: float) -> int:
 def test_agents_lose_nothing_and_duplicate_nothing_across_a_server_outage(
     database_url: str, tmp_path: Path, shared_dir: Path, push_interval_s: float
 ) -> None:
-    if database_url.startswith("sqlite"):
-        fleetwatch("db", "upgrade", "--database-url", database_url)
     agent_token, read_token = (
         create_token(database_url, "agent"),
         create_token(database_url, "read"),
@@ -140,7 +137,6 @@ def test_agent_killed_between_collections_pushes_them_after_its_restart(
     """SIGKILL while collections are staged for a push a minute away: the next start pushes
     them, each stored once."""
     database_url = f"sqlite:///{tmp_path / 'fleetwatch.db'}"
-    fleetwatch("db", "upgrade", "--database-url", database_url)
     agent_token, read_token = (
         create_token(database_url, "agent"),
         create_token(database_url, "read"),
