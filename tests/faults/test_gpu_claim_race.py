@@ -30,7 +30,7 @@ from fleetwatch.config import ServerSettings
 from fleetwatch.server.db.base import utcnow
 from fleetwatch.server.db.session import Database, make_engine
 from tests.factories import gpu_uuid, make_batch, make_gpu, make_sample
-from tests.integration.live import LiveServer, create_token, fleetwatch, live_server
+from tests.integration.live import LiveServer, create_token, live_server
 
 Batch = dict[str, Any]
 
@@ -44,7 +44,6 @@ INTERVAL_S = 600.0
 
 @pytest.fixture
 def server(database_url: str, tmp_path: Path) -> Iterator[tuple[LiveServer, str]]:
-    fleetwatch("db", "upgrade", "--database-url", database_url)
     agent = create_token(database_url, "agent")
     with live_server(database_url, tmp_path) as live:
         yield live, agent

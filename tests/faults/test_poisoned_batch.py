@@ -23,7 +23,7 @@ import httpx
 import pytest
 
 from tests.factories import gpu_uuid, make_batch, make_gpu
-from tests.integration.live import LiveServer, create_token, fleetwatch, live_server
+from tests.integration.live import LiveServer, create_token, live_server
 
 Batch = dict[str, Any]
 Poison = Callable[[Batch], None]
@@ -155,7 +155,6 @@ def _normal(node: str, seq: int) -> Batch:
 
 @pytest.fixture
 def server(database_url: str, tmp_path: Path) -> Iterator[tuple[LiveServer, str, str]]:
-    fleetwatch("db", "upgrade", "--database-url", database_url)
     agent, read = create_token(database_url, "agent"), create_token(database_url, "read")
     with live_server(database_url, tmp_path) as live:
         yield live, agent, read

@@ -101,10 +101,12 @@ def live_server(
     *extra: str,
     port: int | None = None,
     verify: ssl.SSLContext | None = None,
+    ready: bool = True,
 ) -> Iterator[LiveServer]:
     """A `fleetwatch server` with the flags ``extra``, ready; ``verify``: it serves HTTPS (its
     ``--tls-*`` flags are among ``extra``) and this context checks it (and presents a client
-    certificate where it needs one)."""
+    certificate where it needs one). ``ready=False``: started, not waited for (the caller calls
+    ``wait_ready``), so that several servers start side by side."""
     port = port or free_port()
     log = log_dir / f"server-{port}.log"
     with log.open("ab") as sink:
@@ -116,7 +118,8 @@ def live_server(
     scheme = "https" if verify is not None else "http"
     server = LiveServer(f"{scheme}://127.0.0.1:{port}", process, log, verify or True)
     try:
-        server.wait_ready()
+        if ready:
+            server.wait_ready()
         yield server
     finally:
         stop_process(process, timeout=10)

@@ -2,8 +2,9 @@
 
 Agents are `fleetwatch agent` processes reading a real nvidia-smi XML capture (no GPU here); the
 server is a `fleetwatch server` process, stopped and restarted on the same port and database.
-They push every collection (down until each spool holds six batches), or stage three collections
-per push (``--push-interval 3``, down for 18 s: six pushes' worth): then the batches replayed
+They collect every 0.5 s and push every collection (down until each spool holds six batches), or
+stage three collections per push (``--push-interval 1.5``, down for 9 s: six pushes' worth;
+twice that at a 1 s interval was most of the test's time): then the batches replayed
 after the outage hold several collections each, and the collections still staged when the agents
 stop are pushed by their shutdown.
 """
@@ -20,7 +21,6 @@ import pytest
 
 from tests.integration.live import (
     create_token,
-    fleetwatch,
     free_port,
     live_server,
     start_agent,
@@ -28,7 +28,8 @@ from tests.integration.live import (
 )
 
 SPOOLED = 6  # batches each spool holds before the server comes back
-OUTAGE_S = 18  # SPOOLED pushes of 3 s
+INTERVAL_S = 0.5
+OUTAGE_S = 9  # SPOOLED pushes of 1.5 s
 # One real capture per node: each holds one GPU of its own.
 CAPTURES = (
     "fixtures/nvidia_smi/xml/telegraf__a100-sxm4-v12.xml",
@@ -45,12 +46,10 @@ def _cycles(log: str, push_interval_s: float) -> int:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("push_interval_s", [0.0, 3.0])
+@pytest.mark.parametrize("push_interval_s", [0.0, 3 * INTERVAL_S])
 def test_agents_lose_nothing_and_duplicate_nothing_across_a_server_outage(
     database_url: str, tmp_path: Path, shared_dir: Path, push_interval_s: float
 ) -> None:
-    if database_url.startswith("sqlite"):
-        fleetwatch("db", "upgrade", "--database-url", database_url)
     agent_token, read_token = (
         create_token(database_url, "agent"),
         create_token(database_url, "read"),
@@ -69,6 +68,7 @@ def test_agents_lose_nothing_and_duplicate_nothing_across_a_server_outage(
                 "nvidia-smi",
                 "--nvidia-smi",
                 str(shared_dir / capture),
+                interval_s=INTERVAL_S,
                 push_interval_s=push_interval_s,
             )
             for i, capture in enumerate(CAPTURES)
@@ -137,7 +137,6 @@ def test_agent_killed_between_collections_pushes_them_after_its_restart(
     """SIGKILL while collections are staged for a push a minute away: the next start pushes
     them, each stored once."""
     database_url = f"sqlite:///{tmp_path / 'fleetwatch.db'}"
-    fleetwatch("db", "upgrade", "--database-url", database_url)
     agent_token, read_token = (
         create_token(database_url, "agent"),
         create_token(database_url, "read"),

@@ -34,8 +34,12 @@ def test_demo_prints_tokens_and_serves_a_live_fleet(tmp_path: Path) -> None:
             "0.5",
             "--duration",
             "600",  # the test stops it once the story is over
+            # The story waits out its maintenance window and then the repair, each this long
+            # (at 10 s, 20 of this test's 55 s). 6 s still sees the node read 'maintenance'
+            # well before the window closes (its agent stops within a second) and keeps both
+            # downtimes above zero.
             "--story-window",
-            "10",
+            "6",
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,

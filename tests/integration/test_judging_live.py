@@ -16,13 +16,11 @@ import httpx
 import pytest
 
 from tests.factories import make_batch
-from tests.integration.live import create_token, fleetwatch, live_server
+from tests.integration.live import create_token, live_server
 
 
 @pytest.fixture
 def server_db(database_url: str, monkeypatch: pytest.MonkeyPatch) -> str:
-    if database_url.startswith("sqlite"):
-        fleetwatch("db", "upgrade", "--database-url", database_url)
     for name, value in {"ASSESS_INTERVAL_S": "0.5", "ROLLUP_INTERVAL_S": "0.5",
                         "LIFECYCLE_INTERVAL_S": "0.5", "GPU_LEAVE_AFTER_S": "2",
                         "REFIT_INTERVAL_S": "0"}.items():  # fmt: skip
@@ -91,8 +89,6 @@ def test_a_fatal_xid_wakes_the_judge_instead_of_waiting_for_the_tick(
 ) -> None:
     """Assessment and planner timers at 10 minutes: only the wake-up on ingest can turn the Xid
     into an eviction within the test's 30 s."""
-    if database_url.startswith("sqlite"):
-        fleetwatch("db", "upgrade", "--database-url", database_url)
     for name, value in {"ASSESS_INTERVAL_S": "600", "PLANNER_INTERVAL_S": "600",
                         "REFIT_INTERVAL_S": "0"}.items():  # fmt: skip
         monkeypatch.setenv(f"FLEETWATCH_SERVER_{name}", value)

@@ -95,8 +95,6 @@ def test_a_restart_neither_resolves_nor_marks_unreachable_nor_evicts(
     monkeypatch: pytest.MonkeyPatch,
     receiver: WebhookReceiver,
 ) -> None:
-    if database_url.startswith("sqlite"):
-        fleetwatch("db", "upgrade", "--database-url", database_url)
     for name, value in {
         "ASSESS_INTERVAL_S": "1",
         "ALERT_INTERVAL_S": "1",

@@ -19,7 +19,7 @@ import pytest
 from fleetwatch.config import ServerSettings
 from fleetwatch.server.db.session import Database, make_engine
 from fleetwatch.server.repo.evictions import create_eviction
-from tests.integration.live import FLEETWATCH, create_token, fleetwatch, free_port, live_server
+from tests.integration.live import FLEETWATCH, create_token, free_port, live_server
 
 pytestmark = pytest.mark.slow
 
@@ -28,8 +28,6 @@ NVML_FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "nvml"
 
 @pytest.fixture
 def server_db(database_url: str, monkeypatch: pytest.MonkeyPatch) -> str:
-    if database_url.startswith("sqlite"):
-        fleetwatch("db", "upgrade", "--database-url", database_url)
     monkeypatch.setenv("FLEETWATCH_SERVER_BACKGROUND_JOBS", "false")
     return database_url
 

@@ -19,8 +19,6 @@ from typing import Any, Protocol, Self, runtime_checkable
 import numpy as np
 import pandas as pd
 from numpy.typing import NDArray
-from sklearn.exceptions import NotFittedError as SklearnNotFittedError
-from sklearn.utils.validation import check_is_fitted
 
 from fleetwatch.errors import ModelError
 
@@ -66,6 +64,11 @@ class SurvivalModel(Protocol):
 
 def check_fitted(model: Any, attributes: Sequence[str] = ("fitter_",)) -> None:
     """Raise :class:`NotFittedError` unless ``model`` has the learned ``attributes``."""
+    # Imported here: sklearn brings scipy.stats, a second of CPU at every server start, and
+    # only a model in use (its lifelines fit already imported) gets this far.
+    from sklearn.exceptions import NotFittedError as SklearnNotFittedError
+    from sklearn.utils.validation import check_is_fitted
+
     try:
         check_is_fitted(model, list(attributes))
     except SklearnNotFittedError as exc:

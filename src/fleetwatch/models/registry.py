@@ -42,7 +42,6 @@ from typing import Any
 import numpy as np
 import pandas as pd
 from numpy.typing import NDArray
-from scipy.stats import norm
 
 from fleetwatch.gc_paused import gc_paused
 from fleetwatch.models.base import DURATION_COL, EVENT_COL, ModelFitError
@@ -102,6 +101,8 @@ class RiskScores:
 
 def _fit_weibull(part: pd.DataFrame, label: str) -> tuple[WeibullParams, dict[str, Any]]:
     """Fit one Weibull on ``part``; return it and its metrics (n, events, rho, CI, MTBF)."""
+    from scipy.stats import norm  # only when fitting: its import was a second of each start
+
     from fleetwatch.models.weibull import WeibullRisk  # lifelines: only when fitting
 
     y = pd.DataFrame({DURATION_COL: part[DURATION_DAYS].to_numpy(), EVENT_COL: part[EVENT]})
