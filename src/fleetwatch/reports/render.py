@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from fleetwatch.reports.advice import section_advice
 from fleetwatch.reports.components import COMPONENT_NAMES
 from fleetwatch.reports.plots import bar_png, survival_png
+from fleetwatch.reports.week_pictures import pictures
 from fleetwatch.reports.weekly import WeeklyReport
 
 __all__ = ["render_html", "render_pdf"]
@@ -43,8 +45,13 @@ def render_html(report: WeeklyReport) -> str:
         "xid": bar_png(report.interruptions["xid_category"], "Xid events by category"),
         "causes": bar_png(causes, "GPU failures by component"),
     }
+    plots |= pictures(
+        report.fleet_states, report.days, sla_target=report.sla.get("availability_target")
+    )
     template = env.get_template("weekly.html.j2")
-    return template.render(r=report, plots=plots, component_names=COMPONENT_NAMES)
+    return template.render(
+        r=report, plots=plots, component_names=COMPONENT_NAMES, todo=section_advice(report)
+    )
 
 
 def render_pdf(report: WeeklyReport, html: str | None = None) -> bytes:

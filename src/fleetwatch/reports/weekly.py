@@ -81,6 +81,10 @@ class WeeklyReport:
     availability: dict[str, Any] | None = None
     # Issue 15's work saved by notices (:mod:`fleetwatch.reports.notice_savings`), likewise.
     notice_savings: dict[str, Any] | None = None
+    # Issue 39's pictures (:mod:`fleetwatch.reports.week_pictures`): each node's state at the
+    # week's end, and the fleet day by day over the weeks up to it.
+    fleet_states: list[dict[str, Any]] | None = None
+    days: list[dict[str, Any]] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -409,6 +413,8 @@ def build_weekly(
     now: datetime | None = None,
     availability: dict[str, Any] | None = None,
     notice_savings: dict[str, Any] | None = None,
+    fleet_states: list[dict[str, Any]] | None = None,
+    days: list[dict[str, Any]] | None = None,
 ) -> WeeklyReport:
     """The report for the week of ``d``, compared with ``before`` (the week before); lifetimes
     still open at ``now`` are censored there (KM). ``availability``: the week's
@@ -437,4 +443,6 @@ def build_weekly(
         sla=_sla(core.reliability, settings),
         availability=availability,
         notice_savings=notice_savings,
+        fleet_states=fleet_states,
+        days=days,
     )

@@ -215,3 +215,33 @@ def test_weekly_job_queues_for_a_subscription_added_later_that_week(
     with db.read() as conn:
         keys = conn.execute(select(webhook_outbox.c.idempotency_key)).scalars().all()
     assert len(keys) == 1 and WEEK in keys[0]
+
+
+def test_the_report_draws_the_fleet_at_the_weeks_end_and_says_what_to_do_per_table(
+    built: WeeklyReport,
+) -> None:
+    import base64
+    import re
+
+    # n2: its GPU SN-n2-1 failed on the 28th with no replacement (and a rule drain on the 29th,
+    # not returned): a failed GPU outranks the drain. n1's failed GPU was replaced on the 25th
+    # and its drain returned; n3's drain returned the same day.
+    assert {s["node"]: s["state"] for s in built.fleet_states or []} == {
+        "n1": "healthy",
+        "n2": "out",
+        "n3": "healthy",
+    }
+    days = built.days or []
+    assert len(days) == 28 and days[-1]["day"] == "2026-11-29"  # the week's Sunday
+    week = [d for d in days if d["day"] >= "2026-11-23"]
+    assert sum(d["failures"] for d in week) == 2  # SN-n1-0 on the 24th, SN-n2-1 on the 28th
+    html = render_html(built)
+    images = dict(
+        re.findall(r'<img src="data:image/svg\+xml;base64,([^"]+)" alt="([^"]+)"', html)[::-1]
+    )
+    assert len(images) == 3, images.keys()
+    fleet_map = base64.b64decode(next(k for k, v in images.items() if v.startswith("Fleet map")))
+    assert b'data-state="out"' in fleet_map and b'data-node="n2"' in fleet_map
+    todo = re.findall(r'<p class="todo">([^<]*)</p>', html)
+    assert len(todo) == 13 and all(line.strip() for line in todo)
+    assert "n2" in todo[0]  # the fleet's line names the node that ended the week out

@@ -14,7 +14,9 @@ from sqlalchemy import Connection, and_, func, or_, select
 
 from fleetwatch.config import ServerSettings
 from fleetwatch.reports.availability import compute_availability
+from fleetwatch.reports.daily import daily_figures, day_starts
 from fleetwatch.reports.rows import CONFIRM_WINDOW, WeekData
+from fleetwatch.reports.week_pictures import REPORT_TREND_DAYS, day_dicts, week_end_states
 from fleetwatch.reports.weekly import WeeklyReport, build_weekly
 from fleetwatch.reports.weeks import IsoWeek
 from fleetwatch.rules.host_errors import HOST_KINDS
@@ -29,7 +31,7 @@ from fleetwatch.server.db.tables import (
     risk_models,
     stragglers,
 )
-from fleetwatch.server.repo.availability_rows import load_period, sla_targets
+from fleetwatch.server.repo.availability_rows import load_outages, load_period, sla_targets
 from fleetwatch.server.repo.notice_savings_rows import compute_notice_savings
 from fleetwatch.server.repo.sample_reader import read_samples, sample_rows
 
@@ -55,6 +57,8 @@ def compute_weekly(
 ) -> WeeklyReport:
     """The report for ``week``; lifetimes still open at ``now`` are censored there (KM)."""
     period = load_period(conn, week.start, week.end, settings=settings)
+    starts = day_starts(week.end - timedelta(microseconds=1), REPORT_TREND_DAYS)
+    days = daily_figures(load_outages(conn, starts[0], week.end), starts)
     return build_weekly(
         load_week(conn, week),
         load_week(conn, week.previous()),
@@ -63,6 +67,8 @@ def compute_weekly(
         now=now or datetime.now(UTC),
         availability=compute_availability(period, sla_targets(settings), by=REPORT_LABELS),
         notice_savings=compute_notice_savings(conn, week.start, week.end, settings=settings),
+        fleet_states=week_end_states(period, week.end),
+        days=day_dicts(days),
     )
 
 
