@@ -32,7 +32,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, func, select, update
+from sqlalchemy import Connection, func, select, text, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
@@ -94,6 +94,7 @@ def store_request(
         if readings.ha is not None and not _elected(conn, readings.ha, settings, now):
             stored.samples["replica_dropped"] += _sample_count(readings)
             return stored
+        _lock_nodes(conn, readings)
         pieces = [
             _Piece(p.uuid, p.node, p.ts, p.identity, p.values, is_gpu=True) for p in readings.pieces
         ]
@@ -143,6 +144,26 @@ def _port_piece(node: str, port: dict[str, Any]) -> _Piece:
     identity = {"device": port["device"], "port": port["port"]}
     key = f"{PORT_KEY_PREFIX}{node}:{port['device']}:{port['port']}"
     return _Piece(key, node, port["ts"], identity, values, is_gpu=False)
+
+
+# Requests writing the same nodes' rows take turns, in node order. Row locks alone could not
+# order them: a request locks the rows that exist (SELECT ... FOR UPDATE), then the ones its
+# upsert creates, so two requests could each hold a row the other's upsert wanted (a deadlock
+# under load, answered 503 and retried). The sealer takes no such lock: it only takes rows no
+# request holds (SKIP LOCKED), and a request takes node rows only after its staging.
+_LOCK_NODES = text(
+    "SELECT pg_advisory_xact_lock(hashtextextended('fleetwatch.remote_write:' || n, 0)) "
+    "FROM unnest(CAST(:nodes AS text[])) WITH ORDINALITY AS t(n, i)"
+)
+
+
+def _lock_nodes(conn: Connection, readings: RequestReadings) -> None:
+    if conn.dialect.name != "postgresql":
+        return  # SQLite has one writer at a time
+    nodes = {p.node for p in readings.pieces} | {x.node for x in readings.xids}
+    nodes |= set(readings.node_series)
+    if nodes:
+        conn.execute(_LOCK_NODES, {"nodes": sorted(nodes)})
 
 
 def _sample_count(readings: RequestReadings) -> int:

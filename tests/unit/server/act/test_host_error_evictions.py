@@ -19,7 +19,7 @@ from tests.unit.server.conftest import Push
 
 from fleetwatch.agent.parsers import KernelEvent
 from fleetwatch.agent.parsers.kernel_events import parse_kernel_events
-from fleetwatch.server.routers import ingest as ingest_route
+from fleetwatch.server.routers import urgent_lane
 
 CAPTURES = Path(__file__).resolve().parents[3] / "fixtures" / "kernel_log_captures"
 SHARED = Path(__file__).resolve().parents[4].parent / "shared" / "fixtures"
@@ -143,9 +143,7 @@ def test_draining_host_errors_wake_the_planner_at_ingest(
     push: Push, monkeypatch: pytest.MonkeyPatch, path: Path, kind: str, severity: str, urgent: bool
 ) -> None:
     woken: list[object] = []
-    monkeypatch.setattr(
-        ingest_route, "notify_wake", lambda engine, nodes=None: woken.append(engine)
-    )
+    monkeypatch.setattr(urgent_lane, "notify_wake", lambda engine, nodes=None: woken.append(engine))
     assert push(_batch("node-w", _wire(_parsed(path, kind, severity)))).status_code == 200
     assert len(woken) == (1 if urgent else 0)
 

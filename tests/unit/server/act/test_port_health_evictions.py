@@ -18,7 +18,7 @@ from tests.unit.agent.sysfs_trees import h100_tree
 from tests.unit.server.conftest import Push
 
 from fleetwatch.agent.collectors.infiniband import InfinibandCollector
-from fleetwatch.server.routers import ingest as ingest_route
+from fleetwatch.server.routers import urgent_lane
 
 SHARED = Path(__file__).resolve().parents[4].parent / "shared" / "fixtures"
 
@@ -165,9 +165,7 @@ def test_a_port_down_or_a_flap_at_its_limit_wakes_the_planner_at_ingest(
     push: Push, monkeypatch: pytest.MonkeyPatch, readings: list[dict[str, Any]], wakes: int
 ) -> None:
     woken: list[object] = []
-    monkeypatch.setattr(
-        ingest_route, "notify_wake", lambda engine, nodes=None: woken.append(engine)
-    )
+    monkeypatch.setattr(urgent_lane, "notify_wake", lambda engine, nodes=None: woken.append(engine))
     assert set(_push_readings(push, "node-w", readings)) == {200}
     assert len(woken) == wakes
 

@@ -91,7 +91,10 @@ def test_a_restarted_process_calls_no_node_unreachable_before_its_intervals_sinc
         page = fresh.get("/", headers=bearer(read)).text
         assert re.search(r'<b class="muted">0</b>nodes unreachable', page)
         assert re.search(r'<b class="warn">1</b>nodes not heard since the server started', page)
-        assert "not heard since the server started:</span> node-a" in page
+        assert (
+            'not heard since the server started:</span> <a class="node" href="/nodes/node-a">'
+            "node-a</a>" in page
+        )
         assert state.alerter.run_once(clock.now).fired == 0  # and the alerter agrees
 
         clock.now = started + timedelta(seconds=3 * INTERVAL_S + 1)

@@ -243,7 +243,10 @@ def test_nodes_page_and_metrics_show_maintenance_and_silence_counts_from_its_end
         assert 'fleetwatch_node_up{node="node-a"}' not in metrics  # no rule fires on it
         page = fresh.get("/", headers=read).text
         assert re.search(r'<b class="muted">2</b>nodes in maintenance', page)
-        assert f"node-a (window {named['id']}: reseat GPU 3)" in page
+        assert (
+            f'<a class="node" href="/nodes/node-a">node-a</a> (window {named["id"]}: '
+            "reseat GPU 3)" in page
+        )
 
         fresh.delete(f"/v1/maintenance/{named['id']}", headers=sched)
         clock.now += timedelta(seconds=3 * INTERVAL_S - 1)  # within its intervals since the end
