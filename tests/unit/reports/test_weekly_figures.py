@@ -185,7 +185,7 @@ def test_weekly_json_schema(report: dict[str, Any]) -> None:
     assert set(report) == {
         "week", "start", "end", "generated_at", "headline", "reliability", "interruptions",
         "goodput", "energy", "drains", "calibration", "offenders", "survival", "stragglers",
-        "deltas", "sla", "availability", "notice_savings",
+        "deltas", "sla", "availability", "notice_savings", "fleet_states", "days",
     }  # fmt: skip
     assert report["week"] == WEEK and report["start"] == START.isoformat()
     json.dumps(report, allow_nan=False)
