@@ -747,11 +747,6 @@ class ServerSettings(BaseSettings):
         json_schema_extra=OPERATOR,
     )
 
-    @field_validator("remote_write_node_labels", mode="before")
-    @classmethod
-    def _split_node_labels(cls, value: Any) -> Any:
-        return _split_list(value)
-
     @field_validator("remote_write_node_labels")
     @classmethod
     def _node_labels_named(cls, value: list[str]) -> list[str]:
@@ -759,9 +754,9 @@ class ServerSettings(BaseSettings):
             raise ValueError("name at least one label (e.g. Hostname)")
         return value
 
-    @field_validator("secret_keys", mode="before")
+    @field_validator("remote_write_node_labels", "secret_keys", mode="before")
     @classmethod
-    def _split_keys(cls, value: Any) -> Any:
+    def _split_lists(cls, value: Any) -> Any:
         return _split_list(value)
 
     @field_validator("secret_keys")

@@ -55,7 +55,14 @@ from fleetwatch.server.ingest.remote_write_readings import (
 from fleetwatch.server.ingest.store import WrittenBatch, write_batch
 from fleetwatch.telemetry import SAMPLE_FIELD_NAMES
 
-__all__ = ["PORT_KEY_PREFIX", "RemoteWriteStored", "field_mask", "store_request"]
+__all__ = [
+    "PORT_KEY_PREFIX",
+    "RemoteWriteStored",
+    "field_mask",
+    "node_batch",
+    "store_request",
+    "write_node_batch",
+]
 
 PORT_KEY_PREFIX = "port:"
 
@@ -66,11 +73,11 @@ _FIELD_BIT = {name: 1 << i for i, name in enumerate(SAMPLE_FIELD_NAMES)}
 _XID_MESSAGE = "reported by dcgm-exporter (DCGM_FI_DEV_XID_ERRORS) through Prometheus remote write"
 
 
-def field_mask(names: Iterable[str], bits: dict[str, int] = _FIELD_BIT) -> int:
+def field_mask(names: Iterable[str]) -> int:
     """The stored-fields mask of ``names``."""
     mask = 0
     for name in names:
-        mask |= bits[name]
+        mask |= _FIELD_BIT[name]
     return mask
 
 
@@ -386,28 +393,51 @@ def _write_events(
         by_node[one.node].append(one)
     for node, node_events in sorted(by_node.items()):
         gpus = {e.gpu.uuid: e.gpu for e in node_events if e.gpu is not None}
-        batch = BatchStruct(
-            batch_id=f"rw-{uuid_module.uuid4().hex}",
-            node=NodeStruct(name=node, interval_s=settings.remote_write_scrape_interval_s),
-            gpus=list(gpus.values()),
-            events=[e.event for e in node_events],
+        batch = node_batch(
+            node, settings, gpus=list(gpus.values()), events=[e.event for e in node_events]
         )
-        savepoint = conn.begin_nested()
-        try:
-            written = write_batch(
-                conn,
-                db,
-                batch,
-                content_sha256=batch.batch_id,
-                now=now,
-                live_intervals=settings.unreachable_after_intervals,
-                thresholds=thresholds,
-            )
-        except GpuClaimed as exc:
-            savepoint.rollback()
+        written = write_node_batch(conn, db, batch, settings, now, thresholds)
+        if written is None:
             stored.samples["conflict"] += len(node_events)
-            logger.warning("remote write: events of %s not stored: %s", node, exc)
             continue
-        savepoint.commit()
         stored.written.append(written)
         stored.events.extend((node, e.event) for e in node_events)
+
+
+def node_batch(node: str, settings: ServerSettings, **parts: Any) -> BatchStruct:
+    """A node's readings as the batch its agent would have pushed. Its id is new each time:
+    what Prometheus resends is told apart by the staged rows, not by batch ids."""
+    return BatchStruct(
+        batch_id=f"rw-{uuid_module.uuid4().hex}",
+        node=NodeStruct(name=node, interval_s=settings.remote_write_scrape_interval_s),
+        **parts,
+    )
+
+
+def write_node_batch(
+    conn: Connection,
+    db: Database,
+    batch: BatchStruct,
+    settings: ServerSettings,
+    now: datetime,
+    thresholds: HealthThresholds | None = None,
+) -> WrittenBatch | None:
+    """``batch`` written in a savepoint of the caller's transaction; None, having written
+    nothing of it, when another node reports its GPUs right now (the agent's 409)."""
+    savepoint = conn.begin_nested()
+    try:
+        written = write_batch(
+            conn,
+            db,
+            batch,
+            content_sha256=batch.batch_id,
+            now=now,
+            live_intervals=settings.unreachable_after_intervals,
+            thresholds=thresholds,
+        )
+    except GpuClaimed as exc:
+        savepoint.rollback()
+        logger.warning("remote write: readings of %s not stored: %s", batch.node.name, exc)
+        return None
+    savepoint.commit()
+    return written

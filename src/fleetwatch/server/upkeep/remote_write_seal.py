@@ -16,7 +16,6 @@ row must not be sealed before they join it. Rows stay (fields as a mask, nothing
 from __future__ import annotations
 
 import logging
-import uuid as uuid_module
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
@@ -26,15 +25,19 @@ from sqlalchemy import Connection, bindparam, delete, null, select, text, update
 from sqlalchemy.dialects.postgresql import JSONB
 
 from fleetwatch.config import ServerSettings
-from fleetwatch.errors import GpuClaimed
 from fleetwatch.server.db.base import utcnow
 from fleetwatch.server.db.session import Database
 from fleetwatch.server.db.tables import remote_write_staging
-from fleetwatch.server.ingest.batch_structs import BatchStruct, GpuStruct, NodeStruct, SampleStruct
+from fleetwatch.server.ingest.batch_structs import BatchStruct, GpuStruct, SampleStruct
 from fleetwatch.server.ingest.group_store import GroupedBatch, write_group
-from fleetwatch.server.ingest.remote_write_store import PORT_KEY_PREFIX, field_mask
+from fleetwatch.server.ingest.remote_write_store import (
+    PORT_KEY_PREFIX,
+    field_mask,
+    node_batch,
+    write_node_batch,
+)
 from fleetwatch.server.ingest.sample_writer import LearnedKeys
-from fleetwatch.server.ingest.store import WrittenBatch, write_batch
+from fleetwatch.server.ingest.store import WrittenBatch
 
 __all__ = ["RemoteWriteSealer"]
 
@@ -85,9 +88,9 @@ def _batch(node: str, rows: list[Any], settings: ServerSettings) -> BatchStruct:
             continue
         identities[row.key] = row.identity  # the newest scrape's identity wins
         samples.append(SampleStruct(uuid=row.key, ts=row.ts, **row.pending))
-    return BatchStruct(
-        batch_id=f"rw-{uuid_module.uuid4().hex}",
-        node=NodeStruct(name=node, interval_s=settings.remote_write_scrape_interval_s),
+    return node_batch(
+        node,
+        settings,
         gpus=[GpuStruct(uuid=uuid, **identity) for uuid, identity in identities.items()],
         samples=samples,
         ports=ports or None,
@@ -196,24 +199,9 @@ class RemoteWriteSealer:
     def _write_node(
         self, conn: Connection, batch: BatchStruct, now: datetime
     ) -> WrittenBatch | None:
-        savepoint = conn.begin_nested()
-        try:
-            written = write_batch(
-                conn,
-                self.db,
-                batch,
-                content_sha256=batch.batch_id,
-                now=now,
-                live_intervals=self.settings.unreachable_after_intervals,
-            )
-        except GpuClaimed as exc:
-            # Another node reports these GPUs right now: the agent's 409. Marked as stored
-            # anyway, or every pass would try them again.
-            savepoint.rollback()
+        written = write_node_batch(conn, self.db, batch, self.settings, now)
+        if written is None:  # marked as stored anyway, or every pass would try it again
             self.counted("conflict", len(batch.samples) + len(batch.ports or ()))
-            logger.warning("remote write: readings of %s not stored: %s", batch.node.name, exc)
-            return None
-        savepoint.commit()
         return written
 
     def _forget(self, conn: Connection, now: datetime) -> None:
