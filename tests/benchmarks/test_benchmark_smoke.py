@@ -69,6 +69,7 @@ SMOKES = [
     Smoke("slurm_drain", "Xid line -> Slurm State has DRAIN", needs=("slurm",), slow=True),
     Smoke("snapshot_codec", "B per GPU"),
     Smoke("stragglers", "| hw-8 | 2 |"),
+    Smoke("titan_models", "| model | dev AUC |", needs=("shared",)),
     Smoke("urgent_lane", '"latency"', ("--database-url", "{postgres}"), PG, slow=True),
     Smoke("validation", "| 48 | 2 |"),
     Smoke("webhooks", "steady: 5 alerts"),
