@@ -305,6 +305,8 @@ class LandmarkRisk(BaseEstimator):  # type: ignore[misc]
         check_fitted(self, ("ensembles_",))
         return {
             "format": PARAMS_FORMAT,
+            "groups": list(self.groups),
+            "landmark_freq": self.landmark_freq,
             "feature_names": list(self.feature_names_),
             "horizons": {
                 f"{h:g}": {
@@ -317,14 +319,19 @@ class LandmarkRisk(BaseEstimator):  # type: ignore[misc]
 
     @classmethod
     def from_params(cls, params: dict[str, Any]) -> LandmarkRisk:
-        """A fitted model from :meth:`to_params` (its hyper-parameters are the defaults)."""
+        """A fitted model from :meth:`to_params`: its groups, grid and horizons as fitted, the
+        other hyper-parameters at their defaults (they only matter for fitting)."""
         if params.get("format") != PARAMS_FORMAT:
             raise ModelFitError(
                 f"landmark model params have format {params.get('format')!r}; this version "
                 f"reads {PARAMS_FORMAT}: refit the model"
             )
         parts = {float(h): v for h, v in params["horizons"].items()}
-        model = cls(horizons=tuple(sorted(parts)))
+        model = cls(
+            groups=tuple(params["groups"]),
+            horizons=tuple(sorted(parts)),
+            landmark_freq=str(params["landmark_freq"]),
+        )
         model.feature_names_ = list(params["feature_names"])
         model.ensembles_ = {h: TreeEnsemble.from_params(v["trees"]) for h, v in parts.items()}
         model.calibration_ = {

@@ -92,6 +92,7 @@ def test_params_and_pickle_round_trip(fleet: pd.DataFrame) -> None:
     risk = model.predict_risk(now, 90.0)
     loaded = LandmarkRisk.from_params(json.loads(json.dumps(model.to_params())))
     np.testing.assert_array_equal(loaded.predict_risk(now, 90.0), risk)
+    assert tuple(loaded.groups) == GROUPS and loaded.landmark_freq == "QS"
     np.testing.assert_array_equal(pickle.loads(pickle.dumps(model)).predict_risk(now, 90.0), risk)
     a, b = model.calibration_[90.0]
     assert (a, b) != (1.0, 0.0)  # the Platt map was fitted on the held-out landmarks
