@@ -45,6 +45,7 @@ PG = ("postgres",)
 SMOKES = [
     Smoke("agent", "Xid line -> server event", slow=True),
     Smoke("background_scale", "| steady", ("--database-url", "{postgres}"), PG, slow=True),
+    Smoke("drain_budget", "| 28 | model | 1 % |", needs=("shared",)),
     Smoke("evictions", "killed agent -> eviction pending", slow=True),
     Smoke("fleet_page", "pictures alone (node states, map, 30 days' trends, risk bands)"),
     Smoke("host_error_evictions", "both (2 trials)", slow=True),
@@ -67,6 +68,7 @@ SMOKES = [
     Smoke("risk_scoring", "shared"),
     Smoke("sample_blocks", "round trip exact"),
     Smoke("slurm_drain", "Xid line -> Slurm State has DRAIN", needs=("slurm",), slow=True),
+    Smoke("sim_budget", "| rules + risk, after |"),
     Smoke("snapshot_codec", "B per GPU"),
     Smoke("stragglers", "| hw-8 | 2 |"),
     Smoke("urgent_lane", '"latency"', ("--database-url", "{postgres}"), PG, slow=True),
