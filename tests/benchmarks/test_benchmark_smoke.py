@@ -87,6 +87,15 @@ def _require_slurm() -> None:
     pytest.skip(reason)
 
 
+def _clocks() -> dict[str, object]:
+    """Each loaded fleetwatch module's ``utcnow``, by module name."""
+    return {
+        name: module.utcnow
+        for name, module in list(sys.modules.items())
+        if name.startswith("fleetwatch") and hasattr(module, "utcnow")
+    }
+
+
 def test_every_benchmark_has_a_smoke_run() -> None:
     helpers = {"fleet_scale", "serverproc", "procstats", "rawhttp"}
     scripts = {
@@ -127,6 +136,7 @@ def test_benchmark_smoke(
         for a in (*smoke.args, "--smoke")
     ]
     monkeypatch.setattr(sys, "argv", [str(script), *argv])
+    clocks = _clocks()
     with mock.patch.dict(os.environ):
         try:
             runpy.run_path(str(script), run_name="__main__")
@@ -134,3 +144,7 @@ def test_benchmark_smoke(
             assert exit.code in (0, None), f"{script.name} --smoke ended with {exit.code!r}"
     out = capsys.readouterr().out
     assert smoke.prints in out, out[-4000:]
+    # A script that swaps a clock in must give it back: the next test in this process would
+    # otherwise read a simulated "now" (benchmarks/quarter.py once did).
+    swapped = [name for name, clock in _clocks().items() if clocks.get(name, clock) is not clock]
+    assert swapped == [], f"{smoke.script} left a clock behind in {swapped}"
