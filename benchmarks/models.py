@@ -10,7 +10,9 @@ with a fixed seed), timed with ``time.perf_counter`` (median of ``--repeats``):
 * ``predict_risk`` for 100,000 GPUs (AFT and age-only), next to the closed-form risk in numpy.
 
 ``--titan`` also runs ``fleetwatch.cli.model_cmd backtest`` (90 and 180 days) at five cutoffs on
-Titan's gc_full.csv and prints AUC of the model and both baselines from the CSVs it wrote.
+Titan's gc_full.csv and prints AUC of the model (the landmark model) and the three baselines
+(today's AFT, age-only, location-only) from the CSVs it wrote. benchmarks/titan_models.py has the
+full forward-split comparison.
 
     .venv/bin/python benchmarks/models.py [--n 100000] [--repeats 3] [--titan]
 """
@@ -200,8 +202,8 @@ def run_bundle_scoring(n: int, repeats: int, n_cov: int = 10, lifetimes: int = 2
 
 def run_titan(path: Path) -> list[str]:
     rows = ["| cutoff | horizon | units in service | failed in window | model AUC | "
-            "age-only AUC | location-only AUC |"]  # fmt: skip
-    rows.append("|---|---:|---:|---:|---:|---:|---:|")
+            "AFT AUC | age-only AUC | location-only AUC |"]  # fmt: skip
+    rows.append("|---|---:|---:|---:|---:|---:|---:|---:|")
     with tempfile.TemporaryDirectory() as tmp:
         for cutoff in CUTOFFS:
             out = Path(tmp) / f"{cutoff}.csv"
@@ -219,7 +221,7 @@ def run_titan(path: Path) -> list[str]:
                 label = table[f"failed_in_window{sfx}"].astype(bool)
                 aucs = [
                     roc_auc_score(label, table[f"{c}{sfx}"])
-                    for c in ("risk", "risk_age_only", "risk_location_only")
+                    for c in ("risk", "risk_aft", "risk_age_only", "risk_location_only")
                 ]
                 rows.append(
                     f"| {cutoff} | {horizon} d | {len(table):,} | {int(label.sum()):,} | "

@@ -1,11 +1,12 @@
 """``fleetwatch model``: survival models of GPU lifetimes, judged on what came after a cutoff.
 
-``model backtest`` fits a Weibull AFT model (location covariates, risk conditional on current
-age) only on what was known before ``--cutoff``, scores every unit in service at the cutoff for
-each ``--horizon`` and compares it with two baselines: age-only Weibull and location-only AFT
-(see :mod:`fleetwatch.models.backtest`). ``model sim-backtest`` flags GPUs of a simulated fleet
-daily by telemetry-covariate risk, by the rules and by both, and scores them against the
-simulator's ground truth (see :mod:`fleetwatch.models.sim_backtest`).
+``model backtest`` fits the landmark model (gradient-boosted P(failure within H) from the fleet
+at past month starts, :mod:`fleetwatch.models.landmark_risk`) only on what was known before
+``--cutoff``, scores every unit in service at the cutoff for each ``--horizon`` and compares it
+with three baselines: today's Weibull AFT (location and history covariates), age-only Weibull
+and location-only AFT (see :mod:`fleetwatch.models.backtest`). ``model sim-backtest`` flags
+GPUs of a simulated fleet daily by telemetry-covariate risk, by the rules and by both, and scores
+them against the simulator's ground truth (see :mod:`fleetwatch.models.sim_backtest`).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
 
 __all__ = ["model"]
 
-_NAMES = ("model", "age_only", "location_only")
+_NAMES = ("model", "aft", "age_only", "location_only")
 _TITAN_COLUMNS = ("SN", "location", "insert", "remove", "event")
 
 
@@ -128,13 +129,14 @@ def _table(risks: pd.DataFrame, metrics: dict[str, object], k1: int) -> list[str
     """Rows of the printed metrics table for one horizon."""
     import numpy as np
 
-    from fleetwatch.models.backtest import Metrics
+    from fleetwatch.models.backtest import ECE_BINS, Metrics
 
     label = risks["label"].to_numpy(dtype=bool)
     rows: list[tuple[str, list[float]]] = []
     got = {n: m for n, m in metrics.items() if isinstance(m, Metrics)}
     rows.append(("AUC", [got[n].auc for n in _NAMES]))
     rows.append(("average precision", [got[n].average_precision for n in _NAMES]))
+    rows.append((f"ECE ({ECE_BINS} equal-count bins)", [got[n].ece for n in _NAMES]))
     k100 = got["model"].k
     rows.append((f"precision@{k100}", [got[n].precision_at_k for n in _NAMES]))
     rows.append(
@@ -145,10 +147,16 @@ def _table(risks: pd.DataFrame, metrics: dict[str, object], k1: int) -> list[str
     )
     rows.append(("concordance", [got[n].concordance for n in _NAMES]))
     width = max(len(r[0]) for r in rows)
-    lines = [f"{'metric':<{width}}  {'model':>8}  {'age_only':>8}  {'location_only':>13}"]
+    widths = [max(8, len(n)) for n in _NAMES]
+
+    def line(first: str, cells: Sequence[str]) -> str:
+        return f"{first:<{width}}" + "".join(
+            f"  {c:>{w}}" for c, w in zip(cells, widths, strict=True)
+        )
+
+    lines = [line("metric", _NAMES)]
     for name, vals in rows:
-        cells = [f"{v:.3f}" if math.isfinite(v) else "nan" for v in vals]
-        lines.append(f"{name:<{width}}  {cells[0]:>8}  {cells[1]:>8}  {cells[2]:>13}")
+        lines.append(line(name, [f"{v:.3f}" if math.isfinite(v) else "nan" for v in vals]))
     return lines
 
 
@@ -186,22 +194,27 @@ def model() -> None:
     help="CSV with one row per unit in service at the cutoff",
 )
 @click.option(
-    "--penalizer", default=0.01, show_default=True, type=float, help="AFT elastic-net strength"
+    "--penalizer",
+    default=0.01,
+    show_default=True,
+    type=float,
+    help="Elastic-net strength of the AFT baseline",
 )
 def backtest(
     inventory: Path, cutoff: str, horizons: tuple[float, ...], out: Path, penalizer: float
 ) -> None:
-    """Fit before --cutoff, score each --horizon, compare with age-only and location-only.
+    """Fit before --cutoff, score each --horizon, compare with the AFT, age-only and location-only.
 
-    The CSV has serial, age_days, risk, failed_in_window, days_to_failure, risk_age_only and
-    risk_location_only for the first horizon, and the same columns suffixed ``_<H>d`` for
-    each further horizon.
+    The CSV has serial, age_days, risk (the landmark model's P(failure within the horizon)),
+    failed_in_window, days_to_failure, risk_aft, risk_age_only and risk_location_only for the
+    first horizon, and the same columns suffixed ``_<H>d`` for each further horizon.
     """
     import pandas as pd
 
     from fleetwatch.errors import ModelError
-    from fleetwatch.models.aft import WeibullAFTRisk
+    from fleetwatch.models.backtest import LandmarkModel, default_model
     from fleetwatch.models.backtest import backtest as run_backtest
+    from fleetwatch.models.landmarks import FeatureCache
 
     cut = _parse_cutoff(cutoff)
     hs = _check_horizons(horizons)
@@ -217,12 +230,21 @@ def backtest(
 
     table = pd.DataFrame()
     lines: list[str] = []
+    cache: FeatureCache = {}  # landmark covariates do not depend on the horizon
+    fitted: dict[tuple[object, ...], LandmarkModel] = {}  # one model for every horizon
     for i, horizon in enumerate(hs):
         _progress(f"horizon {i + 1}/{len(hs)}: {horizon:g} days, fitting model and baselines")
         t0 = time.perf_counter()
         try:
             result = run_backtest(
-                records, cut, horizon, lambda: WeibullAFTRisk(penalizer=penalizer), k=100
+                records,
+                cut,
+                horizon,
+                lambda: default_model().set_params(horizons=tuple(hs)),
+                k=100,
+                cache=cache,
+                aft_penalizer=penalizer,
+                fitted=fitted,
             )
         except (ValueError, ModelError) as exc:
             raise click.ClickException(str(exc).splitlines()[0]) from exc
@@ -235,6 +257,7 @@ def backtest(
         table[f"risk{sfx}"] = risks["model"]
         table[f"failed_in_window{sfx}"] = risks["label"].astype(bool)
         table[f"days_to_failure{sfx}"] = risks["days_to_failure"]
+        table[f"risk_aft{sfx}"] = risks["aft"]
         table[f"risk_age_only{sfx}"] = risks["age_only"]
         table[f"risk_location_only{sfx}"] = risks["location_only"]
         m = result.metrics["model"]
@@ -243,7 +266,8 @@ def backtest(
         lines.append(
             f"cutoff {cut.date()}, horizon {horizon:g} days: {m.n} units in service, "
             f"{m.n_failures} failed in the window "
-            f"(trained on {result.n_train} units, {result.n_train_failures} failures)"
+            f"(model trained on {result.n_train} unit-landmark rows whose {horizon:g} days had "
+            f"passed, {result.n_train_failures} of them with a failure)"
         )
         lines.extend(_table(risks, dict(result.metrics), k1))
 

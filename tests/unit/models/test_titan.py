@@ -42,7 +42,7 @@ def test_backtest_2017_beats_chance(titan: pd.DataFrame) -> None:
     m = result.metrics["model"]
     assert 0.5 < m.auc <= 1.0
     assert m.n_failures > 0 and m.n == len(result.risks)
-    assert set(result.metrics) == {"model", "age_only", "location_only"}
+    assert set(result.metrics) == {"model", "aft", "age_only", "location_only"}
     assert all(not math.isnan(x.auc) for x in result.metrics.values())
     assert result.risks["age_days"].min() > 0
     with pytest.raises(ValueError, match="past the end"):

@@ -1,0 +1,351 @@
+"""P(failure within H) straight from a classifier trained on past landmarks (gradient boosting).
+
+For each horizon :math:`H` of ``horizons`` one ``HistGradientBoostingClassifier`` learns
+:math:`p_H(x) = P(\\text{failure in } (\\ell, \\ell + H] \\mid x_\\ell)` from landmark rows
+(:mod:`fleetwatch.models.landmarks`): label 1 if ``event`` and ``duration <= H``, else 0,
+over the rows whose ``follow_up`` is at least :math:`H` (their window is complete; a landmark
+too recent for :math:`H` is left out whole, failures and survivors alike). Without a
+``follow_up`` column (a plain survival frame), rows censored before :math:`H` are left out.
+Negatives are subsampled (``negative_fraction``, weight :math:`1/\\text{fraction}` so that
+probabilities keep their scale); failures are rare and the fit is many times faster.
+
+Between and beyond the fitted horizons the cumulative hazard :math:`\\Lambda(t) = -\\ln(1 - p_t)`
+is made non-decreasing across horizons and interpolated linearly in :math:`t` from
+:math:`\\Lambda(0) = 0`, and extended past the largest horizon at its average rate, so
+
+.. math:: \\mathrm{risk}(t) = 1 - e^{-\\Lambda(t)}
+
+never falls as :math:`t` grows, whatever the separate classifiers say.
+
+With ``calibration_landmarks = k > 0`` the classifier is fitted on all but the last :math:`k`
+landmarks whose windows are complete, and a Platt map :math:`p' = \\sigma(a\\,\\mathrm{logit}\\,p
++ b)` is fitted on those :math:`k` (out of time); that needs the ``landmark`` column in ``y``.
+
+The fitted trees are kept as :class:`~fleetwatch.models.tree_ensemble.TreeEnsemble` arrays, so a
+fitted model pickles small and :meth:`LandmarkRisk.to_params` is plain JSON that
+:meth:`LandmarkRisk.from_params` scores with numpy alone.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any, ClassVar, Self
+
+import numpy as np
+import pandas as pd
+from numpy.typing import NDArray
+from sklearn.base import BaseEstimator
+
+from fleetwatch.models.base import (
+    DURATION_COL,
+    EVENT_COL,
+    ModelFitError,
+    check_fitted,
+    check_times,
+    current_ages,
+)
+from fleetwatch.models.landmark_features import FEATURE_GROUPS
+from fleetwatch.models.landmarks import FOLLOW_UP_COL, LANDMARK_COL
+from fleetwatch.models.tree_ensemble import TreeEnsemble
+
+__all__ = ["DEFAULT_GROUPS", "MIN_FAILURES", "LandmarkRisk"]
+
+DEFAULT_GROUPS = tuple(FEATURE_GROUPS)
+"""Covariate groups of the default model (chosen on the earlier Titan splits: BENCHMARKS.md,
+"Titan forward splits (issue 40)")."""
+
+MIN_FAILURES = 20
+"""Failures within a horizon that its classifier needs among the training rows."""
+PARAMS_FORMAT = 1
+_EPS = 1e-9
+
+
+def _logit(p: NDArray[np.float64]) -> NDArray[np.float64]:
+    q = np.clip(p, _EPS, 1.0 - _EPS)
+    out: NDArray[np.float64] = np.log(q / (1.0 - q))
+    return out
+
+
+class LandmarkRisk(BaseEstimator):  # type: ignore[misc]
+    """Gradient-boosted landmark classifiers, one per horizon, with monotone interpolation.
+
+    Parameters
+    ----------
+    groups : sequence of str
+        Landmark covariate groups it is fitted on
+        (:data:`~fleetwatch.models.landmark_features.FEATURE_GROUPS`); ``fit`` takes ``X`` as
+        given, this tells callers which columns to build.
+    horizons : sequence of float
+        Horizons :math:`H` in days with a classifier each (> 0).
+    landmark_freq : str
+        Pandas frequency of the landmark grid its training rows come from (``"MS"``: month
+        starts); tells callers how to build them.
+    max_leaf_nodes, min_samples_leaf, learning_rate, max_iter, l2_regularization
+        Passed to ``HistGradientBoostingClassifier`` (small trees: the signal is a few strong
+        effects and their interactions, and noise is plentiful).
+    negative_fraction : float
+        Share of non-failing rows kept for fitting, in (0, 1].
+    calibration_landmarks : int
+        Latest complete landmarks held out for a Platt map (0: none).
+    random_state : int
+        Seeds the subsampling and the classifier.
+
+    Attributes
+    ----------
+    ensembles_ : dict of float to TreeEnsemble
+        Per horizon, the fitted trees.
+    calibration_ : dict of float to (float, float)
+        Per horizon, Platt ``(a, b)``; ``(1, 0)`` when not calibrated.
+    feature_names_ : list of str
+    n_failures_ : dict of float to int
+        Per horizon, failures within it among the rows the classifier learned from.
+    trained_at_ : datetime
+    """
+
+    training_rows: ClassVar[str] = "landmarks"
+
+    def __init__(
+        self,
+        groups: Sequence[str] = DEFAULT_GROUPS,
+        horizons: Sequence[float] = (90.0, 180.0),
+        landmark_freq: str = "MS",
+        max_leaf_nodes: int = 7,
+        min_samples_leaf: int = 300,
+        learning_rate: float = 0.05,
+        max_iter: int = 150,
+        l2_regularization: float = 1.0,
+        negative_fraction: float = 0.2,
+        calibration_landmarks: int = 0,
+        random_state: int = 0,
+    ) -> None:
+        self.groups = groups
+        self.horizons = horizons
+        self.landmark_freq = landmark_freq
+        self.max_leaf_nodes = max_leaf_nodes
+        self.min_samples_leaf = min_samples_leaf
+        self.learning_rate = learning_rate
+        self.max_iter = max_iter
+        self.l2_regularization = l2_regularization
+        self.negative_fraction = negative_fraction
+        self.calibration_landmarks = calibration_landmarks
+        self.random_state = random_state
+
+    def _check_params(self) -> list[float]:
+        horizons = sorted({float(h) for h in self.horizons})
+        if not horizons or any(not (math.isfinite(h) and h > 0) for h in horizons):
+            raise ModelFitError(f"horizons must be positive days, got {list(self.horizons)}")
+        if not 0.0 < self.negative_fraction <= 1.0:
+            raise ModelFitError(
+                f"negative_fraction must be in (0, 1], got {self.negative_fraction}"
+            )
+        if self.calibration_landmarks < 0:
+            raise ModelFitError(
+                f"calibration_landmarks must be >= 0, got {self.calibration_landmarks}"
+            )
+        return horizons
+
+    def fit(self, X: pd.DataFrame, y: pd.DataFrame) -> Self:
+        """Fit one classifier (and its Platt map) per horizon; return ``self``.
+
+        ``y`` has ``duration`` (days from the landmark to the failure or to the end of
+        follow-up), ``event`` (bool), ideally ``follow_up`` and, for calibration, ``landmark``
+        (:func:`~fleetwatch.models.landmarks.landmark_training_frame` gives all four).
+
+        Raises
+        ------
+        ModelFitError
+            If the inputs are unusable or a horizon has fewer than :data:`MIN_FAILURES` failures.
+        """
+        horizons = self._check_params()
+        x, duration, event = self._training_arrays(X, y)
+        follow_up = duration
+        if FOLLOW_UP_COL in y.columns:
+            follow_up = pd.to_numeric(y[FOLLOW_UP_COL], errors="coerce").to_numpy(np.float64)
+        landmark = None
+        if self.calibration_landmarks:
+            if LANDMARK_COL not in y.columns:
+                raise ModelFitError(
+                    f"calibration_landmarks needs y[{LANDMARK_COL!r}]: build y with "
+                    "landmark_training_frame"
+                )
+            landmark = pd.to_datetime(y[LANDMARK_COL]).to_numpy()
+        ensembles: dict[float, TreeEnsemble] = {}
+        calibration: dict[float, tuple[float, float]] = {}
+        n_failures: dict[float, int] = {}
+        for h in horizons:
+            label = event & (duration <= h)
+            complete = (follow_up >= h) if FOLLOW_UP_COL in y.columns else label | (duration >= h)
+            n_pos = int(label[complete].sum())
+            if n_pos < MIN_FAILURES:
+                raise ModelFitError(
+                    f"only {n_pos} failures within {h:g} days among the training rows (need "
+                    f"{MIN_FAILURES}); widen the training window or shorten the horizon"
+                )
+            fit_rows, cal_rows = complete, np.zeros_like(complete)
+            if landmark is not None:
+                held = np.unique(landmark[complete])[-self.calibration_landmarks :]
+                cal_rows = complete & np.isin(landmark, held)
+                fit_rows = complete & ~cal_rows
+                if int(label[fit_rows].sum()) < MIN_FAILURES or not label[cal_rows].any():
+                    raise ModelFitError(
+                        f"too few failures within {h:g} days to hold out "
+                        f"{self.calibration_landmarks} landmarks for calibration"
+                    )
+            # seeded per horizon: a horizon's classifier does not depend on the others fitted
+            rng = np.random.default_rng([self.random_state, round(h * 1000)])
+            ensembles[h] = self._fit_one(x[fit_rows], label[fit_rows], rng)
+            calibration[h] = (1.0, 0.0)
+            if cal_rows.any():
+                calibration[h] = _platt(
+                    ensembles[h].decision_function(x[cal_rows]), label[cal_rows]
+                )
+            n_failures[h] = n_pos
+        self.ensembles_ = ensembles
+        self.calibration_ = calibration
+        self.n_failures_ = n_failures
+        self.trained_at_ = datetime.now(UTC)
+        return self
+
+    def _training_arrays(
+        self, X: pd.DataFrame, y: pd.DataFrame
+    ) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.bool_]]:
+        if not isinstance(X, pd.DataFrame) or not isinstance(y, pd.DataFrame):
+            raise ModelFitError("X and y must be pandas DataFrames")
+        missing = [c for c in (DURATION_COL, EVENT_COL) if c not in y.columns]
+        if missing:
+            raise ModelFitError(f"y lacks column(s) {missing}; give duration (days) and event")
+        if len(X) != len(y) or len(X) == 0:
+            raise ModelFitError(f"X has {len(X)} rows and y {len(y)}; need the same, > 0")
+        text = [c for c in X.columns if not pd.api.types.is_numeric_dtype(X[c])]
+        if text:
+            raise ModelFitError(f"X columns {text} are not numeric; encode them")
+        duration = pd.to_numeric(y[DURATION_COL], errors="coerce").to_numpy(dtype=np.float64)
+        if not np.all(np.isfinite(duration)) or np.any(duration < 0):
+            raise ModelFitError("durations must be finite days >= 0")
+        self.feature_names_ = [str(c) for c in X.columns]
+        x = X.to_numpy(dtype=np.float64)
+        return x, duration, y[EVENT_COL].astype(bool).to_numpy()
+
+    def _fit_one(
+        self, x: NDArray[np.float64], label: NDArray[np.bool_], rng: np.random.Generator
+    ) -> TreeEnsemble:
+        from sklearn.ensemble import HistGradientBoostingClassifier
+
+        keep = label | (rng.random(len(label)) < self.negative_fraction)
+        weight = np.where(label[keep], 1.0, 1.0 / self.negative_fraction)
+        model = HistGradientBoostingClassifier(
+            max_leaf_nodes=self.max_leaf_nodes,
+            min_samples_leaf=self.min_samples_leaf,
+            learning_rate=self.learning_rate,
+            max_iter=self.max_iter,
+            l2_regularization=self.l2_regularization,
+            early_stopping=False,
+            random_state=self.random_state,
+        )
+        model.fit(x[keep], label[keep], sample_weight=weight)
+        return TreeEnsemble.from_sklearn(model)
+
+    def _x(self, X: pd.DataFrame) -> NDArray[np.float64]:
+        missing = [c for c in self.feature_names_ if c not in X.columns]
+        if missing:
+            raise ValueError(f"X lacks covariate(s) {missing} used in fit")
+        current_ages(X)  # refuses negative or missing ages with an actionable message
+        out: NDArray[np.float64] = X[self.feature_names_].to_numpy(dtype=np.float64)
+        return out
+
+    def _cumulative_hazards(
+        self, X: pd.DataFrame
+    ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+        """Fitted horizons (with 0 first) and :math:`\\Lambda` per row at each, non-decreasing."""
+        check_fitted(self, ("ensembles_",))
+        x = self._x(X)
+        horizons = sorted(self.ensembles_)
+        cols = [np.zeros(len(x))]
+        for h in horizons:
+            a, b = self.calibration_[h]
+            raw = self.ensembles_[h].decision_function(x)
+            p = 1.0 / (1.0 + np.exp(-(a * raw + b)))
+            cols.append(-np.log1p(-np.clip(p, 0.0, 1.0 - _EPS)))
+        hazard = np.maximum.accumulate(np.column_stack(cols), axis=1)
+        return np.asarray([0.0, *horizons]), hazard
+
+    def predict_survival(self, X: pd.DataFrame, times: Sequence[float]) -> NDArray[np.float64]:
+        """:math:`e^{-\\Lambda(t)}` per row and time; shape (rows, times)."""
+        t = check_times(times)
+        grid, hazard = self._cumulative_hazards(X)
+        rate = hazard[:, -1] / grid[-1]
+        out = np.empty((len(hazard), len(t)))
+        for j, tj in enumerate(t):
+            if tj >= grid[-1]:
+                out[:, j] = hazard[:, -1] + rate * (tj - grid[-1])
+                continue
+            k = int(np.searchsorted(grid, tj, side="right"))
+            w = (tj - grid[k - 1]) / (grid[k] - grid[k - 1])
+            out[:, j] = (1.0 - w) * hazard[:, k - 1] + w * hazard[:, k]
+        return np.asarray(np.exp(-out), dtype=np.float64)
+
+    def predict_risk(self, X: pd.DataFrame, horizon_days: float) -> NDArray[np.float64]:
+        """P(failure within ``horizon_days``), in [0, 1]."""
+        risk = 1.0 - self.predict_survival(X, [horizon_days])[:, 0]
+        return np.asarray(np.clip(risk, 0.0, 1.0), dtype=np.float64)
+
+    def score(self, X: pd.DataFrame, y: pd.DataFrame) -> float:
+        """Harrell's concordance of the largest horizon's risk with ``y``."""
+        from lifelines.utils import concordance_index
+
+        check_fitted(self, ("ensembles_",))
+        risk = self.predict_risk(X, max(self.ensembles_))
+        return float(concordance_index(y[DURATION_COL], -risk, y[EVENT_COL]))
+
+    def to_params(self) -> dict[str, Any]:
+        """Everything scoring needs, JSON-safe (:meth:`from_params`)."""
+        check_fitted(self, ("ensembles_",))
+        return {
+            "format": PARAMS_FORMAT,
+            "feature_names": list(self.feature_names_),
+            "horizons": {
+                f"{h:g}": {
+                    "trees": self.ensembles_[h].to_params(),
+                    "platt": list(self.calibration_[h]),
+                }
+                for h in sorted(self.ensembles_)
+            },
+        }
+
+    @classmethod
+    def from_params(cls, params: dict[str, Any]) -> LandmarkRisk:
+        """A fitted model from :meth:`to_params` (its hyper-parameters are the defaults)."""
+        if params.get("format") != PARAMS_FORMAT:
+            raise ModelFitError(
+                f"landmark model params have format {params.get('format')!r}; this version "
+                f"reads {PARAMS_FORMAT}: refit the model"
+            )
+        parts = {float(h): v for h, v in params["horizons"].items()}
+        model = cls(horizons=tuple(sorted(parts)))
+        model.feature_names_ = list(params["feature_names"])
+        model.ensembles_ = {h: TreeEnsemble.from_params(v["trees"]) for h, v in parts.items()}
+        model.calibration_ = {
+            h: (float(v["platt"][0]), float(v["platt"][1])) for h, v in parts.items()
+        }
+        model.n_failures_ = {}
+        model.trained_at_ = datetime.now(UTC)
+        return model
+
+
+def _platt(raw: NDArray[np.float64], label: NDArray[np.bool_]) -> tuple[float, float]:
+    """Platt ``(a, b)`` maximising the likelihood of ``label`` given :math:`\\sigma(a f + b)`."""
+    from scipy.optimize import minimize
+
+    y = label.astype(np.float64)
+
+    def nll(theta: NDArray[np.float64]) -> tuple[float, NDArray[np.float64]]:
+        z = theta[0] * raw + theta[1]
+        p = 1.0 / (1.0 + np.exp(-z))
+        loss = float(np.sum(np.logaddexp(0.0, z) - y * z))
+        g = p - y
+        return loss, np.array([float(g @ raw), float(g.sum())])
+
+    res = minimize(nll, np.array([1.0, 0.0]), jac=True, method="L-BFGS-B")
+    return float(res.x[0]), float(res.x[1])
