@@ -41,6 +41,8 @@ import random
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -248,17 +250,26 @@ class Clock:
         return self.now
 
 
-def _inject_clock(clock: Clock) -> int:
-    """Every server module's ``utcnow`` reads the simulated clock; how many were patched."""
+@contextmanager
+def _clock_injected(clock: Clock) -> Iterator[int]:
+    """Every server module's ``utcnow`` reads the simulated clock inside; yields how many were
+    patched, and gives each its real clock back on the way out (the test suite runs this script
+    in its own process: a clock left behind would make the next test's "now" a simulated one)."""
     from fleetwatch.server.db import base
 
     real = base.utcnow
-    patched = 0
-    for name, module in list(sys.modules.items()):
-        if name.startswith("fleetwatch") and getattr(module, "utcnow", None) is real:
-            module.utcnow = clock  # type: ignore[attr-defined]
-            patched += 1
-    return patched
+    patched = [
+        module
+        for name, module in list(sys.modules.items())
+        if name.startswith("fleetwatch") and getattr(module, "utcnow", None) is real
+    ]
+    for module in patched:
+        module.utcnow = clock  # type: ignore[attr-defined]
+    try:
+        yield len(patched)
+    finally:
+        for module in patched:
+            module.utcnow = real  # type: ignore[attr-defined]
 
 
 def _validation(node: str, at: datetime, failing: bool) -> dict[str, Any]:
@@ -328,8 +339,7 @@ def drive(nodes: list[str], truth: Timeline, db_path: Path) -> dict[str, Any]:
     )
     clock = Clock()
     counts: dict[str, Any] = {"refused_409": 0, "refused_texts": set()}
-    with TestClient(create_app(settings)) as client:
-        _inject_clock(clock)
+    with TestClient(create_app(settings)) as client, _clock_injected(clock):
         db = client.app.state.db  # type: ignore[attr-defined]
         with db.write() as conn:
             tok = {

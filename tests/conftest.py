@@ -28,11 +28,16 @@ from fleetwatch.server.db.migrate import upgrade
 from fleetwatch.server.db.session import Database, make_engine
 from fleetwatch.server.db.tables import metadata
 from tests.leak_check import pytest_runtest_teardown  # noqa: F401 - a hook of this conftest
+from tests.run_order import longest_first
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
 # Encrypts webhook secrets at rest in tests (PostgreSQL servers refuse secrets without a key).
 TEST_SECRET_KEY = "gbQ8wacjKpfPdEwoxF_F7tkviWrs_OSrv8akOYcNQFo="
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    longest_first(items)
 
 
 @pytest.fixture(autouse=True)

@@ -375,6 +375,22 @@ class ServerSettings(BaseSettings):
         description="Telemetry window before each lifetime's end, in days",
         json_schema_extra=FLEET_POLICY,
     )
+    model_holdout_days: float = Field(
+        default=30.0,
+        gt=0,
+        le=3650,
+        description="A refit is promoted only if it scores at least as well as the version in "
+        "service on the GPUs in service this many days ago and their failures since (AUC, then "
+        "average precision); one that scores worse is stored as rejected (see docs/judging.md)",
+        json_schema_extra=FLEET_POLICY,
+    )
+    model_holdout_min_failures: int = Field(
+        default=10,
+        ge=1,
+        description="Failures the held-out window needs before a refit is compared with the "
+        "version in service; with fewer the refit is promoted and its evaluation says so",
+        json_schema_extra=FLEET_POLICY,
+    )
     location_pattern: str | None = Field(
         default=None,
         description="Regex with named groups parsing locations into numeric model covariates "
@@ -456,8 +472,12 @@ class ServerSettings(BaseSettings):
         description="Most step reports in one POST of steps",
         json_schema_extra=ADVANCED,
     )
+    # Issue 40: chosen on the simulator (benchmarks/sim_budget.py, BENCHMARKS.md "What a
+    # prediction is worth"): the lowest threshold whose 24-hour risk notices were right at least
+    # one time in four on one simulated fleet's held-out period. At 0.5 the simulated model
+    # never sent one (no node's 24-hour risk reached 0.21).
     notice_risk_threshold: float = Field(
-        default=0.5,
+        default=0.032,
         gt=0,
         le=1,
         description="A running job gets a risk notice when P(failure within its horizon) of one "

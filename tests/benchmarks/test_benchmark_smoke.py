@@ -45,6 +45,7 @@ PG = ("postgres",)
 SMOKES = [
     Smoke("agent", "Xid line -> server event", slow=True),
     Smoke("background_scale", "| steady", ("--database-url", "{postgres}"), PG, slow=True),
+    Smoke("drain_budget", "| 28 | model | 1 % |", needs=("shared",)),
     Smoke("evictions", "killed agent -> eviction pending", slow=True),
     Smoke("fleet_page", "pictures alone (node states, map, 30 days' trends, risk bands)"),
     Smoke("host_error_evictions", "both (2 trials)", slow=True),
@@ -67,6 +68,7 @@ SMOKES = [
     Smoke("risk_scoring", "shared"),
     Smoke("sample_blocks", "round trip exact"),
     Smoke("slurm_drain", "Xid line -> Slurm State has DRAIN", needs=("slurm",), slow=True),
+    Smoke("sim_budget", "| rules + risk, after |"),
     Smoke("snapshot_codec", "B per GPU"),
     Smoke("stragglers", "| hw-8 | 2 |"),
     Smoke("titan_models", "| model | dev AUC |", needs=("shared",)),
@@ -84,6 +86,15 @@ def _require_slurm() -> None:
     if os.environ.get("FLEETWATCH_REQUIRE_SLURM") == "1":
         pytest.fail(f"Slurm is required for this run: {reason}")
     pytest.skip(reason)
+
+
+def _clocks() -> dict[str, object]:
+    """Each loaded fleetwatch module's ``utcnow``, by module name."""
+    return {
+        name: module.utcnow
+        for name, module in list(sys.modules.items())
+        if name.startswith("fleetwatch") and hasattr(module, "utcnow")
+    }
 
 
 def test_every_benchmark_has_a_smoke_run() -> None:
@@ -126,6 +137,7 @@ def test_benchmark_smoke(
         for a in (*smoke.args, "--smoke")
     ]
     monkeypatch.setattr(sys, "argv", [str(script), *argv])
+    clocks = _clocks()
     with mock.patch.dict(os.environ):
         try:
             runpy.run_path(str(script), run_name="__main__")
@@ -133,3 +145,7 @@ def test_benchmark_smoke(
             assert exit.code in (0, None), f"{script.name} --smoke ended with {exit.code!r}"
     out = capsys.readouterr().out
     assert smoke.prints in out, out[-4000:]
+    # A script that swaps a clock in must give it back: the next test in this process would
+    # otherwise read a simulated "now" (benchmarks/quarter.py once did).
+    swapped = [name for name, clock in _clocks().items() if clocks.get(name, clock) is not clock]
+    assert swapped == [], f"{smoke.script} left a clock behind in {swapped}"

@@ -517,3 +517,63 @@ def test_migration_0018_keeps_every_token_unbound_and_binds_new_ones(
         assert names == {"old-agent", "rack-7"}
     finally:
         db.dispose()
+
+
+@pytest.mark.parametrize("kind", ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def test_migration_0020_keeps_every_version_and_adds_evaluations(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """Issue 40: a 0019 database's model versions keep their status (the ok one still serves)
+    with no evaluation; the downgrade turns a rejected version into a failed one, out of
+    service, saying why."""
+    from alembic import command
+
+    from fleetwatch.server.db.migrate import alembic_config
+    from fleetwatch.server.db.tables import risk_models
+    from fleetwatch.server.repo.models import latest_ok_model
+
+    db = _empty_database(kind, tmp_path, request)
+    fit = {"lambda": 400.0, "rho": 1.2, "rho_ci": [1.1, 1.3]}
+    params = {"format": 1, "fleet": fit, "groups": {}, "aft": None}
+    at = datetime(2026, 12, 1, tzinfo=UTC)
+    try:
+        upgrade(db.engine, "0019")
+        with db.engine.begin() as conn:
+            # Only the columns a 0019 table has.
+            conn.execute(
+                insert(risk_models).values(
+                    trained_at=at, trigger="schedule", status="ok", params=params
+                )
+            )
+        upgrade(db.engine)
+        with db.engine.begin() as conn:
+            served = latest_ok_model(conn)
+            assert served is not None and served.version == 1
+            assert conn.execute(select(risk_models.c.evaluation)).scalar() is None
+            conn.execute(
+                insert(risk_models).values(
+                    trained_at=at + timedelta(hours=6),
+                    trigger="schedule",
+                    status="rejected",
+                    params=params,
+                    evaluation={"promoted": False, "reason": "kept the champion"},
+                )
+            )
+        config = alembic_config()
+        with db.engine.begin() as conn:
+            config.attributes["connection"] = conn
+            command.downgrade(config, "0019")
+        with db.engine.connect() as conn:
+            columns = {c["name"] for c in inspect(conn).get_columns("risk_models")}
+            rows = conn.execute(
+                select(risk_models.c.version, risk_models.c.status, risk_models.c.error).order_by(
+                    risk_models.c.version
+                )
+            ).all()
+        assert "evaluation" not in columns
+        assert [tuple(r) for r in rows] == [
+            (1, "ok", None),
+            (2, "failed", "rejected: scored worse than the version in service"),
+        ]
+    finally:
+        db.dispose()

@@ -3,7 +3,7 @@
 The same step reports (8 nodes of 2 ranks, a step every 0.5 s for 240 s of job time, one node
 1.5x slow from the job's 60th second) go once to a single `fleetwatch server` and once, batch by
 batch in turn, to three processes ([api, all, worker]) on one PostgreSQL, whose leader is killed
-with kill -9 halfway through in one variant. The verdicts (GET /v1/stragglers), the job's last
+with kill -9 halfway through. The verdicts (GET /v1/stragglers), the job's last
 window (GET /v1/jobs/{id}) and each node's cross-job slowness (windows counted and score, in the
 database: no read API shows the count) must come out the same.
 
@@ -151,11 +151,13 @@ def summary(name: str, found: dict[str, Any]) -> None:
     report(f"{name}: verdicts {verdicts}; node_slowness (windows, score) {slowness}")
 
 
-@pytest.mark.parametrize("kill", [False, True], ids=["no-kill", "leader-killed"])
 def test_straggler_statistics_from_three_processes_equal_one_process(
-    pg_db: str, fleet: Fleet, tmp_path: Path, kill: bool
+    pg_db: str, fleet: Fleet, tmp_path: Path
 ) -> None:
-    tag = "k" if kill else "s"
+    # One run with the leader killed halfway: its first half is the three processes' run without
+    # a kill (a variant of its own cost a minute of a loaded suite), its second half the
+    # successor's.
+    tag = "k"
     start_at = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=10)
     one, three = Run(f"{tag}1", start_at, pg_db), Run(f"{tag}3", start_at, pg_db)
     with ExitStack() as stack:
@@ -175,11 +177,10 @@ def test_straggler_statistics_from_three_processes_equal_one_process(
         half = len(three.batches) // 2
         three.post(servers, three.batches[:half])
         judged(leader)
-        if kill:
-            kill_leader(leader)
-            servers = [s for s in servers if s is not leader]
-            leader = the_leader(servers)
-            report(f"three processes: leader killed after {half} of {len(three.batches)} batches")
+        kill_leader(leader)
+        servers = [s for s in servers if s is not leader]
+        leader = the_leader(servers)
+        report(f"three processes: leader killed after {half} of {len(three.batches)} batches")
         three.post(servers, three.batches[half:])
         judged(leader)
         spread = three.results(servers[0], fleet)

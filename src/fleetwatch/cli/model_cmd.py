@@ -312,7 +312,7 @@ def backtest(
     "--out",
     default=None,
     type=click.Path(path_type=Path, file_okay=False),
-    help="Directory for lead_times.csv and lead_times.png",
+    help="Directory for lead_times.csv, lead_times.png and drain_budget.csv",
 )
 def sim_backtest(
     seed: int,
@@ -327,7 +327,9 @@ def sim_backtest(
     """Model vs rules-only vs rules+model on a simulated fleet with precursor telemetry.
 
     Prints precision at the daily drain budget, recall at 24 h and 7 days, lead-time
-    percentiles and false flags per day for each method.
+    percentiles and false flags per day for each method, then the weekly drain budget (k =
+    0.1 %, 0.5 %, 1 % of the fleet a week: precision, recall, median lead time) of the model,
+    an age-only and a random ranking.
     """
     from fleetwatch.errors import ModelError
     from fleetwatch.models.sim_backtest import (
@@ -381,6 +383,9 @@ def sim_backtest(
         f"model 7-day risk over {rank.n} GPU-days ({rank.n_failures} fail within 7 days): "
         f"AUC {rank.auc:.3f}, average precision {rank.average_precision:.3f}"
     )
+    from fleetwatch.models.sim_budget import budget_lines, sim_budget
+
+    click.echo("\n".join(budget_lines(sim_budget(result))))
     if out is not None:
         try:
             paths = write_report(result, out)

@@ -155,6 +155,10 @@ class SimBacktestResult:
     flags: dict[str, set[tuple[int, str]]] = field(default_factory=dict)
     days: list[datetime] = field(default_factory=list)
     gpu_nodes: dict[str, str] = field(default_factory=dict)
+    # One row per GPU alive at each evaluation midnight: ``day`` (index into ``days``), ``uuid``,
+    # ``age_days``, ``risk_1d``, ``risk_7d``, ``days_to_failure`` (inf: none), ``label`` (fails
+    # within 7 days) and ``rule`` (a rule flags it): what models/sim_budget.py ranks.
+    scores: pd.DataFrame = field(default_factory=pd.DataFrame)
 
     @property
     def n_failures(self) -> int:
@@ -447,6 +451,9 @@ def run_sim_backtest(
         flags={m: flags[(m, 1.0)] for m in METHODS},
         days=list(days),
         gpu_nodes={g.uuid: g.node for g in gpus},
+        scores=ev[
+            ["day", "uuid", AGE_COL, "risk_1d", "risk_7d", "days_to_failure", "label", "rule"]
+        ],
     )
 
 
@@ -459,8 +466,10 @@ def _medians(bundle: RiskBundle) -> dict[str, float]:
 
 
 def write_report(result: SimBacktestResult, out_dir: Path) -> list[Path]:
-    """Write ``lead_times.csv`` (one row per failure) and, with matplotlib, ``lead_times.png``
-    (per method, the share of failures flagged at least x hours before, x up to 7 days).
+    """Write ``lead_times.csv`` (one row per failure), ``drain_budget.csv`` (the weekly drain
+    budget's curve per ranking: :func:`~fleetwatch.models.sim_budget.budget_rows`) and, with
+    matplotlib, ``lead_times.png`` (per method, the share of failures flagged at least x hours
+    before, x up to 7 days).
 
     Returns the paths written; the plot is skipped (with a log line) without matplotlib.
     """
@@ -474,6 +483,15 @@ def write_report(result: SimBacktestResult, out_dir: Path) -> list[Path]:
         for row in frame.itertuples(index=False):
             writer.writerow(["" if isinstance(v, float) and math.isnan(v) else v for v in row])
     written = [path]
+    from fleetwatch.models.sim_budget import budget_rows, sim_budget
+
+    rows = budget_rows(sim_budget(result))
+    budget_path = out_dir / "drain_budget.csv"
+    with budget_path.open("w", newline="") as handle:
+        table = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        table.writeheader()
+        table.writerows(rows)
+    written.append(budget_path)
     try:
         import matplotlib
 

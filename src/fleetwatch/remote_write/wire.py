@@ -12,11 +12,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import cache
 from typing import Any
 
 import snappy
-from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
-from google.protobuf.message import DecodeError
 
 __all__ = [
     "RemoteWriteError",
@@ -26,50 +25,51 @@ __all__ = [
     "series_of",
 ]
 
-_LABEL = descriptor_pb2.FieldDescriptorProto.TYPE_STRING
-_MESSAGE = descriptor_pb2.FieldDescriptorProto.TYPE_MESSAGE
-_DOUBLE = descriptor_pb2.FieldDescriptorProto.TYPE_DOUBLE
-_INT64 = descriptor_pb2.FieldDescriptorProto.TYPE_INT64
-_OPTIONAL = descriptor_pb2.FieldDescriptorProto.LABEL_OPTIONAL
-_REPEATED = descriptor_pb2.FieldDescriptorProto.LABEL_REPEATED
-
 # (message, [(field, number, type, label, message type)]): the numbers are the wire contract.
-_MESSAGES: tuple[tuple[str, tuple[tuple[str, int, int, int, str | None], ...]], ...] = (
-    ("Label", (("name", 1, _LABEL, _OPTIONAL, None), ("value", 2, _LABEL, _OPTIONAL, None))),
-    ("Sample", (("value", 1, _DOUBLE, _OPTIONAL, None), ("timestamp", 2, _INT64, _OPTIONAL, None))),
+# Types by name (descriptor_pb2's FieldDescriptorProto enums), resolved when the classes are built.
+_MESSAGES: tuple[tuple[str, tuple[tuple[str, int, str, str, str | None], ...]], ...] = (
+    ("Label", (("name", 1, "STRING", "OPTIONAL", None), ("value", 2, "STRING", "OPTIONAL", None))),
+    (
+        "Sample",
+        (("value", 1, "DOUBLE", "OPTIONAL", None), ("timestamp", 2, "INT64", "OPTIONAL", None)),
+    ),
     (
         "TimeSeries",
         (
-            ("labels", 1, _MESSAGE, _REPEATED, ".prometheus.Label"),
-            ("samples", 2, _MESSAGE, _REPEATED, ".prometheus.Sample"),
+            ("labels", 1, "MESSAGE", "REPEATED", ".prometheus.Label"),
+            ("samples", 2, "MESSAGE", "REPEATED", ".prometheus.Sample"),
         ),
     ),
-    ("WriteRequest", (("timeseries", 1, _MESSAGE, _REPEATED, ".prometheus.TimeSeries"),)),
+    ("WriteRequest", (("timeseries", 1, "MESSAGE", "REPEATED", ".prometheus.TimeSeries"),)),
 )
 
 
-def _message_classes() -> dict[str, Any]:
+@cache
+def _write_request_class() -> Any:
+    """The ``WriteRequest`` message class, built on first use: importing protobuf (pure Python
+    here) was a tenth of a second of every server start, most of which never see a request."""
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
     # A pool of our own: the default pool may already hold a "prometheus" package from another
     # library, with more fields, and a second definition there would be refused.
     pool = descriptor_pool.DescriptorPool()
     file = descriptor_pb2.FileDescriptorProto(
         name="fleetwatch_prompb.proto", package="prometheus", syntax="proto3"
     )
+    field_proto = descriptor_pb2.FieldDescriptorProto
     for name, fields in _MESSAGES:
         message = file.message_type.add(name=name)
         for field_name, number, type_, label, type_name in fields:
-            field = message.field.add(name=field_name, number=number, type=type_, label=label)
+            field = message.field.add(
+                name=field_name,
+                number=number,
+                type=field_proto.Type.Value(f"TYPE_{type_}"),
+                label=field_proto.Label.Value(f"LABEL_{label}"),
+            )
             if type_name is not None:
                 field.type_name = type_name
     pool.Add(file)
-    return {
-        name: message_factory.GetMessageClass(pool.FindMessageTypeByName(f"prometheus.{name}"))
-        for name, _ in _MESSAGES
-    }
-
-
-_CLASSES = _message_classes()
-WriteRequest = _CLASSES["WriteRequest"]
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName("prometheus.WriteRequest"))
 
 
 class RemoteWriteError(ValueError):
@@ -102,7 +102,9 @@ def decode_write_request(body: bytes, *, max_bytes: int) -> Any:
         raw = snappy.uncompress(body)
     except Exception as exc:
         raise RemoteWriteError(f"body is not snappy block-compressed: {exc}") from exc
-    request = WriteRequest()
+    from google.protobuf.message import DecodeError
+
+    request = _write_request_class()()
     try:
         request.ParseFromString(raw)
     except DecodeError as exc:
@@ -131,7 +133,7 @@ def series_of(request: Any) -> Iterator[Series]:
 
 def encode_write_request(series: list[Series]) -> bytes:
     """``series`` as a remote-write body (for tests, benchmarks and tools that send one)."""
-    request = WriteRequest()
+    request = _write_request_class()()
     for one in series:
         out = request.timeseries.add()
         for name, text in sorted(one.labels.items()):  # the specification sorts by name

@@ -6,7 +6,7 @@ import base64
 import io
 from typing import Any
 
-__all__ = ["bar_png", "survival_png"]
+__all__ = ["bar_png", "budget_png", "survival_png"]
 
 
 def _figure() -> Any:
@@ -51,4 +51,38 @@ def bar_png(counts: dict[str, int | float], title: str) -> str | None:
     ax.barh(labels, [counts[k] for k in labels], color="#3b6ea5")
     ax.set_title(title, fontsize=10)
     ax.grid(axis="x", alpha=0.3)
+    return _uri(fig)
+
+
+def budget_png(budget: dict[str, Any] | None) -> str | None:
+    """Precision and recall of draining the k riskiest GPUs (x: k, log scale), the three
+    budgets of :data:`~fleetwatch.models.drain_budget.BUDGET_FRACTIONS` marked; None without a
+    curve (:mod:`fleetwatch.reports.drain_curve`)."""
+    if not budget or not budget.get("curve"):
+        return None
+    curve = budget["curve"]
+    ks = [p["k"] for p in curve]
+    nan = float("nan")
+    fig = _figure()
+    ax = fig.add_subplot()
+    for key, label, style in (("precision", "precision", "o-"), ("recall", "recall", "s-")):
+        values = [nan if p[key] is None else p[key] for p in curve]
+        ax.plot(ks, values, style, markersize=3, label=label)
+    for mark in budget.get("budgets", ()):
+        ax.axvline(mark["k"], color="grey", linestyle=":", linewidth=1)
+        ax.annotate(
+            f"{100 * mark['fraction']:g} %",
+            (mark["k"], 1.0),
+            xytext=(2, -10),
+            textcoords="offset points",
+            fontsize=7,
+            color="grey",
+        )
+    if len(set(ks)) > 1:
+        ax.set_xscale("log")
+    ax.set_xlabel("GPUs drained at the week's start (k)")
+    ax.set_ylabel("share")
+    ax.set_ylim(0, 1.05)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="center right")
     return _uri(fig)

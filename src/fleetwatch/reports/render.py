@@ -6,7 +6,7 @@ from typing import Any
 
 from fleetwatch.reports.advice import section_advice
 from fleetwatch.reports.components import COMPONENT_NAMES
-from fleetwatch.reports.plots import bar_png, survival_png
+from fleetwatch.reports.plots import bar_png, budget_png, survival_png
 from fleetwatch.reports.week_pictures import pictures
 from fleetwatch.reports.weekly import WeeklyReport
 
@@ -44,6 +44,7 @@ def render_html(report: WeeklyReport) -> str:
         "survival": survival_png(report.survival),
         "xid": bar_png(report.interruptions["xid_category"], "Xid events by category"),
         "causes": bar_png(causes, "GPU failures by component"),
+        "budget": budget_png(report.drain_budget),
     }
     plots |= pictures(
         report.fleet_states, report.days, sla_target=report.sla.get("availability_target")

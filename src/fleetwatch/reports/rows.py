@@ -36,6 +36,9 @@ class WeekData:
     samples: list[Any] = field(default_factory=list)
     # The newest good risk model trained by the week's start (``version``, ``params``), if any.
     model: Any | None = None
+    # GPU UUID -> telemetry covariates over the model's window before the week's start (from
+    # the hourly rollups): what the drain curve scores with. Empty when not loaded.
+    features: dict[str, dict[str, float]] = field(default_factory=dict)
 
     @property
     def start(self) -> datetime:

@@ -16,6 +16,7 @@ from typing import Any
 from fleetwatch.config import ServerSettings
 from fleetwatch.reports.calibration import calibration
 from fleetwatch.reports.components import interruptions_by_component
+from fleetwatch.reports.drain_curve import drain_curve
 from fleetwatch.reports.reliability import availability, hours, mtbf_hours, mttr_hours
 from fleetwatch.reports.reliability import overlap_hours as overlap
 from fleetwatch.reports.rows import WeekData
@@ -85,6 +86,8 @@ class WeeklyReport:
     # week's end, and the fleet day by day over the weeks up to it.
     fleet_states: list[dict[str, Any]] | None = None
     days: list[dict[str, Any]] | None = None
+    # Issue 40: the model's ranking at the week's start as drains (:mod:`.drain_curve`).
+    drain_budget: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -445,4 +448,5 @@ def build_weekly(
         notice_savings=notice_savings,
         fleet_states=fleet_states,
         days=days,
+        drain_budget=drain_curve(d.model, d.lifetimes, d.start, d.features),
     )

@@ -62,6 +62,11 @@ class GpuRow:
     probability: float | None
     basis: str
     verdicts: list[dict[str, Any]]
+    factors: list[tuple[str, float | None, float]]
+    """The model's strongest drivers of this GPU's risk: (name, its reading, ratio), a ratio
+    above 1 raising the risk; empty where the model did not score it."""
+    noticed: bool
+    """Its model risk is at or above the notice threshold: the factors are what a job was told."""
 
 
 @dataclass(frozen=True)
@@ -135,7 +140,9 @@ def _build(request: Request, name: str) -> NodeView:
         state=state,
         state_words=WORDS[state],
         fill=FILL[state],
-        gpus=[_gpu_row(g, risks.get(g["uuid"])) for g in node["gpus"]],
+        gpus=[
+            _gpu_row(g, risks.get(g["uuid"]), settings.notice_risk_threshold) for g in node["gpus"]
+        ],
         events=events,
         event_days=_EVENT_DAYS,
         evictions=evictions,
@@ -148,7 +155,7 @@ def _build(request: Request, name: str) -> NodeView:
     )
 
 
-def _gpu_row(gpu: dict[str, Any], risk: Any) -> GpuRow:
+def _gpu_row(gpu: dict[str, Any], risk: Any, notice_threshold: float) -> GpuRow:
     latest = gpu["latest"] or {}
     verdicts = []
     if risk is not None:
@@ -176,4 +183,8 @@ def _gpu_row(gpu: dict[str, Any], risk: Any) -> GpuRow:
         probability=risk.probability if risk is not None else None,
         basis=risk.basis if risk is not None else "none",
         verdicts=verdicts,
+        factors=[(f.name, f.value, f.hazard_ratio) for f in risk.factors] if risk else [],
+        noticed=risk is not None
+        and risk.model_probability is not None
+        and risk.model_probability >= notice_threshold,
     )

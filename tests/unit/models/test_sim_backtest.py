@@ -119,8 +119,12 @@ def test_sim_backtest_write_report(result: SimBacktestResult, tmp_path: Path) ->
     csv = pd.read_csv(paths[0])
     assert len(csv) == result.n_failures
     assert {"uuid", "failure_time", "lead_h_model", "lead_h_rules"} <= set(csv.columns)
-    if len(paths) > 1:
-        assert paths[1].suffix == ".png" and paths[1].stat().st_size > 0
+    budget = pd.read_csv(paths[1])
+    assert paths[1].name == "drain_budget.csv"
+    assert set(budget["ranking"]) == {"model", "age_only", "random"}
+    assert budget["marked"].any() and budget["precision"].between(0, 1).all()
+    if len(paths) > 2:
+        assert paths[2].suffix == ".png" and paths[2].stat().st_size > 0
 
 
 def test_sim_backtest_rejects_a_cutoff_past_the_horizon(small_spec: FleetSpec) -> None:
@@ -138,6 +142,8 @@ def test_model_sim_backtest_cli_prints_the_table(tmp_path: Path) -> None:
     assert header.split() == ["metric", *METHODS]
     for row in ("precision@budget", "recall@24h", "recall@7d", "lead p50 (h)", "false flags/day"):
         assert row in got.output
+    assert "weekly drain budget:" in got.output and "| model | 1 % |" in got.output
+    assert (out / "drain_budget.csv").exists()
     assert (out / "lead_times.csv").is_file()
 
 
@@ -156,3 +162,19 @@ def test_model_sim_backtest_cli_bad_cutoff_is_one_line() -> None:
     assert got.exit_code == 1
     assert "cutoff day 19" in got.output
     assert "Traceback" not in got.output
+
+
+def test_sim_budget_on_a_real_backtest(result: SimBacktestResult) -> None:
+    from fleetwatch.models.sim_budget import notice_curve, sim_budget
+
+    budget = sim_budget(result)
+    assert budget.fleet == int((result.scores["day"] == 0).sum()) and budget.weeks >= 3
+    for ranking, curve in budget.curves.items():
+        assert len({p.failures for p in curve}) == 1, ranking  # one period for every budget
+        assert all(p.drains <= p.k * budget.weeks for p in curve)
+    model = budget.at("model", budget.ks[-1])
+    assert model.hits > budget.at("random", budget.ks[-1]).hits
+    curve = notice_curve(result)
+    notices = [p.notices for p in curve]
+    assert notices == sorted(notices, reverse=True) and notices[0] > notices[-1]
+    assert all(p.failures == curve[0].failures > 0 for p in curve)

@@ -186,6 +186,7 @@ def test_weekly_json_schema(report: dict[str, Any]) -> None:
         "week", "start", "end", "generated_at", "headline", "reliability", "interruptions",
         "goodput", "energy", "drains", "calibration", "offenders", "survival", "stragglers",
         "deltas", "sla", "availability", "notice_savings", "fleet_states", "days",
+        "drain_budget",
     }  # fmt: skip
     assert report["week"] == WEEK and report["start"] == START.isoformat()
     json.dumps(report, allow_nan=False)

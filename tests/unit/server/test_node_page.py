@@ -11,7 +11,7 @@ from fastapi.testclient import TestClient
 from tests.conftest import bearer
 from tests.factories import make_batch
 from tests.unit.server.conftest import Push
-from tests.unit.server.routers.test_risk_api import _xid_batch
+from tests.unit.server.routers.test_risk_api import _store_model, _xid_batch
 
 from fleetwatch.charts.fleet_map import FILL
 from fleetwatch.server.db.base import utcnow
@@ -78,3 +78,35 @@ def test_node_page_shows_gpus_verdicts_events_and_evictions(
     assert "workload availability" in html
     missing = client.get("/nodes/nope")
     assert missing.status_code == 404 and "No node named nope" in missing.text
+
+
+def test_node_page_names_each_model_scored_gpus_drivers_and_marks_those_above_the_threshold(
+    client: TestClient, db: Database, tokens: dict[str, str], push: Push
+) -> None:
+    _store_model(db)  # a high SBE rate shortens life; these GPUs never report one
+    assert push(make_batch("node-a", gpus=2, ticks=3)).status_code == 200
+    client.app.state.assessor.run_once()  # type: ignore[attr-defined]
+    risk = client.get("/v1/risk", params={"horizon": "24h"}, headers=bearer(tokens["read"]))
+    gpus = {g["uuid"]: g for g in risk.json()["gpus"]}
+    client.get("/nodes/node-a", params={"token": tokens["read"]})
+    state = client.app.state  # type: ignore[attr-defined]
+    lowest = min(g["probability"] for g in gpus.values())
+    seen = set()
+    for threshold in (1.0, lowest):  # none above it, then every GPU at or above it
+        state.settings = state.settings.model_copy(update={"notice_risk_threshold": threshold})
+        html = client.get("/nodes/node-a").text
+        rows = re.findall(r'<tr data-gpu="([^"]+)">(.*?)</tr>', html, flags=re.S)
+        assert len(rows) == 2
+        for uuid, row in rows:
+            drivers = re.search(r'<div class="factors( warn)?"[^>]*>(.*?)</div>', row, flags=re.S)
+            assert drivers, row
+            api = gpus[uuid]
+            assert api["factors"]
+            for factor in api["factors"]:  # the page shows what /v1/risk says drives the risk
+                assert f"<code>{factor['name']}</code>" in drivers.group(2)
+                assert f"×{factor['hazard_ratio']:.2f}" in drivers.group(2)
+            above = api["probability"] >= threshold
+            assert (drivers.group(1) is not None) == above
+            assert ("above the notice threshold" in drivers.group(2)) == above
+            seen.add(above)
+    assert seen == {True, False}

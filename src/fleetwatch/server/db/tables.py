@@ -266,10 +266,12 @@ risk_models = Table(
     Column("version", Integer, primary_key=True, autoincrement=True),
     Column("trained_at", UtcDateTime, nullable=False, index=True),
     Column("trigger", String(16), nullable=False, comment="schedule | manual | startup"),
-    Column("status", String(16), nullable=False, comment="ok | failed"),
+    Column("status", String(16), nullable=False, comment="ok | failed | rejected"),
     Column("params", Json),
     Column("metrics", Json),
     Column("error", Text),
+    # The held-out comparison with the version in service (server/upkeep/promotion.py).
+    Column("evaluation", Json),
 )
 
 # --- Act: jobs' step times, stragglers, evictions -------------------------------------------

@@ -1,4 +1,9 @@
-"""Risk-model versions: store one per refit (fitted or failed), list them, load the newest."""
+"""Risk-model versions: store one per refit, list them, load the one in service.
+
+A version's status is ``ok`` (fitted and promoted: the newest ``ok`` one serves), ``rejected``
+(fitted, but it scored worse than the version in service on the held-out window:
+:mod:`fleetwatch.server.upkeep.promotion`) or ``failed`` (not fitted).
+"""
 
 from __future__ import annotations
 
@@ -20,6 +25,7 @@ __all__ = [
     "latest_ok_model",
     "list_models",
     "ok_model",
+    "serving_version",
     "store_model",
 ]
 
@@ -50,18 +56,23 @@ def store_model(
     trained_at: datetime,
     error: str | None = None,
     metrics: dict[str, Any] | None = None,
+    evaluation: dict[str, Any] | None = None,
+    promoted: bool = True,
 ) -> int:
-    """Store a version and return its number: ``ok`` with a bundle, else ``failed`` with
-    ``error``. ``metrics`` (e.g. the training size of a failed fit) defaults to the bundle's."""
-    ok = bundle is not None and error is None
+    """Store a version and return its number: with a bundle ``ok`` (``promoted``) or
+    ``rejected``, else ``failed`` with ``error``. ``metrics`` (e.g. the training size of a failed
+    fit) defaults to the bundle's; ``evaluation`` is the held-out comparison, as JSON."""
+    fitted = bundle is not None and error is None
+    status = ("ok" if promoted else "rejected") if fitted else "failed"
     result = conn.execute(
         insert(risk_models).values(
             trained_at=trained_at,
             trigger=trigger,
-            status="ok" if ok else "failed",
-            params=bundle.to_params() if ok and bundle is not None else None,
+            status=status,
+            params=bundle.to_params() if fitted and bundle is not None else None,
             metrics=metrics if metrics is not None else (bundle.metrics if bundle else None),
-            error=None if ok else (error or "no model was fitted"),
+            error=None if fitted else (error or "no model was fitted"),
+            evaluation=evaluation,
         )
     )
     key = result.inserted_primary_key
@@ -77,6 +88,7 @@ _LISTED = [
     risk_models.c.status,
     risk_models.c.metrics,
     risk_models.c.error,
+    risk_models.c.evaluation,
 ]
 
 
@@ -94,8 +106,20 @@ def get_model(conn: Connection, version: int) -> Row[Any]:
     return row
 
 
+def serving_version(conn: Connection) -> int | None:
+    """The number of the version in service (what :func:`latest_ok_model` loads), if any."""
+    query = (
+        select(risk_models.c.version)
+        .where(risk_models.c.status == "ok")
+        .order_by(risk_models.c.version.desc())
+        .limit(1)
+    )
+    return conn.execute(query).scalar()
+
+
 def latest_ok_model(conn: Connection) -> StoredModel | None:
-    """The newest successfully fitted version, or None when there is none yet."""
+    """The version in service: the newest one fitted and promoted (``ok``; a ``rejected`` refit
+    never serves), or None when there is none yet."""
     query = (
         select(risk_models)
         .where(risk_models.c.status == "ok")

@@ -32,6 +32,7 @@ from fleetwatch.server.db.tables import (
     stragglers,
 )
 from fleetwatch.server.repo.availability_rows import load_outages, load_period, sla_targets
+from fleetwatch.server.repo.hourly_features import window_features_before
 from fleetwatch.server.repo.notice_savings_rows import compute_notice_savings
 from fleetwatch.server.repo.sample_reader import read_samples, sample_rows
 
@@ -59,8 +60,9 @@ def compute_weekly(
     period = load_period(conn, week.start, week.end, settings=settings)
     starts = day_starts(week.end - timedelta(microseconds=1), REPORT_TREND_DAYS)
     days = daily_figures(load_outages(conn, starts[0], week.end), starts)
+    window = timedelta(days=settings.model_window_days)
     return build_weekly(
-        load_week(conn, week),
+        load_week(conn, week, feature_window=window),
         load_week(conn, week.previous()),
         settings=settings,
         catalog=catalog,
@@ -72,7 +74,15 @@ def compute_weekly(
     )
 
 
-def load_week(conn: Connection, week: IsoWeek, *, with_samples: bool = True) -> WeekData:
+def load_week(
+    conn: Connection,
+    week: IsoWeek,
+    *,
+    with_samples: bool = True,
+    feature_window: timedelta | None = None,
+) -> WeekData:
+    """The week's rows; with ``feature_window``, also each GPU's telemetry covariates over that
+    window before the week's start (the drain curve's; the week before needs none)."""
     start, end = week.start, week.end
     node_rows = conn.execute(
         select(nodes.c.id, nodes.c.name, nodes.c.labels, nodes.c.first_seen, nodes.c.last_seen)
@@ -96,6 +106,11 @@ def load_week(conn: Connection, week: IsoWeek, *, with_samples: bool = True) -> 
         reporting_gpu_hours=int(hourly),
         samples=_samples(conn, start, end) if with_samples else [],
         model=_model_at(conn, start),
+        features=(
+            {}
+            if feature_window is None
+            else window_features_before(conn, end=start, window=feature_window)
+        ),
     )
 
 

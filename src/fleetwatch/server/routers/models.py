@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse
+from sqlalchemy import Row
 
 from fleetwatch.server.deps import AdminAuth, DatabaseDep, ReadAuth
-from fleetwatch.server.repo.models import get_model, list_models
+from fleetwatch.server.repo.models import get_model, list_models, serving_version
 from fleetwatch.server.schemas.common import error_body, error_responses
 from fleetwatch.server.schemas.fields import RowId
 from fleetwatch.server.schemas.models import ModelVersionPublic, ModelVersionsPublic, RefitAccepted
@@ -23,12 +24,13 @@ router = APIRouter(prefix="/models", tags=["models"])
 def get_models(
     db: DatabaseDep, _token: ReadAuth, limit: Annotated[int, Query(ge=1, le=1000)] = 100
 ) -> ModelVersionsPublic:
-    """Versions newest first, fitted and failed, with their metrics or error."""
+    """Versions newest first (promoted, rejected and failed) with their metrics or error, their
+    held-out evaluation, and which one serves."""
     with db.read() as conn:
         found = list_models(conn, limit)
+        serving = serving_version(conn)
     return ModelVersionsPublic(
-        data=[ModelVersionPublic.model_validate(row, from_attributes=True) for row in found],
-        count=len(found),
+        data=[_public(row, serving) for row in found], count=len(found), serving=serving
     )
 
 
@@ -39,10 +41,15 @@ def get_models(
     summary="One risk-model version",
 )
 def get_model_version(version: RowId, db: DatabaseDep, _token: ReadAuth) -> ModelVersionPublic:
-    """The version's trigger, status, metrics and error."""
+    """The version's trigger, status, metrics, error and held-out evaluation."""
     with db.read() as conn:
         found = get_model(conn, version)
-    return ModelVersionPublic.model_validate(found, from_attributes=True)
+        serving = serving_version(conn)
+    return _public(found, serving)
+
+
+def _public(row: Row[Any], serving: int | None) -> ModelVersionPublic:
+    return ModelVersionPublic.model_validate({**row._mapping, "serving": row.version == serving})
 
 
 @router.post(

@@ -2,9 +2,12 @@
 
 A refit reads the training frame (:mod:`fleetwatch.server.upkeep.training_frame`), fits a
 :class:`~fleetwatch.models.registry.RiskBundle` and stores it as a new version in ``risk_models``.
-A fit that fails is stored too, with status ``failed`` and its error, and the error is raised to
-the caller (the background loop logs it): a refit is never lost silently. When a group (or the
-fleet) enters wear-out between the previous good version and this one, a fleet-wide
+The version is promoted (``ok``: the newest ``ok`` version serves) only if it scores at least as
+well as the version in service on the most recent held-out window; otherwise it is stored as
+``rejected`` and the version in service stays (:mod:`fleetwatch.server.upkeep.promotion`). A fit
+that fails is stored too, with status ``failed`` and its error, and the error is raised to the
+caller (the background loop logs it): a refit is never lost silently. When a group (or the
+fleet) enters wear-out between the version in service and a promoted refit, a fleet-wide
 ``wear_out_onset`` event (``node_id`` NULL) records the evidence.
 
 Refits run in threads, never inside a request. On PostgreSQL a session advisory lock keeps two
@@ -18,6 +21,7 @@ import logging
 import threading
 from collections.abc import Callable
 from datetime import datetime, timedelta
+from functools import partial
 
 import pandas as pd
 from prometheus_client import Counter
@@ -31,16 +35,36 @@ from fleetwatch.server.db.base import utcnow
 from fleetwatch.server.db.session import Database
 from fleetwatch.server.db.tables import risk_models
 from fleetwatch.server.repo.events import record_fleet_event
-from fleetwatch.server.repo.models import Trigger, latest_ok_model, store_model
+from fleetwatch.server.repo.models import StoredModel, Trigger, latest_ok_model, store_model
 from fleetwatch.server.runtime.locks import LockKey, session_lock
+from fleetwatch.server.upkeep.promotion import evaluate, not_fitted
 from fleetwatch.server.upkeep.training_frame import training_frame
 
-__all__ = ["STARTUP_DELAY_S", "Refitter", "run_refit"]
+__all__ = ["STARTUP_DELAY_S", "Refitter", "bundle_recipe", "run_refit"]
 
 logger = logging.getLogger(__name__)
 
 STARTUP_DELAY_S = 10.0
 """The first scheduled refit waits this long after startup, so the server answers first."""
+
+
+def bundle_recipe(settings: ServerSettings) -> Callable[[pd.DataFrame], RiskBundle]:
+    """The refit's fit: used on today's frame and, for its evaluation, on the frame at the
+    held-out window's start, so that both are the same recipe."""
+    return partial(
+        RiskBundle.fit,
+        min_group_events=settings.model_min_events,
+        min_aft_events=settings.model_min_aft_events,
+    )
+
+
+def _readable(stored: StoredModel | None) -> RiskBundle | None:
+    """``stored``'s bundle, None when there is none or this version cannot read its format (a
+    refit then replaces it: see :func:`~fleetwatch.server.upkeep.promotion.evaluate`)."""
+    try:
+        return stored.bundle() if stored is not None else None
+    except ModelFitError:
+        return None
 
 
 def run_refit(
@@ -51,7 +75,7 @@ def run_refit(
     now: datetime | None = None,
     min_interval_s: float | None = None,
 ) -> int | None:
-    """Fit and store a new version; return its number.
+    """Fit, evaluate and store a new version (promoted or rejected); return its number.
 
     Returns None without fitting when another replica holds the refit lock, or when a version was
     stored less than ``min_interval_s`` ago (so N workers on one schedule refit once, not N
@@ -71,43 +95,69 @@ def run_refit(
                     logger.info("refit (%s) skipped: version trained at %s", trigger, newest)
                     return None
         frame: pd.DataFrame | None = None
+        recipe = bundle_recipe(settings)
+        champion = None
         try:
             with db.read() as conn:
+                champion = latest_ok_model(conn)
                 frame = training_frame(
                     conn,
                     now=now,
                     window_days=settings.model_window_days,
                     location_pattern=settings.location_pattern,
                 )
-                previous = latest_ok_model(conn)
-            bundle = RiskBundle.fit(
-                frame,
-                min_group_events=settings.model_min_events,
-                min_aft_events=settings.model_min_aft_events,
-            )
-            onsets = wear_out_onsets(previous.bundle() if previous else None, bundle)
+            bundle = recipe(frame)
+            with db.read() as conn:
+                evaluation = evaluate(
+                    conn,
+                    now=now,
+                    holdout_days=settings.model_holdout_days,
+                    recipe=recipe,
+                    champion=champion,
+                    min_failures=settings.model_holdout_min_failures,
+                    window_days=settings.model_window_days,
+                    location_pattern=settings.location_pattern,
+                )
+            promoted = evaluation.promoted
+            # Wear-out onsets are news only when the model that shows them serves; a rejected
+            # refit's would be raised again by every refit until one is promoted.
+            onsets = wear_out_onsets(_readable(champion), bundle) if promoted else []
         except Exception as exc:
             # Any failure of the refit is recorded, whatever raised it, then passed on.
             sizes = None if frame is None else {"n": len(frame), "events": int(frame[EVENT].sum())}
+            error = f"{type(exc).__name__}: {exc}"
             with db.write() as conn:
                 version = store_model(
                     conn,
                     None,
                     trigger=trigger,
                     trained_at=now,
-                    error=f"{type(exc).__name__}: {exc}",
+                    error=error,
                     metrics=sizes,
+                    evaluation=not_fitted(
+                        now=now,
+                        holdout_days=settings.model_holdout_days,
+                        error=error,
+                        serving=champion.version if champion else None,
+                    ),
                 )
             log = logger.warning if isinstance(exc, ModelFitError) else logger.error
             log("refit (%s) failed, stored as version %d: %s", trigger, version, exc)
             raise
         with db.write() as conn:
-            version = store_model(conn, bundle, trigger=trigger, trained_at=now)
+            version = store_model(
+                conn,
+                bundle,
+                trigger=trigger,
+                trained_at=now,
+                evaluation=evaluation.to_json(),
+                promoted=promoted,
+            )
             for onset in onsets:
                 evidence = {
                     **onset,
                     "model_version": version,
-                    "previous_version": previous.version if previous else None,
+                    "previous_version": champion.version if champion else None,
                 }
                 record_fleet_event(
                     conn,
@@ -119,10 +169,12 @@ def run_refit(
                     details=evidence,
                 )
     logger.info(
-        "refit (%s) stored version %d: %d lifetimes, %d failures, %d group fits, AFT %s, "
-        "%d wear-out onsets",
+        "refit (%s) stored version %d, %s (%s): %d lifetimes, %d failures, %d group fits, "
+        "AFT %s, %d wear-out onsets",
         trigger,
         version,
+        "promoted" if promoted else "rejected",
+        evaluation.decision.reason,
         len(frame),
         int(frame[EVENT].sum()),
         len(bundle.weibulls) - 1,

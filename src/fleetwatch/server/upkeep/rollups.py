@@ -18,14 +18,15 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
-from sqlalchemy import Connection, and_, case, delete, func, select
+from sqlalchemy import Connection, delete, func, select
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from fleetwatch.models.hour_folds import FOLD_COLUMNS
-from fleetwatch.models.telemetry_features import GPU_CATEGORIES, rollup_hour
+from fleetwatch.models.telemetry_features import rollup_hour
 from fleetwatch.rules.xid_catalog import XidCatalog
 from fleetwatch.server.db.session import Database
 from fleetwatch.server.db.tables import events, gpu_hourly, gpu_sample_blocks, gpus
+from fleetwatch.server.repo.hourly_features import floor_hour, window_aggregate
 from fleetwatch.server.repo.sample_reader import (
     SampleChunk,
     from_us,
@@ -51,16 +52,11 @@ __all__ = [
 ]
 
 _COLUMNS = FOLD_COLUMNS  # the sample fields a rollup reads
-_DAY_S = 86400.0
 _CHUNK = 20_000  # sample blocks fetched at a time
 _UUIDS = 500  # GPU UUIDs per IN (...) list
 _ROWS_PER_INSERT = 500  # rows per INSERT ... VALUES: 18 parameters each, under SQLite's 32,766
 _FAR_FUTURE = datetime(9999, 1, 1, tzinfo=UTC)
 _STAGE = "fleetwatch_gpu_hourly_stage"  # the temporary table rollups are copied into
-
-
-def floor_hour(t: datetime) -> datetime:
-    return t.replace(minute=0, second=0, microsecond=0)
 
 
 def _by_address(conn: Connection, rows: Sequence[Any]) -> dict[tuple[int, str | None], str]:
@@ -502,13 +498,6 @@ class RollupJob:
         )
 
 
-def _rate(value_col: Any) -> Any:
-    """Sum of increases per day of the time covered by hours that reported the counter."""
-    known = and_(value_col.is_not(None), gpu_hourly.c.span_s > 0)
-    span = func.sum(case((known, gpu_hourly.c.span_s)))
-    return func.sum(case((known, value_col))) / func.nullif(span, 0) * _DAY_S
-
-
 def fleet_window_features(
     conn: Connection, *, window: timedelta, since: datetime
 ) -> dict[str, dict[str, float]]:
@@ -529,36 +518,5 @@ def fleet_window_features(
     for hour, uuids in by_hour.items():
         start = hour + timedelta(hours=1) - window
         for i in range(0, len(uuids), 1000):
-            out.update(_window_aggregate(conn, uuids[i : i + 1000], start, hour))
-    return out
-
-
-def _window_aggregate(
-    conn: Connection, uuids: list[str], start: datetime, newest: datetime
-) -> dict[str, dict[str, float]]:
-    xid_cols = [func.sum(gpu_hourly.c[f"xid_{c}"]).label(f"xid_{c}") for c in GPU_CATEGORIES]
-    query = (
-        select(
-            gpu_hourly.c.gpu_uuid,
-            _rate(gpu_hourly.c.sbe_errors).label("sbe_per_day"),
-            _rate(gpu_hourly.c.nvlink_errors).label("nvlink_errors_per_day"),
-            _rate(gpu_hourly.c.pcie_replays).label("pcie_replays_per_day"),
-            func.max(gpu_hourly.c.temp_p95_c).label("temp_p95_c"),
-            (
-                func.sum(gpu_hourly.c.throttled)
-                * 1.0
-                / func.nullif(func.sum(gpu_hourly.c.throttle_reported), 0)
-            ).label("throttle_fraction"),
-            func.max(gpu_hourly.c.remapped_rows).label("remapped_rows"),
-            *xid_cols,
-        )
-        .where(gpu_hourly.c.gpu_uuid.in_(uuids))
-        .where(gpu_hourly.c.hour >= floor_hour(start), gpu_hourly.c.hour <= newest)
-        .group_by(gpu_hourly.c.gpu_uuid)
-    )
-    out: dict[str, dict[str, float]] = {}
-    for row in conn.execute(query):
-        values = dict(row._mapping)
-        uuid = values.pop("gpu_uuid")
-        out[uuid] = {k: float(v) for k, v in values.items() if v is not None}
+            out.update(window_aggregate(conn, uuids[i : i + 1000], start, hour))
     return out

@@ -8,11 +8,19 @@ One row per GPU lifetime (``gpu_lifetimes``) that began before ``now``:
 * ``group``: the SKU, or None;
 * the telemetry covariates of :data:`~fleetwatch.models.telemetry_features.FEATURE_NAMES`, from the
   GPU's ``gpu_hourly`` rows in the ``window_days`` before the lifetime's end (or ``now``); NaN where
-  the GPU did not report one (or the lifetime has no ``gpu_uuid``);
+  the GPU did not report one (or the lifetime has no ``gpu_uuid``). Only hours that had ended by
+  ``now`` count: an hour's row holds every sample of the hour, so one that straddles ``now``
+  would carry readings from after it;
 * with a ``location_pattern``, ``loc_<name>`` for each named group of the pattern that matched a
   number.
 
 The frame's index is the lifetime's id. Telemetry is read in chunks of GPUs, not per lifetime.
+
+The frame at ``now`` holds only what had happened by ``now`` (installs, removals, their kinds,
+telemetry), so a frame at a past ``now`` is what a refit then would have seen: the held-out
+evaluation of a refit (:mod:`fleetwatch.server.upkeep.promotion`) fits on it. Knowledge is dated
+by the events themselves: a lifetime imported later but installed before ``now`` counts as known.
+:func:`window_outcomes` gives what then happened to the units in service at such a ``now``.
 """
 
 from __future__ import annotations
@@ -33,9 +41,10 @@ from fleetwatch.models.registry import DURATION_DAYS, EVENT, GROUP
 from fleetwatch.models.telemetry_features import FEATURE_NAMES, HourRollup, window_features
 from fleetwatch.server.db.tables import gpu_hourly, gpu_lifetimes
 
-__all__ = ["training_frame"]
+__all__ = ["training_frame", "window_outcomes"]
 
 _DAY_S = 86400.0
+_HOUR = timedelta(hours=1)
 CHUNK_GPUS = 500
 
 
@@ -56,16 +65,20 @@ def _location_covariates(
 
 
 def _hourly_by_gpu(
-    conn: Connection, windows: dict[str, list[tuple[datetime, datetime]]]
+    conn: Connection, windows: dict[str, list[tuple[datetime, datetime]]], now: datetime
 ) -> dict[str, list[HourRollup]]:
-    """Every rollup of the given GPUs inside the span of their windows, grouped by GPU."""
+    """Every rollup of the given GPUs inside the span of their windows and ended by ``now``,
+    grouped by GPU."""
     found: dict[str, list[HourRollup]] = defaultdict(list)
     uuids = iter(sorted(windows))
     while chunk := list(islice(uuids, CHUNK_GPUS)):
         start = min(w[0] for u in chunk for w in windows[u])
         end = max(w[1] for u in chunk for w in windows[u])
         query = select(gpu_hourly).where(
-            gpu_hourly.c.gpu_uuid.in_(chunk), gpu_hourly.c.hour >= start, gpu_hourly.c.hour < end
+            gpu_hourly.c.gpu_uuid.in_(chunk),
+            gpu_hourly.c.hour >= start,
+            gpu_hourly.c.hour < end,
+            gpu_hourly.c.hour <= now - _HOUR,  # the hour had ended by now
         )
         for row in conn.execute(query).mappings():
             found[row["gpu_uuid"]].append(HourRollup.from_row(cast(Mapping[str, Any], row)))
@@ -121,7 +134,7 @@ def training_frame(
     for uuid, end in ends:
         if uuid is not None:
             windows[uuid].append((end - window, end))
-    hourly = _hourly_by_gpu(conn, windows)
+    hourly = _hourly_by_gpu(conn, windows, now)
     features: list[dict[str, float]] = []
     for uuid, end in ends:
         rollups = hourly.get(uuid, []) if uuid is not None else []
@@ -141,3 +154,27 @@ def training_frame(
     frame = pd.DataFrame(columns)
     frame.index = pd.Index(ids, name="lifetime_id")
     return frame
+
+
+def window_outcomes(conn: Connection, *, start: datetime, end: datetime) -> pd.Series:
+    """What happened in ``(start, end]`` to each lifetime in service at ``start``.
+
+    A boolean Series indexed by lifetime id (the index of :func:`training_frame` at ``start``,
+    where these lifetimes are its open rows): True when the lifetime ended in a failure inside
+    the window. A repair or retirement in the window, or no ending, is False, as in the backtest.
+    """
+    if end <= start:
+        raise ValueError(f"the window must end after it starts, got ({start}, {end}]")
+    lt = gpu_lifetimes.c
+    query = (
+        select(lt.id, lt.removed_at, lt.end_kind)
+        .where(lt.installed_at < start, (lt.removed_at.is_(None)) | (lt.removed_at > start))
+        .order_by(lt.id)
+    )
+    ids: list[int] = []
+    failed: list[bool] = []
+    for row in conn.execute(query):
+        ids.append(row.id)
+        ended = row.removed_at is not None and row.removed_at <= end
+        failed.append(ended and row.end_kind == "failure")
+    return pd.Series(failed, index=pd.Index(ids, name="lifetime_id"), dtype=bool, name="failed")

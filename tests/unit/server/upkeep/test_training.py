@@ -7,13 +7,13 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from sqlalchemy import insert
+from sqlalchemy import insert, select
 
 from fleetwatch.inventory import TITAN_LOCATION_PATTERN
 from fleetwatch.models.telemetry_features import FEATURE_NAMES, HourRollup
 from fleetwatch.server.db.session import Database
 from fleetwatch.server.db.tables import gpu_hourly, gpu_lifetimes
-from fleetwatch.server.upkeep.training_frame import training_frame
+from fleetwatch.server.upkeep.training_frame import training_frame, window_outcomes
 
 NOW = datetime(2025, 6, 1, tzinfo=UTC)
 
@@ -138,3 +138,60 @@ def test_training_frame_reads_many_gpus_in_bulk(db: Database) -> None:
         frame = training_frame(conn, now=NOW)
     assert len(frame) == n and frame["event"].sum() == n
     assert frame["temp_p95_c"].tolist() == [float(i % 90) for i in range(n)]
+
+
+def test_training_frame_at_a_past_now_knows_nothing_after_it(db: Database) -> None:
+    """The frame at a past ``now`` is what a refit then saw: a later removal is not yet one, and
+    the hour that straddles ``now`` (its row holds samples from after it) is left out."""
+    cutoff = _t("2025-05-20 10:30")
+    with db.write() as conn:
+        conn.execute(
+            insert(gpu_lifetimes),
+            [_lifetime("P1", "2025-05-01", gpu_uuid="GPU-P1", removed_at=_t("2025-05-25"),
+                       end_kind="failure")],
+        )  # fmt: skip
+        conn.execute(
+            insert(gpu_hourly),
+            [
+                _hour("GPU-P1", "2025-05-20 09:00", temp_p95_c=70.0),  # ended 10:00: known
+                _hour("GPU-P1", "2025-05-20 10:00", temp_p95_c=95.0),  # runs to 11:00: not yet
+            ],
+        )
+    with db.read() as conn:
+        past = training_frame(conn, now=cutoff).reset_index(drop=True)
+        later = training_frame(conn, now=_t("2025-05-20 11:00")).reset_index(drop=True)
+    assert past["event"].tolist() == [0]  # the failure came after the cutoff
+    assert past["duration_days"].tolist() == pytest.approx([19.4375])
+    assert past["temp_p95_c"].tolist() == [70.0]
+    assert later["temp_p95_c"].tolist() == [95.0]  # both hours, p95 the hotter's
+
+
+def test_window_outcomes_label_the_units_in_service_at_its_start(db: Database) -> None:
+    _store(db)
+    with db.write() as conn:
+        conn.execute(
+            insert(gpu_lifetimes),
+            [
+                _lifetime("W1", "2025-01-01", removed_at=_t("2025-05-20"), end_kind="failure"),
+                _lifetime("W2", "2025-01-01", removed_at=_t("2025-05-21"), end_kind="repair"),
+                _lifetime("W3", "2025-01-01", removed_at=_t("2025-06-03"), end_kind="failure"),
+            ],
+        )
+    start, end = _t("2025-05-10"), NOW
+    with db.read() as conn:
+        outcomes = window_outcomes(conn, start=start, end=end)
+        past = training_frame(conn, now=start)
+        serials = dict(conn.execute(select(gpu_lifetimes.c.id, gpu_lifetimes.c.serial)).all())
+    # S1, S2 and S5 ended before the start, S4 was installed after it.
+    assert {serials[i]: bool(v) for i, v in outcomes.items()} == {
+        "S3": False,  # still in service
+        "W1": True,  # failed inside the window
+        "W2": False,  # repaired: not a failure
+        "W3": False,  # failed after the window's end
+    }
+    # Every unit is an open row of the frame at the start, its duration its age then.
+    assert (past.loc[outcomes.index, "event"] == 0).all()
+    ages = past.loc[outcomes.index, "duration_days"].tolist()
+    assert ages == pytest.approx([8.0, 129.0, 129.0, 129.0])
+    with pytest.raises(ValueError, match="must end after"):
+        window_outcomes(conn, start=end, end=start)
