@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import sys
 import time
 from collections.abc import Callable
@@ -47,6 +46,8 @@ import numpy as np
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+from procstats import machine  # noqa: E402
 
 from fleetwatch.models.backtest import LandmarkModel, backtest, score_risks  # noqa: E402
 from fleetwatch.models.features import read_titan  # noqa: E402
@@ -114,18 +115,11 @@ def _variants() -> list[Variant]:
 
 
 def _machine() -> str:
-    cpu = platform.processor() or "?"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    load = os.getloadavg()
+    """The machine line of the report: :func:`procstats.machine` plus the libraries that fit."""
+    m = machine()
     return (
-        f"nproc {os.cpu_count()}, {cpu}, Python {platform.python_version()}, pandas "
-        f"{pd.__version__}, numpy {np.__version__}, load average {load[0]:.2f} at start"
+        f"nproc {m['cpus']}, {m['cpu_model']}, Python {m['python']}, pandas {pd.__version__}, "
+        f"numpy {np.__version__}, load average {m['loadavg_at_start'][0]:.2f} at start"
     )
 
 

@@ -50,8 +50,12 @@ from fleetwatch.models.features import (
     failures_in_window,
     survival_frame,
 )
-from fleetwatch.models.landmark_features import feature_columns, landmark_features
-from fleetwatch.models.landmarks import FeatureCache, landmark_training_frame
+from fleetwatch.models.landmark_features import feature_columns
+from fleetwatch.models.landmarks import (
+    FeatureCache,
+    cached_landmark_features,
+    landmark_training_frame,
+)
 from fleetwatch.models.snapshot import prepare_records
 from fleetwatch.models.weibull import WeibullRisk
 
@@ -358,12 +362,7 @@ def _landmark_rows(
 ) -> pd.DataFrame:
     """Landmark covariates at the cutoff for the units in ``index`` (the survival frame's units
     in service: the same set, checked)."""
-    if cache is not None and cut in cache:
-        full = cache[cut]
-    else:
-        full = landmark_features(prepared, cut)
-        if cache is not None:
-            cache[cut] = full
+    full = cached_landmark_features(prepared, cut, cache)
     rows = full[list(feature_columns(groups))]
     missing = index.difference(rows.index)
     if len(missing):

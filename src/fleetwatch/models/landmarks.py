@@ -68,6 +68,19 @@ def landmark_dates(
     return [d for d in pd.date_range(lo, hi, freq=freq) if d < hi]
 
 
+def cached_landmark_features(
+    prepared: pd.DataFrame, at: pd.Timestamp, cache: FeatureCache | None
+) -> pd.DataFrame:
+    """:func:`~fleetwatch.models.landmark_features.landmark_features` at ``at``, read from and
+    kept in ``cache`` when one is given."""
+    if cache is not None and at in cache:
+        return cache[at]
+    frame = landmark_features(prepared, at)
+    if cache is not None:
+        cache[at] = frame
+    return frame
+
+
 def landmark_training_frame(
     records: pd.DataFrame,
     cutoff: pd.Timestamp | str,
@@ -129,12 +142,7 @@ def landmark_training_frame(
     xs: list[pd.DataFrame] = []
     ys: list[pd.DataFrame] = []
     for d in dates:
-        if cache is not None and d in cache:
-            frame = cache[d]
-        else:
-            frame = landmark_features(prepared, d)
-            if cache is not None:
-                cache[d] = frame
+        frame = cached_landmark_features(prepared, d, cache)
         failure = failures_in_window(known, d, cut).reindex(frame.index)
         follow_up = (cut - d) / _DAY
         days = ((failure - d) / _DAY).to_numpy(dtype=np.float64)
