@@ -7,15 +7,13 @@ over the rows whose ``follow_up`` is at least :math:`H` (their window is complet
 too recent for :math:`H` is left out whole, failures and survivors alike). Without a
 ``follow_up`` column (a plain survival frame), rows censored before :math:`H` are left out.
 Negatives are subsampled (``negative_fraction``, weight :math:`1/\\text{fraction}` so that
-probabilities keep their scale); failures are rare and the fit is many times faster.
+probabilities keep their scale); failures are rare and the fit is many times faster. Rows that
+were already sampled when they were built carry their inverse sampling probability in
+``y["weight"]``, which multiplies into the fit's weights.
 
-Between and beyond the fitted horizons the cumulative hazard :math:`\\Lambda(t) = -\\ln(1 - p_t)`
-is made non-decreasing across horizons and interpolated linearly in :math:`t` from
-:math:`\\Lambda(0) = 0`, and extended past the largest horizon at its average rate, so
-
-.. math:: \\mathrm{risk}(t) = 1 - e^{-\\Lambda(t)}
-
-never falls as :math:`t` grows, whatever the separate classifiers say.
+Between and beyond the fitted horizons risk comes from a cumulative hazard made monotone in the
+horizon (:mod:`fleetwatch.models.landmark_scoring`, which scores a fitted model with numpy
+alone), so it never falls as the horizon grows, whatever the separate classifiers say.
 
 With ``calibration_landmarks = k > 0`` the classifier is fitted on all but the last :math:`k`
 landmarks whose windows are complete, and a Platt map :math:`p' = \\sigma(a\\,\\mathrm{logit}\\,p
@@ -43,11 +41,10 @@ from fleetwatch.models.base import (
     EVENT_COL,
     ModelFitError,
     check_fitted,
-    check_times,
-    current_ages,
 )
 from fleetwatch.models.landmark_features import FEATURE_GROUPS
-from fleetwatch.models.landmarks import FOLLOW_UP_COL, LANDMARK_COL
+from fleetwatch.models.landmark_scoring import LandmarkScorer
+from fleetwatch.models.landmarks import FOLLOW_UP_COL, LANDMARK_COL, WEIGHT_COL
 from fleetwatch.models.tree_ensemble import TreeEnsemble
 
 __all__ = ["DEFAULT_GROUPS", "MIN_FAILURES", "LandmarkRisk"]
@@ -59,7 +56,6 @@ on the earlier (dev) Titan splits, 2016-01 to 2017-01 (BENCHMARKS.md, "Titan for
 
 MIN_FAILURES = 20
 """Failures within a horizon that its classifier needs among the training rows."""
-PARAMS_FORMAT = 1
 _EPS = 1e-9
 
 
@@ -161,6 +157,11 @@ class LandmarkRisk(BaseEstimator):  # type: ignore[misc]
         """
         horizons = self._check_params()
         x, duration, event = self._training_arrays(X, y)
+        weight = np.ones(len(x))
+        if WEIGHT_COL in y.columns:
+            weight = pd.to_numeric(y[WEIGHT_COL], errors="coerce").to_numpy(np.float64)
+            if not np.all(np.isfinite(weight) & (weight > 0)):
+                raise ModelFitError(f"y[{WEIGHT_COL!r}] must be finite and > 0")
         follow_up = duration
         if FOLLOW_UP_COL in y.columns:
             follow_up = pd.to_numeric(y[FOLLOW_UP_COL], errors="coerce").to_numpy(np.float64)
@@ -196,7 +197,7 @@ class LandmarkRisk(BaseEstimator):  # type: ignore[misc]
                     )
             # seeded per horizon: a horizon's classifier does not depend on the others fitted
             rng = np.random.default_rng([self.random_state, round(h * 1000)])
-            ensembles[h] = self._fit_one(x[fit_rows], label[fit_rows], rng)
+            ensembles[h] = self._fit_one(x[fit_rows], label[fit_rows], weight[fit_rows], rng)
             calibration[h] = (1.0, 0.0)
             if cal_rows.any():
                 calibration[h] = _platt(
@@ -230,12 +231,16 @@ class LandmarkRisk(BaseEstimator):  # type: ignore[misc]
         return x, duration, y[EVENT_COL].astype(bool).to_numpy()
 
     def _fit_one(
-        self, x: NDArray[np.float64], label: NDArray[np.bool_], rng: np.random.Generator
+        self,
+        x: NDArray[np.float64],
+        label: NDArray[np.bool_],
+        row_weight: NDArray[np.float64],
+        rng: np.random.Generator,
     ) -> TreeEnsemble:
         from sklearn.ensemble import HistGradientBoostingClassifier
 
         keep = label | (rng.random(len(label)) < self.negative_fraction)
-        weight = np.where(label[keep], 1.0, 1.0 / self.negative_fraction)
+        weight = np.where(label[keep], 1.0, 1.0 / self.negative_fraction) * row_weight[keep]
         model = HistGradientBoostingClassifier(
             max_leaf_nodes=self.max_leaf_nodes,
             min_samples_leaf=self.min_samples_leaf,
@@ -248,49 +253,23 @@ class LandmarkRisk(BaseEstimator):  # type: ignore[misc]
         model.fit(x[keep], label[keep], sample_weight=weight)
         return TreeEnsemble.from_sklearn(model)
 
-    def _x(self, X: pd.DataFrame) -> NDArray[np.float64]:
-        missing = [c for c in self.feature_names_ if c not in X.columns]
-        if missing:
-            raise ValueError(f"X lacks covariate(s) {missing} used in fit")
-        current_ages(X)  # refuses negative or missing ages with an actionable message
-        out: NDArray[np.float64] = X[self.feature_names_].to_numpy(dtype=np.float64)
-        return out
-
-    def _cumulative_hazards(
-        self, X: pd.DataFrame
-    ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
-        """Fitted horizons (with 0 first) and :math:`\\Lambda` per row at each, non-decreasing."""
+    def scorer(self) -> LandmarkScorer:
+        """The fitted model's numpy-only scoring part, as the server stores and loads it."""
         check_fitted(self, ("ensembles_",))
-        x = self._x(X)
-        horizons = sorted(self.ensembles_)
-        cols = [np.zeros(len(x))]
-        for h in horizons:
-            a, b = self.calibration_[h]
-            raw = self.ensembles_[h].decision_function(x)
-            p = 1.0 / (1.0 + np.exp(-(a * raw + b)))
-            cols.append(-np.log1p(-np.clip(p, 0.0, 1.0 - _EPS)))
-        hazard = np.maximum.accumulate(np.column_stack(cols), axis=1)
-        return np.asarray([0.0, *horizons]), hazard
+        return LandmarkScorer(tuple(self.feature_names_), self.ensembles_, self.calibration_)
 
     def predict_survival(self, X: pd.DataFrame, times: Sequence[float]) -> NDArray[np.float64]:
         """:math:`e^{-\\Lambda(t)}` per row and time; shape (rows, times)."""
-        t = check_times(times)
-        grid, hazard = self._cumulative_hazards(X)
-        rate = hazard[:, -1] / grid[-1]
-        out = np.empty((len(hazard), len(t)))
-        for j, tj in enumerate(t):
-            if tj >= grid[-1]:
-                out[:, j] = hazard[:, -1] + rate * (tj - grid[-1])
-                continue
-            k = int(np.searchsorted(grid, tj, side="right"))
-            w = (tj - grid[k - 1]) / (grid[k] - grid[k - 1])
-            out[:, j] = (1.0 - w) * hazard[:, k - 1] + w * hazard[:, k]
-        return np.asarray(np.exp(-out), dtype=np.float64)
+        return self.scorer().survival(X, times)
 
     def predict_risk(self, X: pd.DataFrame, horizon_days: float) -> NDArray[np.float64]:
         """P(failure within ``horizon_days``), in [0, 1]."""
-        risk = 1.0 - self.predict_survival(X, [horizon_days])[:, 0]
-        return np.asarray(np.clip(risk, 0.0, 1.0), dtype=np.float64)
+        return self.scorer().risk(X, horizon_days)
+
+    def contributions(self, X: pd.DataFrame, horizon_days: float) -> tuple[float, pd.DataFrame]:
+        """:meth:`LandmarkScorer.contributions
+        <fleetwatch.models.landmark_scoring.LandmarkScorer.contributions>`."""
+        return self.scorer().contributions(X, horizon_days)
 
     def score(self, X: pd.DataFrame, y: pd.DataFrame) -> float:
         """Harrell's concordance of the largest horizon's risk with ``y``."""
@@ -302,41 +281,25 @@ class LandmarkRisk(BaseEstimator):  # type: ignore[misc]
 
     def to_params(self) -> dict[str, Any]:
         """Everything scoring needs, JSON-safe (:meth:`from_params`)."""
-        check_fitted(self, ("ensembles_",))
         return {
-            "format": PARAMS_FORMAT,
+            **self.scorer().to_params(),
             "groups": list(self.groups),
             "landmark_freq": self.landmark_freq,
-            "feature_names": list(self.feature_names_),
-            "horizons": {
-                f"{h:g}": {
-                    "trees": self.ensembles_[h].to_params(),
-                    "platt": list(self.calibration_[h]),
-                }
-                for h in sorted(self.ensembles_)
-            },
         }
 
     @classmethod
     def from_params(cls, params: dict[str, Any]) -> LandmarkRisk:
         """A fitted model from :meth:`to_params`: its groups, grid and horizons as fitted, the
         other hyper-parameters at their defaults (they only matter for fitting)."""
-        if params.get("format") != PARAMS_FORMAT:
-            raise ModelFitError(
-                f"landmark model params have format {params.get('format')!r}; this version "
-                f"reads {PARAMS_FORMAT}: refit the model"
-            )
-        parts = {float(h): v for h, v in params["horizons"].items()}
+        scorer = LandmarkScorer.from_params(params)
         model = cls(
             groups=tuple(params["groups"]),
-            horizons=tuple(sorted(parts)),
+            horizons=tuple(sorted(scorer.ensembles)),
             landmark_freq=str(params["landmark_freq"]),
         )
-        model.feature_names_ = list(params["feature_names"])
-        model.ensembles_ = {h: TreeEnsemble.from_params(v["trees"]) for h, v in parts.items()}
-        model.calibration_ = {
-            h: (float(v["platt"][0]), float(v["platt"][1])) for h, v in parts.items()
-        }
+        model.feature_names_ = list(scorer.feature_names)
+        model.ensembles_ = dict(scorer.ensembles)
+        model.calibration_ = dict(scorer.calibration)
         model.n_failures_ = {}
         model.trained_at_ = datetime.now(UTC)
         return model

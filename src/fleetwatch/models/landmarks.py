@@ -41,6 +41,7 @@ from fleetwatch.models.snapshot import prepare_records
 __all__ = [
     "FOLLOW_UP_COL",
     "LANDMARK_COL",
+    "WEIGHT_COL",
     "FeatureCache",
     "landmark_dates",
     "landmark_training_frame",
@@ -48,6 +49,8 @@ __all__ = [
 
 LANDMARK_COL = "landmark"
 FOLLOW_UP_COL = "follow_up"
+WEIGHT_COL = "weight"
+"""Optional: a row's inverse sampling probability, when rows were sampled as they were built."""
 DEFAULT_FREQ = "MS"
 _DAY = pd.Timedelta(days=1)
 

@@ -10,6 +10,14 @@ feature, threshold, children, leaf values) so that a model version can be stored
 
 where a row goes left at a split when :math:`x_j \\le \\theta` (and where a missing :math:`x_j`
 goes is recorded per split); :math:`P = 1/(1 + e^{-f})` for a binary classifier.
+
+:meth:`TreeEnsemble.contributions` splits :math:`f(x)` among the features by each row's path
+(Saabas' path attribution): every node's expected value :math:`E_n` is the mean leaf value below
+it, weighted by the training rows that reached each leaf, and a split on feature :math:`j` that
+sends the row from node :math:`n` to child :math:`c` adds :math:`E_c - E_n` to feature
+:math:`j`. Per row, the contributions add up exactly to
+:math:`f(x) - (b + \\sum_k E_{\\mathrm{root}_k})`, the row's departure from the average training
+row, in log-odds.
 """
 
 from __future__ import annotations
@@ -37,6 +45,9 @@ class TreeEnsemble:
     is_leaf: NDArray[np.bool_]
     value: NDArray[np.float64]
     n_features: int
+    count: NDArray[np.float64] | None = None
+    """Training rows that reached each node; None for params stored without them (then
+    :meth:`contributions` cannot be computed)."""
 
     @classmethod
     def from_sklearn(cls, model: Any) -> TreeEnsemble:
@@ -71,26 +82,82 @@ class TreeEnsemble:
             is_leaf=nodes["is_leaf"].astype(bool),
             value=nodes["value"].astype(np.float64),
             n_features=int(model.n_features_in_),
+            count=nodes["count"].astype(np.float64),
         )
 
-    def decision_function(self, X: NDArray[np.float64]) -> NDArray[np.float64]:
-        """Raw scores :math:`f(x)`, one per row of ``X`` (rows x ``n_features``)."""
+    def _checked(self, X: NDArray[np.float64]) -> NDArray[np.float64]:
         x = np.asarray(X, dtype=np.float64)
         if x.ndim != 2 or x.shape[1] != self.n_features:
             raise ValueError(f"X must have {self.n_features} columns, got shape {x.shape}")
+        return x
+
+    def _step(
+        self, x: NDArray[np.float64], rows: NDArray[np.int64], at: NDArray[np.int64]
+    ) -> NDArray[np.int64]:
+        """The children the rows ``rows`` of ``x`` go to from the split nodes ``at``."""
+        v = x[rows, self.feature[at]]
+        go_left = np.where(np.isnan(v), self.missing_left[at], v <= self.threshold[at])
+        return np.where(go_left, self.left[at], self.right[at])
+
+    def decision_function(self, X: NDArray[np.float64]) -> NDArray[np.float64]:
+        """Raw scores :math:`f(x)`, one per row of ``X`` (rows x ``n_features``)."""
+        x = self._checked(X)
         rows = np.arange(len(x))
         total = np.full(len(x), self.baseline)
         for root in self.roots:
             node = np.full(len(x), root, dtype=np.int64)
             active = ~self.is_leaf[node]
             while active.any():
-                at = node[active]
-                v = x[rows[active], self.feature[at]]
-                go_left = np.where(np.isnan(v), self.missing_left[at], v <= self.threshold[at])
-                node[active] = np.where(go_left, self.left[at], self.right[at])
+                node[active] = self._step(x, rows[active], node[active])
                 active = ~self.is_leaf[node]
             total += self.value[node]
         return total
+
+    def _expected_values(self) -> NDArray[np.float64]:
+        """:math:`E_n` per node: the count-weighted mean of the leaf values below it."""
+        if self.count is None:
+            raise ValueError(
+                "these trees were stored without node counts, so their contributions cannot "
+                "be computed: refit the model"
+            )
+        expected = np.where(self.is_leaf, self.value, 0.0)
+        # Children always come after their parent in a tree's node array, so one backward
+        # pass fills every internal node from its finished children.
+        for n in np.flatnonzero(~self.is_leaf)[::-1]:
+            left, right = self.left[n], self.right[n]
+            weight = self.count[left] + self.count[right]
+            if weight > 0:
+                expected[n] = (
+                    self.count[left] * expected[left] + self.count[right] * expected[right]
+                ) / weight
+            else:
+                expected[n] = 0.5 * (expected[left] + expected[right])
+        return expected
+
+    def contributions(self, X: NDArray[np.float64]) -> tuple[float, NDArray[np.float64]]:
+        """Path contributions: ``(bias, per-feature contributions)`` with
+        ``bias + contributions.sum(axis=1) == decision_function(X)`` (see the module docstring).
+
+        Raises
+        ------
+        ValueError
+            If ``X`` has the wrong shape or the trees carry no node counts.
+        """
+        x = self._checked(X)
+        expected = self._expected_values()
+        rows = np.arange(len(x))
+        out = np.zeros_like(x)
+        for root in self.roots:
+            node = np.full(len(x), root, dtype=np.int64)
+            active = ~self.is_leaf[node]
+            while active.any():
+                at = node[active]
+                child = self._step(x, rows[active], at)
+                np.add.at(out, (rows[active], self.feature[at]), expected[child] - expected[at])
+                node[active] = child
+                active = ~self.is_leaf[node]
+        bias = self.baseline + float(expected[self.roots].sum())
+        return bias, out
 
     def predict_proba(self, X: NDArray[np.float64]) -> NDArray[np.float64]:
         """:math:`P(y = 1 \\mid x)` per row."""
@@ -110,6 +177,7 @@ class TreeEnsemble:
             "missing_left": self.missing_left.astype(int).tolist(),
             "is_leaf": self.is_leaf.astype(int).tolist(),
             "value": self.value.tolist(),
+            "count": None if self.count is None else self.count.tolist(),
         }
 
     @classmethod
@@ -127,4 +195,5 @@ class TreeEnsemble:
             is_leaf=np.asarray(params["is_leaf"], dtype=bool),
             value=np.asarray(params["value"], dtype=np.float64),
             n_features=int(params["n_features"]),
+            count=None if params.get("count") is None else np.asarray(params["count"], np.float64),
         )

@@ -123,3 +123,29 @@ def test_tree_ensemble_scores_like_sklearn_with_missing_values() -> None:
     np.testing.assert_array_equal(again.decision_function(x), trees.decision_function(x))
     with pytest.raises(ValueError, match="columns"):
         trees.decision_function(x[:, :3])
+
+
+def test_path_contributions_add_up_and_name_the_planted_feature() -> None:
+    rng = np.random.default_rng(SEED)
+    x = rng.normal(size=(4000, 3))
+    # Feature 0 drives the label, feature 1 barely, feature 2 never: its splits are noise.
+    label = 2.0 * x[:, 0] + 0.2 * x[:, 1] + rng.normal(size=4000) > 2.0
+    x[rng.random(x.shape) < 0.05] = np.nan
+    model = HistGradientBoostingClassifier(max_iter=40, max_leaf_nodes=7, random_state=0)
+    model.fit(x, label)
+    trees = TreeEnsemble.from_params(
+        json.loads(json.dumps(TreeEnsemble.from_sklearn(model).to_params()))
+    )
+    bias, contributions = trees.contributions(x)
+    np.testing.assert_allclose(
+        bias + contributions.sum(axis=1), trees.decision_function(x), atol=1e-9
+    )
+    strength = np.nanmean(np.abs(contributions), axis=0)
+    assert strength[0] > 5 * strength[1] > 0
+    assert strength[0] > 5 * strength[2]
+    # The riskiest rows owe it to feature 0, pushing upwards.
+    top = np.argsort(-trees.decision_function(x))[:50]
+    assert (contributions[top, 0] > 0).all()
+    stale = {**trees.to_params(), "count": None}
+    with pytest.raises(ValueError, match="node counts"):
+        TreeEnsemble.from_params(stale).contributions(x)
