@@ -5,9 +5,17 @@ A :class:`RiskBundle` holds
 * a fleet Weibull and one Weibull per group (SKU or batch) with at least ``min_group_events``
   failures, for hazard and MTBF per group;
 * when the training data has at least ``min_aft_events`` failures among rows with telemetry, a
-  Weibull AFT on age plus covariates (:mod:`fleetwatch.models.aft`).
+  Weibull AFT on age plus covariates (:mod:`fleetwatch.models.aft`);
+* when it is given landmark rows with enough failures within each horizon, a landmark model
+  (:mod:`fleetwatch.models.served_landmark`): gradient-boosted trees on age and telemetry that
+  learn P(failure within :math:`H`) from the fleet as it stood at each past midnight.
 
-Risk over a horizon :math:`H` for a unit of age :math:`a` is
+The bundle's **scorer** says which part scores the units: ``"landmark"``, ``"aft"`` or
+``"weibull"`` (each unit by its group's Weibull, else the fleet's). By default the most
+specific part fitted; the refit's held-out evaluation picks the one that scored better there
+(:mod:`fleetwatch.server.upkeep.promotion`) and :meth:`RiskBundle.with_scorer` records it.
+
+Under the Weibull and AFT parts, risk over a horizon :math:`H` for a unit of age :math:`a` is
 
 .. math::
 
@@ -15,8 +23,9 @@ Risk over a horizon :math:`H` for a unit of age :math:`a` is
         = 1 - \\exp\\!\\left((a/\\lambda)^{\\rho} - ((a + H)/\\lambda)^{\\rho}\\right),
     \\qquad \\log \\lambda(x) = \\beta_0 + \\beta^\\top x \\ \\text{(AFT)}
 
-A unit is scored by the AFT when the bundle has one, else by its group's Weibull, else by the
-fleet's. The AFT's covariate design, fixed at fitting and applied unchanged when scoring:
+Under the ``"aft"`` scorer every unit is scored by the AFT; under ``"weibull"`` by its group's
+Weibull, else the fleet's. The AFT's covariate design, fixed at fitting and applied unchanged
+when scoring:
 
 1. a covariate the unit did not report is imputed with its training median (raw scale);
 2. heavy-tailed counts and rates (:data:`LOG1P_COVARIATES`: every telemetry feature but
@@ -25,9 +34,13 @@ fleet's. The AFT's covariate design, fixed at fitting and applied unchanged when
 3. every covariate is clipped to its training range, so a reading far outside it cannot make
    :math:`\\exp(\\beta^\\top x)` overflow.
 
-Covariates never reported or constant in training are dropped. A factor reports the unit's raw
-reading and a hazard ratio against the training mean :math:`\\bar x_j` on the model's scale,
-:math:`\\exp(-\\rho\\,\\beta_j (x_j - \\bar x_j))`; above 1 it raises the unit's risk.
+Covariates never reported or constant in training are dropped. An AFT factor reports the unit's
+raw reading and a hazard ratio against the training mean :math:`\\bar x_j` on the model's scale,
+:math:`\\exp(-\\rho\\,\\beta_j (x_j - \\bar x_j))`; above 1 it raises the unit's risk. A
+landmark factor reports the reading and its path contribution to the log-odds of failure within
+the horizon (:meth:`~fleetwatch.models.landmark_scoring.LandmarkScorer.contributions`); above 0
+it raises the risk. A landmark model takes a missing reading as missing (its trees learnt where
+to send one), not as a median.
 
 :meth:`RiskBundle.to_params` is plain JSON and :meth:`RiskBundle.from_params` scores with numpy
 alone, so the server stores a version in one row and never needs lifelines to serve it.
@@ -36,8 +49,9 @@ alone, so the server stores a version in one row and never needs lifelines to se
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, cast
 
 import numpy as np
 import pandas as pd
@@ -46,6 +60,7 @@ from numpy.typing import NDArray
 from fleetwatch.gc_paused import gc_paused
 from fleetwatch.models.base import DURATION_COL, EVENT_COL, ModelFitError
 from fleetwatch.models.bundle_params import AftParams, WeibullParams, conditional_risk
+from fleetwatch.models.landmark_scoring import LandmarkScorer
 from fleetwatch.models.telemetry_features import FEATURE_NAMES
 
 __all__ = [
@@ -57,6 +72,8 @@ __all__ = [
     "Factor",
     "RiskBundle",
     "RiskScores",
+    "SCORERS",
+    "Scorer",
 ]
 
 DURATION_DAYS = "duration_days"
@@ -64,8 +81,12 @@ EVENT = "event"
 GROUP = "group"
 AGE = "age_days"
 FLEET = "fleet"
-PARAMS_FORMAT = 2
-_READABLE_FORMATS = (1, 2)  # 1: before the covariate design (no log1p, no clipping)
+PARAMS_FORMAT = 3
+# 1: before the covariate design (no log1p, no clipping); 2: before the landmark part
+_READABLE_FORMATS = (1, 2, 3)
+Scorer = Literal["landmark", "aft", "weibull"]
+SCORERS: tuple[Scorer, ...] = ("landmark", "aft", "weibull")
+"""Most specific first: a bundle scores by the first part it has unless told otherwise."""
 MAX_FACTORS = 3
 HOLDOUT_FRACTION = 0.2
 MIN_HOLDOUT_EVENTS = 10
@@ -79,14 +100,32 @@ into the thousands (SBE rates) and would make the AFT scale overflow."""
 
 @dataclass(frozen=True)
 class Factor:
-    """One driver of a unit's AFT risk."""
+    """One driver of a unit's model risk: a hazard ratio (AFT) or a contribution (landmark)."""
 
     name: str
     value: float | None
-    """The unit's raw reading; None when it did not report one (the training median was used)."""
-    hazard_ratio: float
-    """> 1 raises this unit's risk compared with the training average, < 1 lowers it (compared
-    on the model's scale: after log1p and clipping)."""
+    """The unit's raw reading; None when it did not report one (the AFT then used the training
+    median; a landmark model takes it as missing)."""
+    hazard_ratio: float | None
+    """AFT: > 1 raises this unit's risk compared with the training average, < 1 lowers it
+    (compared on the model's scale: after log1p and clipping). None for a landmark model."""
+    contribution: float | None = None
+    """Landmark model: this covariate's path contribution to the log-odds of failure within the
+    horizon; > 0 raises the risk. None for the AFT."""
+
+    @property
+    def strength(self) -> float:
+        """How strongly it moves the risk, comparable among one unit's factors."""
+        if self.contribution is not None:
+            return abs(self.contribution)
+        return abs(math.log(self.hazard_ratio)) if self.hazard_ratio else 0.0
+
+    @property
+    def effect(self) -> str:
+        """``×1.23`` (hazard ratio) or ``+0.42`` (log-odds), for pages and messages."""
+        if self.contribution is not None:
+            return f"{self.contribution:+.2f} log-odds"
+        return f"×{self.hazard_ratio:.2f}"
 
 
 @dataclass(frozen=True)
@@ -94,7 +133,7 @@ class RiskScores:
     probability: NDArray[np.float64]
     """P(failure within the horizon | survived to the current age), per unit, in [0, 1]."""
     model: list[str]
-    """Per unit: ``"aft"``, ``"weibull:<group>"`` or ``"weibull:fleet"``."""
+    """Per unit: ``"landmark"``, ``"aft"``, ``"weibull:<group>"`` or ``"weibull:fleet"``."""
     factors: list[list[Factor]]
     """Per unit, up to three strongest drivers, strongest first (empty for Weibull units)."""
 
@@ -171,15 +210,46 @@ class RiskBundle:
         groups: dict[str, WeibullParams],
         aft: AftParams | None,
         metrics: dict[str, Any] | None = None,
+        *,
+        landmark: LandmarkScorer | None = None,
+        scorer: Scorer | None = None,
     ) -> None:
         self._fleet = fleet
         self._groups = groups
         self._aft = aft
+        self._landmark = landmark
         self.metrics: dict[str, Any] = metrics or {}
+        available = self.scorers
+        if scorer is not None and scorer not in available:
+            raise ModelFitError(
+                f"scorer {scorer!r} needs a part this bundle lacks; has {available}"
+            )
+        self.scorer: Scorer = scorer or available[0]
 
     @property
     def has_aft(self) -> bool:
         return self._aft is not None
+
+    @property
+    def has_landmark(self) -> bool:
+        return self._landmark is not None
+
+    @property
+    def scorers(self) -> list[Scorer]:
+        """The scorers this bundle can use, most specific first (``"weibull"`` always)."""
+        parts = {"landmark": self.has_landmark, "aft": self.has_aft, "weibull": True}
+        return [s for s in SCORERS if parts[s]]
+
+    def with_scorer(self, scorer: Scorer) -> RiskBundle:
+        """This bundle (the same fitted parts) scoring by ``scorer``."""
+        return RiskBundle(
+            self._fleet,
+            self._groups,
+            self._aft,
+            self.metrics,
+            landmark=self._landmark,
+            scorer=scorer,
+        )
 
     @property
     def weibulls(self) -> dict[str, WeibullParams]:
@@ -194,6 +264,8 @@ class RiskBundle:
         min_group_events: int = 10,
         min_aft_events: int = 20,
         penalizer: float = 0.01,
+        landmarks: tuple[pd.DataFrame, pd.DataFrame] | None = None,
+        landmark_horizons: Sequence[float] = (1.0, 7.0),
     ) -> RiskBundle:
         """Fit every part of the bundle on ``frame``.
 
@@ -208,6 +280,11 @@ class RiskBundle:
             Failures among rows with any covariate reported that the AFT needs.
         penalizer : float
             The AFT's L2 penalty.
+        landmarks : (X, y), optional
+            Landmark rows (:func:`~fleetwatch.models.telemetry_landmarks.telemetry_landmark_rows`)
+            for a landmark part; without them, or with too few failures, the bundle has none.
+        landmark_horizons : sequence of float
+            The landmark part's horizons in days, one classifier each.
 
         Raises
         ------
@@ -230,14 +307,20 @@ class RiskBundle:
                     part, f"Weibull for group {key!r}"
                 )
         aft, aft_metrics = _fit_aft(frame, covariates, min_aft_events, penalizer)
+        landmark, landmark_metrics = None, None
+        if landmarks is not None:
+            from fleetwatch.models.served_landmark import fit_served_landmark
+
+            landmark, landmark_metrics = fit_served_landmark(*landmarks, landmark_horizons)
         metrics = {
             "n": len(frame),
             "events": int(frame[EVENT].sum()),
             "fleet": fleet_metrics,
             "groups": group_metrics,
             "aft": aft_metrics,
+            "landmark": landmark_metrics,
         }
-        return cls(fleet, groups, aft, metrics)
+        return cls(fleet, groups, aft, metrics, landmark=landmark)
 
     def to_params(self) -> dict[str, Any]:
         """Everything :meth:`score` needs, as JSON-safe values."""
@@ -246,6 +329,8 @@ class RiskBundle:
             "fleet": self._fleet.to_params(),
             "groups": {k: w.to_params() for k, w in self._groups.items()},
             "aft": None if self._aft is None else self._aft.to_params(),
+            "landmark": None if self._landmark is None else self._landmark.to_params(),
+            "scorer": self.scorer,
         }
 
     @classmethod
@@ -257,10 +342,13 @@ class RiskBundle:
                 f"{', '.join(map(str, _READABLE_FORMATS))}: refit the model"
             )
         aft = params.get("aft")
+        landmark = params.get("landmark")
         return cls(
             WeibullParams.from_params(params["fleet"]),
             {str(k): WeibullParams.from_params(v) for k, v in params["groups"].items()},
             None if aft is None else AftParams.from_params(aft),
+            landmark=None if landmark is None else LandmarkScorer.from_params(landmark),
+            scorer=cast("Scorer | None", params.get("scorer")),
         )
 
     def score(self, units: pd.DataFrame, horizon_days: float) -> RiskScores:
@@ -269,7 +357,9 @@ class RiskBundle:
         ``units`` has ``age_days`` (>= 0), optional ``group`` and any covariates (NaN allowed).
         """
         ages = _checked_ages(units, horizon_days)
-        if self._aft is not None:
+        if self.scorer == "landmark" and self._landmark is not None:
+            return self._score_landmark(self._landmark, units, horizon_days)
+        if self.scorer == "aft" and self._aft is not None:
             return self._score_aft(self._aft, units, ages, horizon_days)
         return self._score_weibull(units, ages, horizon_days)
 
@@ -278,7 +368,9 @@ class RiskBundle:
         the models and factors do not depend on the horizon, and building the factors is most
         of a score's cost."""
         ages = _checked_ages(units, horizon_days)
-        if self._aft is not None:
+        if self.scorer == "landmark" and self._landmark is not None:
+            return self._landmark.risk(_landmark_input(self._landmark, units), horizon_days)
+        if self.scorer == "aft" and self._aft is not None:
             x = self._aft.design(_raw_covariates(units, self._aft.features))
             mu = self._aft.intercept + x @ self._aft.coef
             return conditional_risk(ages, horizon_days, mu, self._aft.rho)
@@ -318,6 +410,29 @@ class RiskBundle:
                 mask = keys == key
                 lam[mask], rho[mask], labels[mask] = fit.lam, fit.rho, f"weibull:{key}"
         return lam, rho, labels
+
+    @staticmethod
+    def _score_landmark(
+        landmark: LandmarkScorer, units: pd.DataFrame, horizon: float
+    ) -> RiskScores:
+        x = _landmark_input(landmark, units)
+        probability = landmark.risk(x, horizon)
+        _, contributions = landmark.contributions(x, horizon)
+        c = contributions.to_numpy(dtype=np.float64)
+        n, p = c.shape
+        k = min(MAX_FACTORS, p)
+        top = np.argsort(-np.abs(c), axis=1, kind="stable")[:, :k]
+        rows = np.arange(n)[:, None]
+        raw = x.to_numpy(dtype=np.float64)[rows, top]
+        chosen = raw.astype(object)
+        chosen[~np.isfinite(raw)] = None
+        values = chosen.ravel().tolist()
+        names = np.asarray(landmark.feature_names, dtype=object)[top].ravel().tolist()
+        shares = c[rows, top].ravel().tolist()
+        with gc_paused():
+            flat = [Factor(m, v, None, w) for m, v, w in zip(names, values, shares, strict=True)]
+            factors = [flat[i : i + k] for i in range(0, n * k, k)] if k else [[]] * n
+        return RiskScores(probability, ["landmark"] * n, factors)
 
     @staticmethod
     def _score_aft(
@@ -362,6 +477,12 @@ def _checked_ages(units: pd.DataFrame, horizon_days: float) -> NDArray[np.float6
             f"(first at position {int(np.flatnonzero(bad)[0])})"
         )
     return ages
+
+
+def _landmark_input(landmark: LandmarkScorer, units: pd.DataFrame) -> pd.DataFrame:
+    """The landmark model's covariates of ``units``, NaN where absent (``age_days`` always)."""
+    x = _raw_covariates(units, landmark.feature_names)
+    return pd.DataFrame(x, index=units.index, columns=list(landmark.feature_names))
 
 
 def _raw_covariates(units: pd.DataFrame, features: tuple[str, ...]) -> NDArray[np.float64]:

@@ -1,0 +1,66 @@
+"""The landmark model the server fits on its own fleet, next to the Weibull fits and the AFT.
+
+Trained on :mod:`fleetwatch.models.telemetry_landmarks` rows (every GPU at each past midnight,
+its age and telemetry then, whether it failed within the horizon), it learns directly what the
+server asks at scoring time: P(failure within :math:`H` | in service now, age and telemetry now).
+The AFT instead learns from each lifetime's last window before its end, a window that for a
+failure lies just before it, and scores the window before now: the two see different things.
+
+One classifier per horizon of :data:`~fleetwatch.models.landmark_risk.LandmarkRisk`; a horizon
+needs :data:`~fleetwatch.models.landmark_risk.MIN_FAILURES` failures within it among the rows,
+else there is no landmark part and the bundle scores by the AFT or the Weibull fits. The
+hyper-parameters below were chosen on one simulated fleet (seed 0) and checked on another
+(seed 1): BENCHMARKS.md, "The served landmark model".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import pandas as pd
+
+from fleetwatch.models.base import ModelFitError
+from fleetwatch.models.landmark_scoring import LandmarkScorer
+from fleetwatch.models.landmarks import LANDMARK_COL
+
+__all__ = ["SERVED_HYPERPARAMETERS", "fit_served_landmark"]
+
+SERVED_HYPERPARAMETERS: dict[str, Any] = {
+    "max_leaf_nodes": 7,
+    "min_samples_leaf": 50,
+    "learning_rate": 0.05,
+    "max_iter": 100,
+    "l2_regularization": 1.0,
+}
+
+
+def fit_served_landmark(
+    X: pd.DataFrame, y: pd.DataFrame, horizons_days: Sequence[float]
+) -> tuple[LandmarkScorer | None, dict[str, Any]]:
+    """The fitted scorer and its metrics; None and the reason when it cannot be fitted.
+
+    Rows are taken as given (already sampled, ``y["weight"]`` their inverse sampling
+    probability), so the classifier keeps every row it is handed.
+    """
+    from fleetwatch.models.landmark_risk import LandmarkRisk  # scikit-learn: only when fitting
+
+    failures = {
+        f"{h:g}": int((y["event"].astype(bool) & (y["duration"] <= h)).sum()) for h in horizons_days
+    }
+    metrics: dict[str, Any] = {
+        "n": len(X),
+        "landmarks": int(y[LANDMARK_COL].nunique()) if len(y) else 0,
+        "failures_within": failures,
+        "covariates": [str(c) for c in X.columns],
+    }
+    if len(X) == 0:
+        return None, {**metrics, "error": "no GPU was in service at any landmark"}
+    model = LandmarkRisk(
+        groups=(), horizons=tuple(horizons_days), negative_fraction=1.0, **SERVED_HYPERPARAMETERS
+    )
+    try:
+        model.fit(X, y)
+    except ModelFitError as exc:
+        return None, {**metrics, "error": str(exc)}
+    return model.scorer(), metrics
