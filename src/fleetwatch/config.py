@@ -375,6 +375,23 @@ class ServerSettings(BaseSettings):
         description="Telemetry window before each lifetime's end, in days",
         json_schema_extra=FLEET_POLICY,
     )
+    model_landmark_span_days: float = Field(
+        default=90.0,
+        gt=0,
+        le=3650,
+        description="The landmark model learns from the fleet as it stood at each midnight of "
+        "this many past days (every GPU's age and telemetry then, and whether it failed within "
+        "each risk horizon after)",
+        json_schema_extra=FLEET_POLICY,
+    )
+    model_landmark_max_rows: int = Field(
+        default=20_000,
+        ge=100,
+        le=2_000_000,
+        description="Most GPU-days the landmark model reads telemetry for at a refit: every one "
+        "followed by a failure within the longest horizon, a weighted sample of the rest",
+        json_schema_extra=ADVANCED,
+    )
     model_holdout_days: float = Field(
         default=30.0,
         gt=0,

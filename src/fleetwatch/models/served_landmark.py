@@ -20,7 +20,7 @@ from typing import Any
 
 import pandas as pd
 
-from fleetwatch.models.base import ModelFitError
+from fleetwatch.models.base import AGE_COL, ModelFitError
 from fleetwatch.models.landmark_scoring import LandmarkScorer
 from fleetwatch.models.landmarks import LANDMARK_COL
 
@@ -56,11 +56,17 @@ def fit_served_landmark(
     }
     if len(X) == 0:
         return None, {**metrics, "error": "no GPU was in service at any landmark"}
+    # A covariate no GPU reported tells the trees nothing (and cannot be binned).
+    unreported = [str(c) for c in X.columns if c != AGE_COL and X[c].isna().all()]
+    metrics["covariates"] = [c for c in metrics["covariates"] if c not in unreported]
+    metrics["unreported"] = unreported
     model = LandmarkRisk(
         groups=(), horizons=tuple(horizons_days), negative_fraction=1.0, **SERVED_HYPERPARAMETERS
     )
     try:
-        model.fit(X, y)
-    except ModelFitError as exc:
-        return None, {**metrics, "error": str(exc)}
+        model.fit(X.drop(columns=unreported), y)
+    except (ModelFitError, ValueError) as exc:
+        # The refit still stores the Weibull fits and the AFT; the metrics say why this part
+        # is missing.
+        return None, {**metrics, "error": f"{type(exc).__name__}: {exc}"}
     return model.scorer(), metrics

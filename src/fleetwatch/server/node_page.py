@@ -62,7 +62,7 @@ class GpuRow:
     probability: float | None
     basis: str
     verdicts: list[dict[str, Any]]
-    factors: list[tuple[str, float | None, float]]
+    factors: list[tuple[str, float | None, str]]
     """The model's strongest drivers of this GPU's risk: (name, its reading, ratio), a ratio
     above 1 raising the risk; empty where the model did not score it."""
     noticed: bool
@@ -183,7 +183,7 @@ def _gpu_row(gpu: dict[str, Any], risk: Any, notice_threshold: float) -> GpuRow:
         probability=risk.probability if risk is not None else None,
         basis=risk.basis if risk is not None else "none",
         verdicts=verdicts,
-        factors=[(f.name, f.value, f.hazard_ratio) for f in risk.factors] if risk else [],
+        factors=[(f.name, f.value, f.effect) for f in risk.factors] if risk else [],
         noticed=risk is not None
         and risk.model_probability is not None
         and risk.model_probability >= notice_threshold,

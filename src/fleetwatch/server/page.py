@@ -443,8 +443,8 @@ def _reason(risk: GpuRisk) -> str:
             parts.append(f"{v.rule} ({v.severity}, {v.action}){xids}{note}")
         return "; ".join(parts)
     if risk.basis == "model":
-        top = sorted(risk.factors, key=lambda f: -abs(f.hazard_ratio - 1.0))[:3]
-        drivers = ", ".join(f"{f.name} ×{f.hazard_ratio:.2f}" for f in top)
+        top = sorted(risk.factors, key=lambda f: -f.strength)[:3]
+        drivers = ", ".join(f"{f.name} {f.effect}" for f in top)
         return f"model {risk.model or ''}: {drivers}".strip(": ") if drivers else "model"
     return "; ".join(f"{v.rule} ({v.severity}, {v.action})" for v in risk.gpu.verdicts)
 

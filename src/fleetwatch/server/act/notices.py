@@ -237,7 +237,12 @@ def _risk_notices(
                 "riskiest_gpu": riskiest.gpu.uuid,
                 "riskiest_probability": riskiest.probability,
                 "factors": [
-                    {"name": f.name, "value": f.value, "hazard_ratio": f.hazard_ratio}
+                    {
+                        "name": f.name,
+                        "value": f.value,
+                        "hazard_ratio": f.hazard_ratio,
+                        "contribution": f.contribution,
+                    }
                     for f in riskiest.factors[:3]
                 ],
             },

@@ -371,7 +371,12 @@ def risk_candidates(
                     "probability": r.model_probability,
                     "model": r.model,
                     "factors": [
-                        {"name": f.name, "value": f.value, "hazard_ratio": f.hazard_ratio}
+                        {
+                            "name": f.name,
+                            "value": f.value,
+                            "hazard_ratio": f.hazard_ratio,
+                            "contribution": f.contribution,
+                        }
                         for f in r.factors
                     ],
                 }

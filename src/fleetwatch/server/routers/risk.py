@@ -61,7 +61,9 @@ def gpu_risk_public(risk: GpuRisk, model_version: int | None) -> GpuRiskPublic:
         model_version=model_version if risk.model_probability is not None else None,
         model=risk.model,
         factors=[
-            FactorPublic(name=f.name, value=f.value, hazard_ratio=f.hazard_ratio)
+            FactorPublic(
+                name=f.name, value=f.value, hazard_ratio=f.hazard_ratio, contribution=f.contribution
+            )
             for f in risk.factors
         ],
         covariates=gpu.features,

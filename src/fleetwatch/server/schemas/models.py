@@ -51,6 +51,17 @@ class ModelEvaluationPublic(BaseModel):
     )
     promoted: bool
     reason: str = Field(description="Why the refit was promoted, rejected, or not compared")
+    scorer: Literal["landmark", "aft", "weibull"] | None = Field(
+        default=None,
+        description="The part the refit scores by: landmark (gradient-boosted trees on age and "
+        "telemetry), aft or weibull; null for versions stored before the choice existed or "
+        "not fitted",
+    )
+    scorer_reason: str | None = Field(default=None, description="Why that part")
+    scorers: dict[str, ChallengerScorePublic] = Field(
+        default_factory=dict,
+        description="Each part of the refit (fitted at the window start) scored on the window",
+    )
 
 
 class ModelVersionPublic(BaseModel):
@@ -63,7 +74,8 @@ class ModelVersionPublic(BaseModel):
     )
     serving: bool = Field(description="The version in service (the newest ok one)")
     metrics: dict[str, Any] | None = Field(
-        description="Training size, per-group Weibull shape, scale and MTBF, AFT concordance"
+        description="Training size, per-group Weibull shape, scale and MTBF, AFT concordance, "
+        "the landmark model's rows and failures (or why it was not fitted)"
     )
     error: str | None = Field(description="Why the fit failed (status failed)")
     evaluation: ModelEvaluationPublic | None = Field(

@@ -39,8 +39,19 @@ class VerdictPublic(BaseModel):
 
 class FactorPublic(BaseModel):
     name: str
-    value: float | None = Field(description="null: not reported, the training median was used")
-    hazard_ratio: float = Field(description="> 1 raises the risk against the training average")
+    value: float | None = Field(
+        description="null: not reported (the AFT used the training median; a landmark model "
+        "takes it as missing)"
+    )
+    hazard_ratio: float | None = Field(
+        description="AFT: > 1 raises the risk against the training average; null for the "
+        "landmark model"
+    )
+    contribution: float | None = Field(
+        default=None,
+        description="landmark model: this covariate's path contribution to the log-odds of "
+        "failure within the horizon; > 0 raises the risk; null for the AFT",
+    )
 
 
 class GpuRiskPublic(BaseModel):
@@ -57,7 +68,7 @@ class GpuRiskPublic(BaseModel):
     model_probability: float | None = Field(description="the model's own probability")
     basis: Literal["rule", "model", "none"]
     model_version: int | None
-    model: str | None = Field(description="aft, weibull:<group> or weibull:fleet")
+    model: str | None = Field(description="landmark, aft, weibull:<group> or weibull:fleet")
     factors: list[FactorPublic]
     covariates: dict[str, float] = Field(description="telemetry covariates over the window")
     verdicts: list[VerdictPublic]

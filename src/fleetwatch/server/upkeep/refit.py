@@ -1,7 +1,9 @@
 """Refitting the risk models in the background, one version per refit.
 
-A refit reads the training frame (:mod:`fleetwatch.server.upkeep.training_frame`), fits a
-:class:`~fleetwatch.models.registry.RiskBundle` and stores it as a new version in ``risk_models``.
+A refit reads the training frame (:mod:`fleetwatch.server.upkeep.training_frame`) and the
+landmark rows (:mod:`fleetwatch.server.upkeep.landmark_frame`), fits a
+:class:`~fleetwatch.models.registry.RiskBundle` and stores it as a new version in ``risk_models``,
+scoring by the part (landmark, AFT or Weibull) that did best on the held-out window.
 The version is promoted (``ok``: the newest ``ok`` version serves) only if it scores at least as
 well as the version in service on the most recent held-out window; otherwise it is stored as
 ``rejected`` and the version in service stays (:mod:`fleetwatch.server.upkeep.promotion`). A fit
@@ -21,15 +23,13 @@ import logging
 import threading
 from collections.abc import Callable
 from datetime import datetime, timedelta
-from functools import partial
 
-import pandas as pd
 from prometheus_client import Counter
-from sqlalchemy import select
+from sqlalchemy import Connection, select
 
 from fleetwatch.config import ServerSettings
 from fleetwatch.models.base import ModelFitError
-from fleetwatch.models.registry import EVENT, RiskBundle
+from fleetwatch.models.registry import RiskBundle
 from fleetwatch.models.wear_out import wear_out_onsets
 from fleetwatch.server.db.base import utcnow
 from fleetwatch.server.db.session import Database
@@ -37,10 +37,17 @@ from fleetwatch.server.db.tables import risk_models
 from fleetwatch.server.repo.events import record_fleet_event
 from fleetwatch.server.repo.models import StoredModel, Trigger, latest_ok_model, store_model
 from fleetwatch.server.runtime.locks import LockKey, session_lock
-from fleetwatch.server.upkeep.promotion import evaluate, not_fitted
+from fleetwatch.server.upkeep.landmark_frame import landmark_frame
+from fleetwatch.server.upkeep.promotion import Recipe, evaluate, not_fitted
 from fleetwatch.server.upkeep.training_frame import training_frame
 
-__all__ = ["STARTUP_DELAY_S", "Refitter", "bundle_recipe", "run_refit"]
+__all__ = [
+    "STARTUP_DELAY_S",
+    "Refitter",
+    "bundle_recipe",
+    "landmark_horizons_days",
+    "run_refit",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -48,14 +55,42 @@ STARTUP_DELAY_S = 10.0
 """The first scheduled refit waits this long after startup, so the server answers first."""
 
 
-def bundle_recipe(settings: ServerSettings) -> Callable[[pd.DataFrame], RiskBundle]:
-    """The refit's fit: used on today's frame and, for its evaluation, on the frame at the
-    held-out window's start, so that both are the same recipe."""
-    return partial(
-        RiskBundle.fit,
-        min_group_events=settings.model_min_events,
-        min_aft_events=settings.model_min_aft_events,
-    )
+def landmark_horizons_days(settings: ServerSettings) -> list[float]:
+    """The landmark model's horizons: every horizon the server scores (``/metrics``' and the
+    notices'), in days."""
+    hours = {*settings.risk_horizons_h, settings.notice_horizon_h}
+    return sorted(h / 24.0 for h in hours)
+
+
+def bundle_recipe(settings: ServerSettings) -> Recipe:
+    """The refit's fit on what was stored by a given moment: used at ``now`` and, for the
+    evaluation, at the held-out window's start, so that both are the same recipe."""
+    horizons = landmark_horizons_days(settings)
+
+    def fit(conn: Connection, at: datetime) -> RiskBundle:
+        frame = training_frame(
+            conn,
+            now=at,
+            window_days=settings.model_window_days,
+            location_pattern=settings.location_pattern,
+        )
+        landmarks = landmark_frame(
+            conn,
+            now=at,
+            span_days=settings.model_landmark_span_days,
+            window_days=settings.model_window_days,
+            horizons_days=horizons,
+            max_rows=settings.model_landmark_max_rows,
+        )
+        return RiskBundle.fit(
+            frame,
+            min_group_events=settings.model_min_events,
+            min_aft_events=settings.model_min_aft_events,
+            landmarks=landmarks,
+            landmark_horizons=horizons,
+        )
+
+    return fit
 
 
 def _readable(stored: StoredModel | None) -> RiskBundle | None:
@@ -94,19 +129,13 @@ def run_refit(
                 if newest is not None and now - newest < timedelta(seconds=min_interval_s):
                     logger.info("refit (%s) skipped: version trained at %s", trigger, newest)
                     return None
-        frame: pd.DataFrame | None = None
+        bundle: RiskBundle | None = None
         recipe = bundle_recipe(settings)
         champion = None
         try:
             with db.read() as conn:
                 champion = latest_ok_model(conn)
-                frame = training_frame(
-                    conn,
-                    now=now,
-                    window_days=settings.model_window_days,
-                    location_pattern=settings.location_pattern,
-                )
-            bundle = recipe(frame)
+                bundle = recipe(conn, now)
             with db.read() as conn:
                 evaluation = evaluate(
                     conn,
@@ -117,14 +146,18 @@ def run_refit(
                     min_failures=settings.model_holdout_min_failures,
                     window_days=settings.model_window_days,
                     location_pattern=settings.location_pattern,
+                    scorers=bundle.scorers,
                 )
+            bundle = bundle.with_scorer(evaluation.scorer)
             promoted = evaluation.promoted
             # Wear-out onsets are news only when the model that shows them serves; a rejected
             # refit's would be raised again by every refit until one is promoted.
             onsets = wear_out_onsets(_readable(champion), bundle) if promoted else []
         except Exception as exc:
             # Any failure of the refit is recorded, whatever raised it, then passed on.
-            sizes = None if frame is None else {"n": len(frame), "events": int(frame[EVENT].sum())}
+            sizes = None
+            if bundle is not None:
+                sizes = {"n": bundle.metrics["n"], "events": bundle.metrics["events"]}
             error = f"{type(exc).__name__}: {exc}"
             with db.write() as conn:
                 version = store_model(
@@ -170,15 +203,17 @@ def run_refit(
                 )
     logger.info(
         "refit (%s) stored version %d, %s (%s): %d lifetimes, %d failures, %d group fits, "
-        "AFT %s, %d wear-out onsets",
+        "AFT %s, landmark model %s, scoring by %s, %d wear-out onsets",
         trigger,
         version,
         "promoted" if promoted else "rejected",
         evaluation.decision.reason,
-        len(frame),
-        int(frame[EVENT].sum()),
+        bundle.metrics["n"],
+        bundle.metrics["events"],
         len(bundle.weibulls) - 1,
         "yes" if bundle.has_aft else "no",
+        "yes" if bundle.has_landmark else "no",
+        bundle.scorer,
         len(onsets),
     )
     return version

@@ -41,7 +41,7 @@ from fleetwatch.models.registry import DURATION_DAYS, EVENT, GROUP
 from fleetwatch.models.telemetry_features import FEATURE_NAMES, HourRollup, window_features
 from fleetwatch.server.db.tables import gpu_hourly, gpu_lifetimes
 
-__all__ = ["training_frame", "window_outcomes"]
+__all__ = ["hourly_by_gpu", "training_frame", "window_outcomes"]
 
 _DAY_S = 86400.0
 _HOUR = timedelta(hours=1)
@@ -64,7 +64,7 @@ def _location_covariates(
     return columns
 
 
-def _hourly_by_gpu(
+def hourly_by_gpu(
     conn: Connection, windows: dict[str, list[tuple[datetime, datetime]]], now: datetime
 ) -> dict[str, list[HourRollup]]:
     """Every rollup of the given GPUs inside the span of their windows and ended by ``now``,
@@ -134,7 +134,7 @@ def training_frame(
     for uuid, end in ends:
         if uuid is not None:
             windows[uuid].append((end - window, end))
-    hourly = _hourly_by_gpu(conn, windows, now)
+    hourly = hourly_by_gpu(conn, windows, now)
     features: list[dict[str, float]] = []
     for uuid, end in ends:
         rollups = hourly.get(uuid, []) if uuid is not None else []

@@ -83,8 +83,15 @@ def store_champion(db: Database, *, rho: float, trained_at: datetime) -> int:
 
 
 def _settings(settings: ServerSettings) -> ServerSettings:
+    # No landmark span with a week of follow-up: these refits are Weibull fits alone, so the
+    # rule is tested on one part (tests/unit/server/upkeep/test_landmark_refit.py tests the
+    # choice among parts).
     return settings.model_copy(
-        update={"model_holdout_days": 30.0, "model_holdout_min_failures": 10}
+        update={
+            "model_holdout_days": 30.0,
+            "model_holdout_min_failures": 10,
+            "model_landmark_span_days": 1.0,
+        }
     )
 
 
