@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 
+import numpy as np
 import pandas as pd
 from sqlalchemy import Connection, select
 
@@ -39,7 +40,7 @@ def _lifetimes(conn: Connection, now: datetime) -> pd.DataFrame:
     known = [r.removed_at is not None and r.removed_at <= now for r in rows]
     return pd.DataFrame(
         {
-            "gpu_uuid": pd.Series([r.gpu_uuid for r in rows], dtype=object),
+            "gpu_uuid": np.array([r.gpu_uuid for r in rows], dtype=object),
             "installed_at": pd.to_datetime([r.installed_at for r in rows], utc=True),
             "removed_at": pd.to_datetime(
                 [r.removed_at if k else None for r, k in zip(rows, known, strict=True)], utc=True
