@@ -129,7 +129,11 @@ def test_models_show_both_scores_and_risk_keeps_the_champion_after_a_rejected_re
     champion = store_champion(db, rho=0.5, trained_at=START - timedelta(days=1))
     insert_history(db)
     insert_in_service(db, failing="youngest")
-    holdout = settings.model_copy(update={"model_holdout_days": 30.0})
+    # No landmark span with a week of follow-up: the refit is Weibull fits alone (no telemetry
+    # for an AFT), the part the history's wear-out makes rank the window backwards.
+    holdout = settings.model_copy(
+        update={"model_holdout_days": 30.0, "model_landmark_span_days": 1.0}
+    )
     rejected = run_refit(db, holdout, trigger="manual", now=NOW)
     read = bearer(tokens["read"])
 
@@ -141,6 +145,9 @@ def test_models_show_both_scores_and_risk_keeps_the_champion_after_a_rejected_re
     evaluation = newest["evaluation"]
     assert evaluation["promoted"] is False
     assert evaluation["reason"] == "kept the champion: AUC 0.000 < 1.000"
+    assert evaluation["scorer"] == "weibull" and list(evaluation["scorers"]) == ["weibull"]
+    assert evaluation["scorers"]["weibull"] == evaluation["challenger"]
+    assert newest["metrics"]["landmark"]["error"] == "no GPU was in service at any landmark"
     assert evaluation["window_start"].startswith("2025-05-02T00:00:00")
     assert evaluation["challenger"]["auc"] == 0.0 and evaluation["challenger"]["failures"] == 12
     assert evaluation["champion"]["version"] == champion
