@@ -48,6 +48,7 @@ import pandas as pd
 
 from fleetwatch.models.backtest import Metrics, score_risks
 from fleetwatch.models.base import AGE_COL, DURATION_COL, EVENT_COL, ModelFitError
+from fleetwatch.models.landmarks import LANDMARK_COL
 from fleetwatch.models.registry import DURATION_DAYS, EVENT, GROUP, RiskBundle
 from fleetwatch.models.sim_scoring import (
     HORIZONS_DAYS,
@@ -62,6 +63,11 @@ from fleetwatch.models.telemetry_features import (
     HourRollup,
     rollup_hour,
     window_features,
+)
+from fleetwatch.models.telemetry_landmarks import (
+    daily_landmarks,
+    landmark_units,
+    telemetry_landmark_rows,
 )
 from fleetwatch.rules.health import BootSample, judge_health
 from fleetwatch.rules.thresholds import HealthThresholds
@@ -159,6 +165,9 @@ class SimBacktestResult:
     # ``age_days``, ``risk_1d``, ``risk_7d``, ``days_to_failure`` (inf: none), ``label`` (fails
     # within 7 days) and ``rule`` (a rule flags it): what models/sim_budget.py ranks.
     scores: pd.DataFrame = field(default_factory=pd.DataFrame)
+    # With ``landmark_span_days``: each part of the bundle ("landmark", "aft", "weibull") scored
+    # on the evaluation rows, per horizon in days (1 and 7); what decides the served part.
+    by_scorer: dict[str, dict[float, Metrics]] = field(default_factory=dict)
 
     @property
     def n_failures(self) -> int:
@@ -279,8 +288,13 @@ def _ruleflag_days(
     return flagged
 
 
-def _fit(train: pd.DataFrame, penalizer: float) -> RiskBundle:
-    """The product's :class:`RiskBundle` on the training GPUs (group = SKU)."""
+def _fit(
+    train: pd.DataFrame,
+    penalizer: float,
+    landmarks: tuple[pd.DataFrame, pd.DataFrame] | None = None,
+) -> RiskBundle:
+    """The product's :class:`RiskBundle` on the training GPUs (group = SKU), with its landmark
+    part when landmark rows are given."""
     covariates = [c for c in FEATURE_NAMES if c in train.columns]
     frame = pd.DataFrame(
         {
@@ -290,7 +304,12 @@ def _fit(train: pd.DataFrame, penalizer: float) -> RiskBundle:
         }
     ).join(train[covariates].astype(np.float64))
     try:
-        bundle = RiskBundle.fit(frame, penalizer=penalizer)
+        bundle = RiskBundle.fit(
+            frame,
+            penalizer=penalizer,
+            landmarks=landmarks,
+            landmark_horizons=HORIZONS_DAYS,
+        )
     except ModelFitError as exc:
         first = str(exc).splitlines()[0].rstrip(": ")
         raise ModelFitError(
@@ -314,6 +333,8 @@ def run_sim_backtest(
     window_days: float = 7.0,
     penalizer: float = 0.01,
     progress: Progress | None = None,
+    landmark_span_days: float | None = None,
+    landmark_max_rows: int = 20_000,
 ) -> SimBacktestResult:
     """Train before ``cutoff_day``, then flag GPUs daily by model, rules and both; see module doc.
 
@@ -331,6 +352,14 @@ def run_sim_backtest(
         Trailing covariate window, and the 7-day label and recall horizon.
     progress : callable, optional
         Called with 1 after each node is simulated.
+    landmark_span_days : float, optional
+        Also fit the bundle's landmark part, as a refit at the cutoff would: on every GPU at each
+        midnight of this many days before the cutoff that has 7 days of follow-up
+        (:mod:`fleetwatch.models.telemetry_landmarks`), and score every part of the bundle
+        (``by_scorer``). The bundle's default part (the landmark model when it could be fitted)
+        scores the rest of the backtest. Off by default.
+    landmark_max_rows : int
+        The landmark rows' sampling budget (the server's ``model_landmark_max_rows``).
 
     Raises
     ------
@@ -363,6 +392,8 @@ def run_sim_backtest(
         by_node[g.node].append(g)
 
     sku = {g.uuid: g.sku for g in gpus}
+    marks = _landmark_plan(gpus, cutoff, landmark_span_days, landmark_max_rows)
+    mark_features: list[dict[str, float]] = [{}] * len(marks)
     train_rows: list[dict[str, object]] = []
     eval_rows: list[dict[str, object]] = []
     rules: set[tuple[int, str]] = set()  # (day index, uuid)
@@ -373,7 +404,14 @@ def run_sim_backtest(
         for g in early:
             assert g.failure is not None
             hours |= set(_hours_between(start, g.failure - window, g.failure))
+        mine_marks = np.flatnonzero(marks["node"].to_numpy(dtype=object) == node)
+        if len(mine_marks):
+            first_mark = marks[LANDMARK_COL].iloc[mine_marks].min().to_pydatetime()
+            hours |= set(_hours_between(start, first_mark - window, cutoff))
         tel = _NodeTelemetry(fleet, node, hours, step, catalog)
+        for row in mine_marks:
+            at = marks[LANDMARK_COL].iloc[row].to_pydatetime()
+            mark_features[row] = tel.features(marks["gpu_uuid"].iloc[row], start, at, window)
         for g in mine:
             if not g.alive(start):
                 continue
@@ -406,19 +444,38 @@ def run_sim_backtest(
             progress(1)
 
     train = pd.DataFrame(train_rows)
-    bundle = _fit(train, penalizer)
+    landmarks = None
+    if landmark_span_days is not None:
+        features = iter(mark_features)
+        landmarks = telemetry_landmark_rows(
+            marks, lambda uuids, _at: [next(features) for _ in uuids]
+        )
+    bundle = _fit(train, penalizer, landmarks)
     design = bundle.aft_covariates(train)
     train = train.assign(**{c: design[c] for c in design.columns})
     ev = pd.DataFrame(eval_rows)
     units = ev.assign(**{GROUP: ev["uuid"].map(sku)})
     for h in HORIZONS_DAYS:
         ev[f"risk_{h:g}d"] = bundle.score(units, h).probability
+    by_scorer: dict[str, dict[float, Metrics]] = {}
     day_s = np.array([(d - start).total_seconds() for d in days])
     fail_s = {g.uuid: (g.failure - start).total_seconds() if g.failure else math.inf for g in gpus}
     days_to = (ev["uuid"].map(fail_s).to_numpy(dtype=np.float64) - day_s[ev["day"]]) / 86400.0
     ev["days_to_failure"] = days_to
     ev["label"] = days_to <= window_days
     ev["rule"] = [(i, u) in rules for i, u in zip(ev["day"], ev["uuid"], strict=True)]
+    if landmark_span_days is not None:
+        for kind in bundle.scorers:
+            part = bundle.with_scorer(kind)
+            by_scorer[kind] = {
+                h: score_risks(
+                    part.probability(units, h),
+                    days_to <= h,
+                    np.minimum(days_to, h),
+                    budget * n_eval,
+                )
+                for h in HORIZONS_DAYS
+            }
 
     flags = flag_days(ev, budget)
     failures = failure_table(gpus, cutoff, eval_end, days, flags, window)
@@ -454,7 +511,33 @@ def run_sim_backtest(
         scores=ev[
             ["day", "uuid", AGE_COL, "risk_1d", "risk_7d", "days_to_failure", "label", "rule"]
         ],
+        by_scorer=by_scorer,
     )
+
+
+def _landmark_plan(
+    gpus: Sequence[_Gpu], cutoff: datetime, span_days: float | None, max_rows: int
+) -> pd.DataFrame:
+    """The landmark rows a refit at ``cutoff`` would learn from (:func:`landmark_units`, with
+    each GPU's node), before their telemetry; empty without ``span_days``."""
+    if span_days is None:
+        return pd.DataFrame(columns=["node", "gpu_uuid", LANDMARK_COL])
+    known = [g.failure if g.failure is not None and g.failure <= cutoff else None for g in gpus]
+    lifetimes = pd.DataFrame(
+        {
+            "gpu_uuid": np.array([g.uuid for g in gpus], dtype=object),
+            "installed_at": pd.to_datetime([g.install for g in gpus], utc=True),
+            "removed_at": pd.to_datetime(known, utc=True),
+            "failed": [t is not None for t in known],
+        }
+    )
+    longest = max(HORIZONS_DAYS)
+    landmarks = daily_landmarks(cutoff, span_days=span_days, follow_up_days=longest)
+    units = landmark_units(
+        lifetimes, landmarks, cutoff, longest_horizon_days=longest, max_rows=max_rows
+    )
+    node_of = {g.uuid: g.node for g in gpus}
+    return units.assign(node=units["gpu_uuid"].map(node_of))
 
 
 def _medians(bundle: RiskBundle) -> dict[str, float]:

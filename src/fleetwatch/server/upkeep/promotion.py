@@ -41,7 +41,7 @@ from fleetwatch.models.registry import AGE, DURATION_DAYS, EVENT, SCORERS, RiskB
 from fleetwatch.server.repo.models import StoredModel
 from fleetwatch.server.upkeep.training_frame import training_frame, window_outcomes
 
-__all__ = ["ChampionScore", "Evaluation", "Recipe", "evaluate", "not_fitted"]
+__all__ = ["ChampionScore", "Evaluation", "Recipe", "choose_scorer", "evaluate", "not_fitted"]
 
 
 Recipe = Callable[[Connection, datetime], RiskBundle]
@@ -106,7 +106,7 @@ def _simplicity(scorer: Scorer) -> int:
     return SCORERS.index(scorer)
 
 
-def _choose_scorer(
+def choose_scorer(
     scores: dict[Scorer, HoldoutScore], default: Scorer, min_failures: int
 ) -> tuple[Scorer, str]:
     """The part to score by and why (see the module docstring)."""
@@ -170,7 +170,7 @@ def evaluate(
         except ModelFitError as exc:
             fit_error = str(exc)
     default = scorers[0] if scorers else "weibull"
-    scorer, scorer_reason = _choose_scorer(by_scorer, default, min_failures)
+    scorer, scorer_reason = choose_scorer(by_scorer, default, min_failures)
     challenger = by_scorer.get(scorer, unscored)
 
     scored: ChampionScore | None = None
