@@ -7,11 +7,12 @@ from __future__ import annotations
 import re
 from datetime import timedelta
 
+import pytest
 from fastapi.testclient import TestClient
 from tests.conftest import bearer
 from tests.factories import make_batch
 from tests.unit.server.conftest import Push
-from tests.unit.server.routers.test_risk_api import _store_model, _xid_batch
+from tests.unit.server.routers.test_risk_api import _store_landmark_model, _store_model, _xid_batch
 
 from fleetwatch.charts.fleet_map import FILL
 from fleetwatch.server.db.base import utcnow
@@ -80,10 +81,14 @@ def test_node_page_shows_gpus_verdicts_events_and_evictions(
     assert missing.status_code == 404 and "No node named nope" in missing.text
 
 
+@pytest.mark.parametrize("part", ["aft", "landmark"])
 def test_node_page_names_each_model_scored_gpus_drivers_and_marks_those_above_the_threshold(
-    client: TestClient, db: Database, tokens: dict[str, str], push: Push
+    client: TestClient, db: Database, tokens: dict[str, str], push: Push, part: str
 ) -> None:
-    _store_model(db)  # a high SBE rate shortens life; these GPUs never report one
+    if part == "aft":
+        _store_model(db)  # a high SBE rate shortens life; these GPUs never report one
+    else:
+        _store_landmark_model(db)  # the first 30 days are riskier; these GPUs are new
     assert push(make_batch("node-a", gpus=2, ticks=3)).status_code == 200
     client.app.state.assessor.run_once()  # type: ignore[attr-defined]
     risk = client.get("/v1/risk", params={"horizon": "24h"}, headers=bearer(tokens["read"]))
@@ -102,9 +107,18 @@ def test_node_page_names_each_model_scored_gpus_drivers_and_marks_those_above_th
             assert drivers, row
             api = gpus[uuid]
             assert api["factors"]
+            assert api["model"] == part
             for factor in api["factors"]:  # the page shows what /v1/risk says drives the risk
                 assert f"<code>{factor['name']}</code>" in drivers.group(2)
-                assert f"×{factor['hazard_ratio']:.2f}" in drivers.group(2)
+                if part == "aft":
+                    assert factor["contribution"] is None
+                    assert f"×{factor['hazard_ratio']:.2f}" in drivers.group(2)
+                else:
+                    assert factor["hazard_ratio"] is None
+                    assert f"{factor['contribution']:+.2f} log-odds" in drivers.group(2)
+            if part == "landmark":  # the GPU's youth is what drives it, upwards
+                top = api["factors"][0]
+                assert top["name"] == "age_days" and top["contribution"] > 0
             above = api["probability"] >= threshold
             assert (drivers.group(1) is not None) == above
             assert ("above the notice threshold" in drivers.group(2)) == above

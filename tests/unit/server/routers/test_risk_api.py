@@ -59,6 +59,27 @@ def _store_model(db: Database, *, n: int = 600, seed: int = 7) -> int:
         return store_model(conn, bundle, trigger="manual", trained_at=datetime.now(UTC))
 
 
+def _store_landmark_model(db: Database, *, n: int = 4000, seed: int = 7) -> int:
+    """A model whose landmark part learnt, from synthetic landmark rows, infant mortality: a GPU
+    in its first 30 days (as the test batches' GPUs, just seen, are) is likelier to fail soon;
+    temperature has no effect."""
+    rng = np.random.default_rng(seed)
+    temp = rng.uniform(30.0, 90.0, n)
+    age = rng.uniform(0.0, 400.0, n)
+    fails = rng.random(n) < np.where(age < 30.0, 0.2, 0.02)
+    days = np.where(fails, rng.uniform(0.1, 7.0, n), 7.0)
+    X = pd.DataFrame({"age_days": age, "temp_p95_c": temp})
+    y = pd.DataFrame({
+        "duration": days, "event": fails, "follow_up": 7.0,
+        "landmark": pd.Timestamp("2025-01-01", tz="UTC"), "weight": 1.0,
+    })  # fmt: skip
+    frame = pd.DataFrame({"duration_days": age + 1.0, "event": fails.astype(int)})
+    bundle = RiskBundle.fit(frame, landmarks=(X, y), landmark_horizons=(1.0, 7.0))
+    assert bundle.scorer == "landmark"
+    with db.write() as conn:
+        return store_model(conn, bundle, trigger="manual", trained_at=datetime.now(UTC))
+
+
 def test_a_fatal_xid_puts_its_gpu_first_with_probability_one(
     client: TestClient, push: Push, read: Read
 ) -> None:
