@@ -14,12 +14,19 @@ Covariates, per unit (columns of :func:`history_covariates`):
     Two-digit manufacturing year read from the serial number (Titan serials
     ``0323712007755``: characters 6-7, here ``12``); a vintage proxy known at insertion.
 ``lot_fail_rate``
-    Share of *other* units of the same lot (serial characters 1-8) that failed before
-    :math:`c`, shrunk towards the fleet-wide share with ``prior_units`` pseudo-units:
-    :math:`(f_{-i} + m\\,\\bar p)/(n_{-i} + m)`.
+    Share of units of the same lot (serial characters 1-8) *outside the unit's fold* that
+    failed before :math:`c`, shrunk towards the fleet-wide share with ``prior_units``
+    pseudo-units: :math:`(f_{-k(i)} + m\\,\\bar p)/(n_{-k(i)} + m)`.
 ``cabinet_fail_rate``, ``cage_fail_rate``, ``blade_fail_rate``
-    The same shrunken share over other units that ever sat in the unit's cabinet
-    (``c{col}-{row}``), cage (``...c{cage}``) or blade (``...s{slot}``) before :math:`c`.
+    The same shrunken share over the units outside the unit's fold that ever sat in the unit's
+    cabinet (``c{col}-{row}``), cage (``...c{cage}``) or blade (``...s{slot}``) before :math:`c`.
+
+Why folds: a model is trained on these rates and on each unit's own outcome. Leaving out only
+the unit itself (leave-one-out) gives a failed unit a lower rate than its healthy group mates,
+:math:`(F-1)/(N-1)` against :math:`F/(N-1)`, so the rate encodes the unit's own label and a model
+learns that a *lower* group rate means failure. Every unit is instead given a fold
+:math:`k(i)` (a hash of its serial, the same at every cutoff) and its group's rate is counted
+over the other folds only: the rate no longer depends on the unit's own outcome.
 ``loc_prior_failures``
     Failures of other units at the unit's own location (node) before the unit was first
     inserted there; for a unit in service at :math:`c` these are its predecessors' failures.
@@ -29,11 +36,15 @@ Covariates, per unit (columns of :func:`history_covariates`):
 
 from __future__ import annotations
 
+import zlib
+
 import numpy as np
 import pandas as pd
+from numpy.typing import NDArray
 
 __all__ = [
     "HISTORY_COLUMNS",
+    "fold_of",
     "history_covariates",
     "known_before",
     "serial_vintage",
@@ -86,33 +97,37 @@ def serial_vintage(serials: pd.Series) -> pd.DataFrame:
     return pd.DataFrame({"mfg_year": year, "lot": text.str[:8]}, index=serials.index)
 
 
+def fold_of(serials: pd.Index | pd.Series, folds: int) -> NDArray[np.int64]:
+    """Each serial's fold in ``range(folds)``: a hash of the serial, so a unit keeps its fold at
+    every cutoff and on every machine."""
+    return np.asarray([zlib.crc32(str(s).encode()) % folds for s in serials], dtype=np.int64)
+
+
 def _shrunk_rate(
     keys: pd.Series,
     unit_keys: pd.DataFrame,
     failed: pd.Series,
     prior_units: float,
+    folds: int,
 ) -> pd.Series:
-    """Leave-one-out shrunken failure share of each unit's group(s).
+    """Shrunken failure share of each unit's group(s) over the units outside its fold.
 
     ``unit_keys`` has columns ``serial`` and ``key`` (every group a unit belonged to);
     ``keys`` maps each scored serial to its own group; ``failed`` maps serial to bool.
     """
     members = unit_keys.drop_duplicates()
-    members = members.assign(failed=members["serial"].map(failed).fillna(False).astype(bool))
+    members = members.assign(
+        failed=members["serial"].map(failed).fillna(False).astype(bool),
+        fold=fold_of(members["serial"], folds),
+    )
     n = members.groupby("key").size()
     f = members.groupby("key")["failed"].sum()
+    n_fold = members.groupby(["key", "fold"]).size()
+    f_fold = members.groupby(["key", "fold"])["failed"].sum()
     base = float(failed.mean()) if len(failed) else 0.0
-    own_n = pd.Series(1.0, index=keys.index)
-    own_f = keys.index.to_series().map(failed).fillna(False).astype(np.float64)
-    # a unit that never sat in its key's group before the cutoff is not counted in it
-    in_group = pd.Series(
-        pd.MultiIndex.from_arrays([keys.index, keys.to_numpy()]).isin(
-            pd.MultiIndex.from_frame(members[["serial", "key"]])
-        ),
-        index=keys.index,
-    )
-    n_others = keys.map(n).fillna(0.0) - own_n.where(in_group, 0.0)
-    f_others = keys.map(f).fillna(0.0) - own_f.where(in_group, 0.0)
+    own = pd.MultiIndex.from_arrays([keys.to_numpy(), fold_of(keys.index, folds)])
+    n_others = keys.map(n).fillna(0.0) - n_fold.reindex(own).fillna(0.0).to_numpy()
+    f_others = keys.map(f).fillna(0.0) - f_fold.reindex(own).fillna(0.0).to_numpy()
     rate = (f_others + prior_units * base) / (n_others + prior_units)
     return rate.astype(np.float64)
 
@@ -123,6 +138,7 @@ def history_covariates(
     cutoff: pd.Timestamp | str,
     *,
     prior_units: float = 20.0,
+    folds: int = 5,
 ) -> pd.DataFrame:
     """:data:`HISTORY_COLUMNS` for each unit of ``units``, from records known before ``cutoff``.
 
@@ -137,6 +153,8 @@ def history_covariates(
         Only records known before it are read (:func:`known_before`).
     prior_units : float
         Pseudo-units of shrinkage towards the fleet-wide failure share (> 0).
+    folds : int
+        Folds the group rates leave out one of (>= 2; see the module docstring).
 
     Returns
     -------
@@ -145,6 +163,8 @@ def history_covariates(
     """
     if not prior_units > 0:
         raise ValueError(f"prior_units must be > 0, got {prior_units}")
+    if folds < 2:
+        raise ValueError(f"folds must be >= 2, got {folds}")
     known = known_before(records, cutoff)
     fails = known[known["event"].notna() & known["removed"].notna()]
     first_fail = fails.groupby("serial")["removed"].min()
@@ -162,7 +182,7 @@ def history_covariates(
 
     lots = serial_vintage(pd.Series(serials, index=serials))["lot"]
     lot_members = pd.DataFrame({"serial": serials, "key": lots.to_numpy()})
-    out["lot_fail_rate"] = _shrunk_rate(vintage["lot"], lot_members, failed, prior_units)
+    out["lot_fail_rate"] = _shrunk_rate(vintage["lot"], lot_members, failed, prior_units, folds)
 
     location = units["location"].astype(str).str.strip()
     col = pd.to_numeric(location.str.extract(r"^c(\d+)-")[0], errors="coerce")
@@ -173,7 +193,7 @@ def history_covariates(
             {"serial": stints["serial"].to_numpy(), "key": stint_loc.str.extract(pattern)[0]}
         )
         own = location.str.extract(pattern)[0]
-        out[f"{area}_fail_rate"] = _shrunk_rate(own, members, failed, prior_units)
+        out[f"{area}_fail_rate"] = _shrunk_rate(own, members, failed, prior_units, folds)
 
     out["loc_prior_failures"] = _prior_failures_at_location(stints, fails, location)
     n_stints = stints.groupby("serial").size()

@@ -8,6 +8,7 @@ import pytest
 from fleetwatch.models.features import MODEL_COLUMNS, survival_frame
 from fleetwatch.models.history_features import (
     HISTORY_COLUMNS,
+    fold_of,
     history_covariates,
     known_before,
     serial_vintage,
@@ -62,17 +63,30 @@ def test_history_covariates_counts_on_a_tiny_inventory() -> None:
     assert h.loc["0323816000005", "n_stints"] == 2.0
     assert h.loc["0323712000004", "col_odd"] == 1.0 and h.loc["0323816000006", "col_odd"] == 0.0
     assert h.loc["0323816000005", "mfg_year"] == 16.0
-    # 6 units, 2 failed: base share 1/3. Lot 03237120 has units 1-4; for unit 4 the others
-    # are 1, 2, 3 with 2 failures -> (2 + 1/3) / (3 + 1) with one pseudo-unit
-    assert h.loc["0323712000004", "lot_fail_rate"] == pytest.approx((2 + 1 / 3) / 4)
-    # unit 1 itself failed: leave-one-out leaves 3 others with 1 failure
-    assert h.loc["0323712000001", "lot_fail_rate"] == pytest.approx((1 + 1 / 3) / 4)
-    # cabinet c1-0 held units 1-4; for unit 2 the others (1, 3, 4) had 2 failures
-    assert h.loc["0323712000002", "cabinet_fail_rate"] == pytest.approx((2 + 1 / 3) / 4)
-    # blade c1-0c2s3 held 1, 2, 3; for unit 2 the others (1, 3) both failed
-    assert h.loc["0323712000002", "blade_fail_rate"] == pytest.approx((2 + 1 / 3) / 3)
-    # cabinet c2-0 had no failure: units 5 and 6 see (0 + 1/3) / (1 + 1)
+    # 6 units, 2 failed (1 and 3): base share 1/3, one pseudo-unit. Folds by serial hash:
+    # units 1, 4 and 6 in fold 3, units 2 and 3 in fold 2, unit 5 in fold 4.
+    assert fold_of(h.index, 5).tolist() == [3, 2, 2, 3, 4, 3]
+    # Lot 03237120 holds units 1-4; for unit 4 the lot outside fold 3 is units 2 and 3, one
+    # failure -> (1 + 1/3) / (2 + 1)
+    assert h.loc["0323712000004", "lot_fail_rate"] == pytest.approx((1 + 1 / 3) / 3)
+    # cabinet c1-0 held units 1-4; for unit 2 (fold 2) the others outside it are 1 and 4
+    assert h.loc["0323712000002", "cabinet_fail_rate"] == pytest.approx((1 + 1 / 3) / 3)
+    # blade c1-0c2s3 held 1, 2, 3; for unit 2 only unit 1 (failed) is outside fold 2
+    assert h.loc["0323712000002", "blade_fail_rate"] == pytest.approx((1 + 1 / 3) / 2)
+    # cabinet c2-0 had no failure: unit 6 sees unit 5 alone, (0 + 1/3) / (1 + 1)
     assert h.loc["0323816000006", "cabinet_fail_rate"] == pytest.approx((1 / 3) / 2)
+
+
+def test_a_units_group_rates_do_not_depend_on_its_own_outcome() -> None:
+    """Units 1 (failed) and 4 (in service) share a lot, a cabinet and a fold: they get the same
+    rates. Leaving out only the unit itself would give the failed one (1 + 1/3) / 4 and the
+    healthy one (2 + 1/3) / 4: its own label, readable from its covariate."""
+    h = _covariates(_inventory())
+    failed, healthy = h.loc["0323712000001"], h.loc["0323712000004"]
+    assert failed["lot_fail_rate"] == healthy["lot_fail_rate"] == pytest.approx(4 / 9)
+    assert failed["cabinet_fail_rate"] == healthy["cabinet_fail_rate"]
+    with pytest.raises(ValueError, match="folds"):
+        history_covariates(_inventory(), survival_frame(_inventory(), CUT), CUT, folds=1)
 
 
 def test_history_covariates_ignore_everything_after_the_cutoff() -> None:
