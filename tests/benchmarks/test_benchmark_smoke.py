@@ -68,6 +68,7 @@ SMOKES = [
     Smoke("risk_scoring", "shared"),
     Smoke("sample_blocks", "round trip exact"),
     Smoke("slurm_drain", "Xid line -> Slurm State has DRAIN", needs=("slurm",), slow=True),
+    Smoke("refit_scale", "| run_refit (", ("--database-url", "{postgres}"), PG),
     Smoke("served_landmark", "| seed | part | H (d) |"),
     Smoke("sim_budget", "| rules + risk, after |"),
     Smoke("snapshot_codec", "B per GPU"),
