@@ -44,7 +44,7 @@ from fleetwatch.models.base import (
 )
 from fleetwatch.models.landmark_features import FEATURE_GROUPS
 from fleetwatch.models.landmark_scoring import LandmarkScorer
-from fleetwatch.models.landmarks import FOLLOW_UP_COL, LANDMARK_COL, WEIGHT_COL
+from fleetwatch.models.landmarks import FOLLOW_UP_COL, LANDMARK_COL, MIN_FAILURES, WEIGHT_COL
 from fleetwatch.models.tree_ensemble import TreeEnsemble
 
 __all__ = ["DEFAULT_GROUPS", "MIN_FAILURES", "LandmarkRisk"]
@@ -54,8 +54,6 @@ DEFAULT_GROUPS = tuple(g for g in FEATURE_GROUPS if g != "cohort")
 on the earlier (dev) Titan splits, 2016-01 to 2017-01 (BENCHMARKS.md, "Titan forward splits
 (issue 40)"); the hyper-parameter defaults below were chosen there too."""
 
-MIN_FAILURES = 20
-"""Failures within a horizon that its classifier needs among the training rows."""
 _EPS = 1e-9
 
 

@@ -41,6 +41,7 @@ from fleetwatch.models.snapshot import prepare_records
 __all__ = [
     "FOLLOW_UP_COL",
     "LANDMARK_COL",
+    "MIN_FAILURES",
     "WEIGHT_COL",
     "FeatureCache",
     "landmark_dates",
@@ -49,6 +50,8 @@ __all__ = [
 
 LANDMARK_COL = "landmark"
 FOLLOW_UP_COL = "follow_up"
+MIN_FAILURES = 20
+"""Failures within a horizon that a landmark model's classifier needs among its training rows."""
 WEIGHT_COL = "weight"
 """Optional: a row's inverse sampling probability, when rows were sampled as they were built."""
 DEFAULT_FREQ = "MS"

@@ -7,7 +7,7 @@ The AFT instead learns from each lifetime's last window before its end, a window
 failure lies just before it, and scores the window before now: the two see different things.
 
 One classifier per horizon of :data:`~fleetwatch.models.landmark_risk.LandmarkRisk`; a horizon
-needs :data:`~fleetwatch.models.landmark_risk.MIN_FAILURES` failures within it among the rows,
+needs :data:`~fleetwatch.models.landmarks.MIN_FAILURES` failures within it among the rows,
 else there is no landmark part and the bundle scores by the AFT or the Weibull fits. The
 hyper-parameters below were chosen on one simulated fleet (seed 0) and checked on another
 (seed 1): BENCHMARKS.md, "The served landmark model".

@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 from sqlalchemy import Connection, select
 
+from fleetwatch.models.landmarks import MIN_FAILURES
 from fleetwatch.models.telemetry_features import window_features
 from fleetwatch.models.telemetry_landmarks import (
     daily_landmarks,
@@ -61,7 +62,9 @@ def landmark_frame(
     max_rows: int,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """``(X, y)`` of the landmarks in the ``span_days`` before ``now`` that have the longest
-    horizon of follow-up (empty when there are none)."""
+    horizon of follow-up (empty when there are none). When the shortest horizon has fewer than
+    :data:`~fleetwatch.models.landmarks.MIN_FAILURES` failures among them no telemetry is
+    read (every covariate but age is NaN): the model could not be fitted on them anyway."""
     if window_days <= 0 or span_days <= 0:
         raise ValueError(f"window_days and span_days must be > 0, got {window_days}, {span_days}")
     longest = max(horizons_days)
@@ -74,6 +77,12 @@ def landmark_frame(
         max_rows=max_rows,
     )
     window = timedelta(days=window_days)
+    shortest = min(horizons_days)
+    soon = units["event"].astype(bool) & (units["duration"] <= shortest)
+    if int(soon.sum()) < MIN_FAILURES:
+        # The landmark model cannot be fitted on these rows (its fit says so, naming the count):
+        # reading a week of telemetry for each of them would be wasted.
+        return telemetry_landmark_rows(units, lambda uuids, _at: [{} for _ in uuids])
 
     def telemetry_at(uuids: Sequence[str | None], landmark: datetime) -> list[dict[str, float]]:
         spans = {u: [(landmark - window, landmark)] for u in uuids if u is not None}

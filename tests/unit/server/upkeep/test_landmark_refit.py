@@ -22,6 +22,7 @@ from fleetwatch.models.telemetry_features import HourRollup
 from fleetwatch.server.db.session import Database
 from fleetwatch.server.db.tables import gpu_hourly, gpu_lifetimes
 from fleetwatch.server.repo.models import get_model, latest_ok_model
+from fleetwatch.server.upkeep.landmark_frame import landmark_frame
 from fleetwatch.server.upkeep.refit import run_refit
 
 NOW = datetime(2025, 6, 1, tzinfo=UTC)
@@ -150,3 +151,10 @@ def test_without_enough_failures_the_landmark_part_is_absent_and_says_why(
     assert "failures within 1 days" in row.metrics["landmark"]["error"]
     assert "landmark" not in row.evaluation["scorers"]
     assert row.evaluation["scorer"] != "landmark"
+    # Too few failures to fit: the rows' telemetry is not even read.
+    with db.read() as conn:
+        X, y = landmark_frame(
+            conn, now=NOW, span_days=SPAN_DAYS, window_days=1.0, horizons_days=[1.0, 7.0],
+            max_rows=20_000,
+        )  # fmt: skip
+    assert len(X) > 1000 and X["temp_p95_c"].isna().all() and X["age_days"].notna().all()
