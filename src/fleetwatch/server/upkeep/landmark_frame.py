@@ -10,6 +10,7 @@ past ``now`` is what a refit then would have seen, and the held-out evaluation f
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 
@@ -17,8 +18,8 @@ import numpy as np
 import pandas as pd
 from sqlalchemy import Connection, select
 
-from fleetwatch.models.landmarks import MIN_FAILURES
-from fleetwatch.models.telemetry_features import window_features
+from fleetwatch.models.landmarks import LANDMARK_COL, MIN_FAILURES
+from fleetwatch.models.telemetry_features import HourRollup, window_features
 from fleetwatch.models.telemetry_landmarks import (
     daily_landmarks,
     landmark_units,
@@ -27,7 +28,7 @@ from fleetwatch.models.telemetry_landmarks import (
 from fleetwatch.server.db.tables import gpu_lifetimes
 from fleetwatch.server.upkeep.training_frame import hourly_by_gpu
 
-__all__ = ["landmark_frame"]
+__all__ = ["LandmarkTelemetry", "landmark_frame"]
 
 
 def _lifetimes(conn: Connection, now: datetime) -> pd.DataFrame:
@@ -84,16 +85,53 @@ def landmark_frame(
         # reading a week of telemetry for each of them would be wasted.
         return telemetry_landmark_rows(units, lambda uuids, _at: [{} for _ in uuids])
 
-    def telemetry_at(uuids: Sequence[str | None], landmark: datetime) -> list[dict[str, float]]:
-        spans = {u: [(landmark - window, landmark)] for u in uuids if u is not None}
-        hourly = hourly_by_gpu(conn, spans, now)
-        return [
-            window_features(
-                [r for r in hourly.get(u, []) if landmark - window <= r.hour < landmark]
-            )
-            if u is not None
-            else {}
-            for u in uuids
-        ]
+    return telemetry_landmark_rows(units, LandmarkTelemetry(conn, units, window, now))
 
-    return telemetry_landmark_rows(units, telemetry_at)
+
+class LandmarkTelemetry:
+    """The window of rollups before each row's landmark, read the cheaper of two ways per GPU.
+
+    A GPU with rows at most midnights (a small fleet, not sampled) has overlapping windows: its
+    whole span is read once and sliced. A GPU with few rows (a large fleet, sampled) has its
+    windows read landmark by landmark: reading its whole span would be mostly hours no row
+    needs.
+    """
+
+    def __init__(
+        self, conn: Connection, units: pd.DataFrame, window: timedelta, now: datetime
+    ) -> None:
+        self._conn, self._window, self._now = conn, window, now
+        marks = pd.to_datetime(units[LANDMARK_COL], utc=True)
+        first, last = marks.min().to_pydatetime(), marks.max().to_pydatetime()
+        span = (last - first) + window
+        counts = units["gpu_uuid"].dropna().value_counts()
+        self._whole = {str(u) for u, n in counts.items() if n * window >= span}
+        read = hourly_by_gpu(conn, {u: [(first - window, last)] for u in self._whole}, now)
+        self._spans = {u: sorted(rs, key=lambda r: r.hour) for u, rs in read.items()}
+        self._hours = {u: [r.hour for r in rs] for u, rs in self._spans.items()}
+
+    @property
+    def read_whole(self) -> frozenset[str]:
+        """The GPUs whose whole span was read once."""
+        return frozenset(self._whole)
+
+    def _sliced(self, uuid: str, landmark: datetime) -> list[HourRollup]:
+        hours = self._hours.get(uuid, [])
+        lo = bisect_left(hours, landmark - self._window)
+        hi = bisect_left(hours, landmark)
+        return self._spans.get(uuid, [])[lo:hi]
+
+    def __call__(self, uuids: Sequence[str | None], landmark: datetime) -> list[dict[str, float]]:
+        start = landmark - self._window
+        rest = {u: [(start, landmark)] for u in uuids if u is not None and u not in self._whole}
+        hourly = hourly_by_gpu(self._conn, rest, self._now) if rest else {}
+        out: list[dict[str, float]] = []
+        for u in uuids:
+            if u is None:
+                out.append({})
+            elif u in self._whole:
+                out.append(window_features(self._sliced(u, landmark)))
+            else:
+                inside = [r for r in hourly.get(u, []) if start <= r.hour < landmark]
+                out.append(window_features(inside))
+        return out

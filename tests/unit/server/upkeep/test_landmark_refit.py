@@ -18,12 +18,13 @@ import pytest
 from sqlalchemy import insert
 
 from fleetwatch.config import ServerSettings
-from fleetwatch.models.telemetry_features import HourRollup
+from fleetwatch.models.telemetry_features import HourRollup, window_features
 from fleetwatch.server.db.session import Database
 from fleetwatch.server.db.tables import gpu_hourly, gpu_lifetimes
 from fleetwatch.server.repo.models import get_model, latest_ok_model
-from fleetwatch.server.upkeep.landmark_frame import landmark_frame
+from fleetwatch.server.upkeep.landmark_frame import LandmarkTelemetry, landmark_frame
 from fleetwatch.server.upkeep.refit import run_refit
+from fleetwatch.server.upkeep.training_frame import hourly_by_gpu
 
 NOW = datetime(2025, 6, 1, tzinfo=UTC)
 HOLDOUT_DAYS = 10.0
@@ -158,3 +159,33 @@ def test_without_enough_failures_the_landmark_part_is_absent_and_says_why(
             max_rows=20_000,
         )  # fmt: skip
     assert len(X) > 1000 and X["temp_p95_c"].isna().all() and X["age_days"].notna().all()
+
+
+def test_telemetry_read_whole_or_by_landmark_gives_each_row_its_window(stored: Database) -> None:
+    """A GPU with a row at every midnight is read once over its span and sliced; one with a
+    single row is read for that window alone. Either way a row gets what window_features makes
+    of the rollups in the week before its midnight, straight from the table."""
+    marks = [NOW - timedelta(days=d) for d in range(20, 6, -1)]
+    busy, quiet = "GPU-1", "GPU-2"
+    units = pd.DataFrame(
+        {
+            "gpu_uuid": [busy] * len(marks) + [quiet, None],
+            "landmark": marks + [marks[3], marks[3]],
+        }
+    )
+    window = timedelta(days=7)
+    with stored.read() as conn:
+        reader = LandmarkTelemetry(conn, units, window, NOW)
+        assert busy in reader.read_whole and quiet not in reader.read_whole
+        everything = hourly_by_gpu(
+            conn, {busy: [(marks[0] - window, NOW)], quiet: [(marks[0] - window, NOW)]}, NOW
+        )
+        for landmark in marks:
+            uuids = list(units.loc[units["landmark"] == landmark, "gpu_uuid"])
+            got = reader(uuids, landmark)
+            for uuid, features in zip(uuids, got, strict=True):
+                if uuid is None:
+                    assert features == {}
+                    continue
+                inside = [r for r in everything[uuid] if landmark - window <= r.hour < landmark]
+                assert inside and features == window_features(inside)
