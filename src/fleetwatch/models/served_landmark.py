@@ -22,7 +22,7 @@ import pandas as pd
 
 from fleetwatch.models.base import AGE_COL, ModelFitError
 from fleetwatch.models.landmark_scoring import LandmarkScorer
-from fleetwatch.models.landmarks import LANDMARK_COL
+from fleetwatch.models.landmarks import LANDMARK_COL, MIN_FAILURES
 
 __all__ = ["SERVED_HYPERPARAMETERS", "fit_served_landmark"]
 
@@ -43,8 +43,6 @@ def fit_served_landmark(
     Rows are taken as given (already sampled, ``y["weight"]`` their inverse sampling
     probability), so the classifier keeps every row it is handed.
     """
-    from fleetwatch.models.landmark_risk import LandmarkRisk  # scikit-learn: only when fitting
-
     failures = {
         f"{h:g}": int((y["event"].astype(bool) & (y["duration"] <= h)).sum()) for h in horizons_days
     }
@@ -56,6 +54,17 @@ def fit_served_landmark(
     }
     if len(X) == 0:
         return None, {**metrics, "error": "no GPU was in service at any landmark"}
+    fewest = min(horizons_days, key=lambda h: failures[f"{h:g}"])
+    if failures[f"{fewest:g}"] < MIN_FAILURES:
+        # Said before scikit-learn is imported: most refits of a young fleet end here.
+        return None, {
+            **metrics,
+            "error": f"ModelFitError: only {failures[f'{fewest:g}']} failures within "
+            f"{fewest:g} days among the training rows (need {MIN_FAILURES}); widen the "
+            "training window or shorten the horizon",
+        }
+    from fleetwatch.models.landmark_risk import LandmarkRisk  # scikit-learn: only when fitting
+
     # A covariate no GPU reported tells the trees nothing (and cannot be binned).
     unreported = [str(c) for c in X.columns if c != AGE_COL and X[c].isna().all()]
     metrics["covariates"] = [c for c in metrics["covariates"] if c not in unreported]

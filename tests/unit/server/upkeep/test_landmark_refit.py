@@ -30,10 +30,10 @@ NOW = datetime(2025, 6, 1, tzinfo=UTC)
 HOLDOUT_DAYS = 10.0
 SPAN_DAYS = 20.0  # landmarks: the midnights of the 20 days before a fit, with 7 days to follow
 HISTORY_DAYS = 32  # telemetry from the first landmark's window to NOW
-GPUS = 240
+GPUS = 160
 FAILURES_PER_DAY = 2
 BAND_DAYS = 12  # a failing GPU runs in the band this long before it fails: the whole window
-EVERY_H = 4  # one rollup every few hours is enough for a window's highest p95
+EVERY_H = 6  # one rollup every few hours is enough for a window's highest p95
 
 
 def _fleet(seed: int = 3) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
