@@ -27,9 +27,8 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from collections.abc import Mapping
-from datetime import datetime, timedelta
-from itertools import islice
+from collections.abc import Iterator, Mapping
+from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
 import numpy as np
@@ -41,11 +40,12 @@ from fleetwatch.models.registry import DURATION_DAYS, EVENT, GROUP
 from fleetwatch.models.telemetry_features import FEATURE_NAMES, HourRollup, window_features
 from fleetwatch.server.db.tables import gpu_hourly, gpu_lifetimes
 
-__all__ = ["hourly_by_gpu", "training_frame", "window_outcomes"]
+__all__ = ["hourly_by_gpu", "read_chunks", "training_frame", "window_outcomes"]
 
 _DAY_S = 86400.0
 _HOUR = timedelta(hours=1)
 CHUNK_GPUS = 500
+SPAN_WINDOWS = 3
 
 
 def _location_covariates(
@@ -64,16 +64,40 @@ def _location_covariates(
     return columns
 
 
+def read_chunks(
+    windows: dict[str, list[tuple[datetime, datetime]]],
+) -> Iterator[tuple[list[str], datetime, datetime]]:
+    """GPUs in chunks of at most :data:`CHUNK_GPUS` whose windows lie close together in time,
+    with each chunk's span. One query reads a chunk's span for all its GPUs, so GPUs whose
+    windows are months apart (lifetimes that ended at different times) must not share one: a
+    chunk closes once its span would exceed :data:`SPAN_WINDOWS` times its longest window."""
+    spans = sorted(
+        (min(w[0] for w in ws), max(w[1] for w in ws), u) for u, ws in windows.items() if ws
+    )
+    chunk: list[str] = []
+    start = end = datetime.min.replace(tzinfo=UTC)
+    longest = timedelta(0)
+    for lo, hi, uuid in spans:
+        if chunk:
+            too_wide = max(end, hi) - start > SPAN_WINDOWS * max(longest, hi - lo)
+            if len(chunk) >= CHUNK_GPUS or too_wide:
+                yield chunk, start, end
+                chunk = []
+        if not chunk:
+            start, end, longest = lo, hi, hi - lo
+        chunk.append(uuid)
+        end, longest = max(end, hi), max(longest, hi - lo)
+    if chunk:
+        yield chunk, start, end
+
+
 def hourly_by_gpu(
     conn: Connection, windows: dict[str, list[tuple[datetime, datetime]]], now: datetime
 ) -> dict[str, list[HourRollup]]:
     """Every rollup of the given GPUs inside the span of their windows and ended by ``now``,
-    grouped by GPU."""
+    grouped by GPU (a GPU may also get rollups of its chunk's span outside its own windows)."""
     found: dict[str, list[HourRollup]] = defaultdict(list)
-    uuids = iter(sorted(windows))
-    while chunk := list(islice(uuids, CHUNK_GPUS)):
-        start = min(w[0] for u in chunk for w in windows[u])
-        end = max(w[1] for u in chunk for w in windows[u])
+    for chunk, start, end in read_chunks(windows):
         query = select(gpu_hourly).where(
             gpu_hourly.c.gpu_uuid.in_(chunk),
             gpu_hourly.c.hour >= start,
