@@ -44,7 +44,13 @@ from fleetwatch.models.base import (
 )
 from fleetwatch.models.landmark_features import FEATURE_GROUPS
 from fleetwatch.models.landmark_scoring import LandmarkScorer
-from fleetwatch.models.landmarks import FOLLOW_UP_COL, LANDMARK_COL, MIN_FAILURES, WEIGHT_COL
+from fleetwatch.models.landmarks import (
+    FOLLOW_UP_COL,
+    LANDMARK_COL,
+    MIN_FAILURES,
+    WEIGHT_COL,
+    too_few_failures,
+)
 from fleetwatch.models.tree_ensemble import TreeEnsemble
 
 __all__ = ["DEFAULT_GROUPS", "MIN_FAILURES", "LandmarkRisk"]
@@ -53,14 +59,6 @@ DEFAULT_GROUPS = tuple(g for g in FEATURE_GROUPS if g != "cohort")
 """Covariate groups of the default model: every group but ``cohort``, the variant that scored best
 on the earlier (dev) Titan splits, 2016-01 to 2017-01 (BENCHMARKS.md, "Titan forward splits
 (issue 40)"); the hyper-parameter defaults below were chosen there too."""
-
-_EPS = 1e-9
-
-
-def _logit(p: NDArray[np.float64]) -> NDArray[np.float64]:
-    q = np.clip(p, _EPS, 1.0 - _EPS)
-    out: NDArray[np.float64] = np.log(q / (1.0 - q))
-    return out
 
 
 class LandmarkRisk(BaseEstimator):  # type: ignore[misc]
@@ -179,10 +177,7 @@ class LandmarkRisk(BaseEstimator):  # type: ignore[misc]
             complete = (follow_up >= h) if FOLLOW_UP_COL in y.columns else label | (duration >= h)
             n_pos = int(label[complete].sum())
             if n_pos < MIN_FAILURES:
-                raise ModelFitError(
-                    f"only {n_pos} failures within {h:g} days among the training rows (need "
-                    f"{MIN_FAILURES}); widen the training window or shorten the horizon"
-                )
+                raise ModelFitError(too_few_failures(n_pos, h))
             fit_rows, cal_rows = complete, np.zeros_like(complete)
             if landmark is not None:
                 held = np.unique(landmark[complete])[-self.calibration_landmarks :]

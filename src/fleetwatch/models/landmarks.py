@@ -43,9 +43,11 @@ __all__ = [
     "LANDMARK_COL",
     "MIN_FAILURES",
     "WEIGHT_COL",
+    "failures_within",
     "FeatureCache",
     "landmark_dates",
     "landmark_training_frame",
+    "too_few_failures",
 ]
 
 LANDMARK_COL = "landmark"
@@ -54,6 +56,21 @@ MIN_FAILURES = 20
 """Failures within a horizon that a landmark model's classifier needs among its training rows."""
 WEIGHT_COL = "weight"
 """Optional: a row's inverse sampling probability, when rows were sampled as they were built."""
+
+
+def failures_within(rows: pd.DataFrame, horizon_days: float) -> int:
+    """Rows (``duration``, ``event``) whose failure came within ``horizon_days``."""
+    return int((rows["event"].astype(bool) & (rows["duration"] <= horizon_days)).sum())
+
+
+def too_few_failures(n: int, horizon_days: float) -> str:
+    """Why a landmark model with ``n`` failures within a horizon is not fitted."""
+    return (
+        f"only {n} failures within {horizon_days:g} days among the training rows (need "
+        f"{MIN_FAILURES}); widen the training window or shorten the horizon"
+    )
+
+
 DEFAULT_FREQ = "MS"
 _DAY = pd.Timedelta(days=1)
 

@@ -22,7 +22,12 @@ import pandas as pd
 
 from fleetwatch.models.base import AGE_COL, ModelFitError
 from fleetwatch.models.landmark_scoring import LandmarkScorer
-from fleetwatch.models.landmarks import LANDMARK_COL, MIN_FAILURES
+from fleetwatch.models.landmarks import (
+    LANDMARK_COL,
+    MIN_FAILURES,
+    failures_within,
+    too_few_failures,
+)
 
 __all__ = ["SERVED_HYPERPARAMETERS", "fit_served_landmark"]
 
@@ -43,9 +48,7 @@ def fit_served_landmark(
     Rows are taken as given (already sampled, ``y["weight"]`` their inverse sampling
     probability), so the classifier keeps every row it is handed.
     """
-    failures = {
-        f"{h:g}": int((y["event"].astype(bool) & (y["duration"] <= h)).sum()) for h in horizons_days
-    }
+    failures = {f"{h:g}": failures_within(y, h) for h in horizons_days}
     metrics: dict[str, Any] = {
         "n": len(X),
         "landmarks": int(y[LANDMARK_COL].nunique()) if len(y) else 0,
@@ -57,12 +60,8 @@ def fit_served_landmark(
     fewest = min(horizons_days, key=lambda h: failures[f"{h:g}"])
     if failures[f"{fewest:g}"] < MIN_FAILURES:
         # Said before scikit-learn is imported: most refits of a young fleet end here.
-        return None, {
-            **metrics,
-            "error": f"ModelFitError: only {failures[f'{fewest:g}']} failures within "
-            f"{fewest:g} days among the training rows (need {MIN_FAILURES}); widen the "
-            "training window or shorten the horizon",
-        }
+        error = too_few_failures(failures[f"{fewest:g}"], fewest)
+        return None, {**metrics, "error": f"ModelFitError: {error}"}
     from fleetwatch.models.landmark_risk import LandmarkRisk  # scikit-learn: only when fitting
 
     # A covariate no GPU reported tells the trees nothing (and cannot be binned).

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
+from tests.unit.models.tiny_inventory import make_records, tiny_inventory
 
 from fleetwatch.models.features import MODEL_COLUMNS, survival_frame
 from fleetwatch.models.history_features import (
@@ -15,29 +16,6 @@ from fleetwatch.models.history_features import (
 )
 
 CUT = pd.Timestamp("2016-01-01")
-
-
-def _records(rows: list[tuple[str, str, str | None, str, str | None]]) -> pd.DataFrame:
-    frame = pd.DataFrame(rows, columns=["serial", "location", "inserted", "removed", "event"])
-    frame["inserted"] = pd.to_datetime(frame["inserted"])
-    frame["removed"] = pd.to_datetime(frame["removed"])
-    return frame
-
-
-def _inventory() -> pd.DataFrame:
-    return _records(
-        [
-            # serial (lot = first 8 chars, year = chars 6-7), location, inserted, removed, event
-            ("0323712000001", "c1-0c2s3n1", "2014-01-01", "2015-01-01", "DBE"),  # failed at L
-            ("0323712000002", "c1-0c2s3n1", "2015-01-10", "2019-01-01", None),  # replaced it
-            ("0323712000003", "c1-0c2s3n0", "2014-01-01", "2015-06-01", "OTB"),  # same blade
-            ("0323712000003", "c1-0c2s3n0", "2015-08-01", "2019-01-01", None),  # after repair
-            ("0323712000004", "c1-0c0s0n0", "2014-01-01", "2019-01-01", None),  # same cabinet
-            ("0323816000005", "c2-0c2s3n1", "2014-01-01", "2015-03-01", None),  # pulled...
-            ("0323816000005", "c2-0c1s1n1", "2015-04-01", "2019-01-01", None),  # ...reinserted
-            ("0323816000006", "c2-0c1s1n0", "2014-01-01", "2019-01-01", None),
-        ]
-    )
 
 
 def _covariates(records: pd.DataFrame, cutoff: pd.Timestamp = CUT) -> pd.DataFrame:
@@ -52,8 +30,8 @@ def test_serial_vintage_reads_year_and_lot() -> None:
     assert v["lot"].tolist() == ["03237120", "03242161", "junk"]
 
 
-def test_history_covariates_counts_on_a_tiny_inventory() -> None:
-    h = _covariates(_inventory())
+def test_history_covariates_counts_on_a_tinytiny_inventory() -> None:
+    h = _covariates(tiny_inventory())
     assert list(h.columns) == list(HISTORY_COLUMNS)
     # unit 2 replaced unit 1, which failed at the same node before 2 arrived
     assert h.loc["0323712000002", "loc_prior_failures"] == 1.0
@@ -81,18 +59,18 @@ def test_a_units_group_rates_do_not_depend_on_its_own_outcome() -> None:
     """Units 1 (failed) and 4 (in service) share a lot, a cabinet and a fold: they get the same
     rates. Leaving out only the unit itself would give the failed one (1 + 1/3) / 4 and the
     healthy one (2 + 1/3) / 4: its own label, readable from its covariate."""
-    h = _covariates(_inventory())
+    h = _covariates(tiny_inventory())
     failed, healthy = h.loc["0323712000001"], h.loc["0323712000004"]
     assert failed["lot_fail_rate"] == healthy["lot_fail_rate"] == pytest.approx(4 / 9)
     assert failed["cabinet_fail_rate"] == healthy["cabinet_fail_rate"]
     with pytest.raises(ValueError, match="folds"):
-        history_covariates(_inventory(), survival_frame(_inventory(), CUT), CUT, folds=1)
+        history_covariates(tiny_inventory(), survival_frame(tiny_inventory(), CUT), CUT, folds=1)
 
 
 def test_history_covariates_ignore_everything_after_the_cutoff() -> None:
-    records = _inventory()
+    records = tiny_inventory()
     before = _covariates(records)
-    later = _records(
+    later = make_records(
         [
             # failures, removals and insertions after the cutoff, at the same places and lots
             ("0323712000002", "c1-0c2s3n1", "2015-01-10", "2016-02-01", "DBE"),
@@ -115,7 +93,7 @@ def test_history_covariates_ignore_everything_after_the_cutoff() -> None:
 
 
 def test_known_before_forgets_later_removals_and_events() -> None:
-    known = known_before(_inventory(), "2015-02-01")
+    known = known_before(tiny_inventory(), "2015-02-01")
     assert "0323712000003" in set(known["serial"])
     row = known[known["serial"] == "0323712000003"].iloc[0]
     assert pd.isna(row["removed"]) and row["event"] is None  # fails in June, unknown in Feb
@@ -123,18 +101,18 @@ def test_known_before_forgets_later_removals_and_events() -> None:
 
 
 def test_history_covariates_see_failures_once_they_are_known() -> None:
-    h = _covariates(_inventory(), pd.Timestamp("2014-12-01"))
+    h = _covariates(tiny_inventory(), pd.Timestamp("2014-12-01"))
     # before unit 1 failed nobody in lot 03237120 had failed
     assert h.loc["0323712000004", "lot_fail_rate"] == pytest.approx((0 + 0) / 4)
     assert "0323712000002" not in h.index  # not yet inserted
 
 
 def test_model_columns_are_in_the_history_frame() -> None:
-    frame = survival_frame(_inventory(), CUT, history=True)
+    frame = survival_frame(tiny_inventory(), CUT, history=True)
     assert set(MODEL_COLUMNS) <= set(frame.columns)
 
 
 def test_history_covariates_reject_bad_prior() -> None:
-    records = _inventory()
+    records = tiny_inventory()
     with pytest.raises(ValueError, match="prior_units"):
         history_covariates(records, survival_frame(records, CUT), CUT, prior_units=0.0)

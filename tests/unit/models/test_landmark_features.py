@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
+from tests.unit.models.tiny_inventory import make_records, tiny_inventory
 
 from fleetwatch.models.cohort_hazard import cohort_hazard
 from fleetwatch.models.features import survival_frame
@@ -24,35 +25,12 @@ CUT = pd.Timestamp("2016-01-01")
 DAY = pd.Timedelta(days=1)
 
 
-def _records(rows: list[tuple[str, str, str | None, str, str | None]]) -> pd.DataFrame:
-    frame = pd.DataFrame(rows, columns=["serial", "location", "inserted", "removed", "event"])
-    frame["inserted"] = pd.to_datetime(frame["inserted"])
-    frame["removed"] = pd.to_datetime(frame["removed"])
-    return frame
-
-
-def _inventory() -> pd.DataFrame:
-    return _records(
-        [
-            # serial (lot7 = first 7 chars, year = chars 6-7), location, inserted, removed, event
-            ("0323712000001", "c1-0c2s3n1", "2014-01-01", "2015-01-01", "DBE"),  # fails at L
-            ("0323712000002", "c1-0c2s3n1", "2015-01-10", "2019-01-01", None),  # replaces it
-            ("0323712000003", "c1-0c2s3n0", "2014-01-01", "2015-06-01", "OTB"),  # same blade
-            ("0323712000003", "c1-0c2s3n0", "2015-08-01", "2019-01-01", None),  # after repair
-            ("0323712000004", "c1-0c0s0n0", "2014-01-01", "2019-01-01", None),  # same cabinet
-            ("0323816000005", "c2-0c2s3n1", "2014-01-01", "2015-03-01", None),  # pulled...
-            ("0323816000005", "c2-0c1s1n1", "2015-04-01", "2019-01-01", None),  # ...put back
-            ("0323816000006", "c2-0c1s1n0", "2014-01-01", "2019-01-01", None),
-        ]
-    )
-
-
 def _days(a: str, b: str | pd.Timestamp = CUT) -> float:
     return float((pd.Timestamp(b) - pd.Timestamp(a)) / DAY)
 
 
 def test_snapshot_scores_the_units_survival_frame_calls_in_service() -> None:
-    records = _inventory()
+    records = tiny_inventory()
     for at in ("2014-06-01", "2015-02-01", "2015-07-01", CUT):
         snap = snapshot(records, at)
         frame = survival_frame(records, at)
@@ -72,7 +50,7 @@ def test_snapshot_scores_the_units_survival_frame_calls_in_service() -> None:
 
 
 def test_unit_and_exposure_covariates() -> None:
-    f = landmark_features(_inventory(), CUT, ("position", "age", "unit", "exposure"))
+    f = landmark_features(tiny_inventory(), CUT, ("position", "age", "unit", "exposure"))
     five = f.loc["0323816000005"]
     assert five["n_stints"] == 2 and five["mfg_year"] == 16
     assert five["cage"] == 1 and five["node"] == 1 and five["col_odd"] == 0
@@ -86,7 +64,7 @@ def test_unit_and_exposure_covariates() -> None:
 
 
 def test_slot_history_sees_the_predecessor() -> None:
-    h = slot_history(snapshot(_inventory(), CUT))
+    h = slot_history(snapshot(tiny_inventory(), CUT))
     two = h.loc["0323712000002"]  # replaced unit 1, which failed after a year
     assert two.tolist() == [1.0, 1.0, 1.0, _days("2014-01-01", "2015-01-01")]
     assert h.loc["0323712000004"].tolist() == [0.0, 0.0, -1.0, -1.0]
@@ -95,7 +73,7 @@ def test_slot_history_sees_the_predecessor() -> None:
 
 
 def test_neighbour_failures_are_recency_weighted_by_area() -> None:
-    nb = neighbour_failures(snapshot(_inventory(), CUT), half_lives=(30.0, 180.0))
+    nb = neighbour_failures(snapshot(tiny_inventory(), CUT), half_lives=(30.0, 180.0))
     w1 = 2.0 ** (-_days("2015-01-01") / 180.0)  # unit 1 failed at c1-0c2s3n1
     w3 = 2.0 ** (-_days("2015-06-01") / 180.0)  # unit 3 failed at c1-0c2s3n0
     two = nb.loc["0323712000002"]
@@ -108,7 +86,7 @@ def test_neighbour_failures_are_recency_weighted_by_area() -> None:
 
 
 def test_lot_hazard_recent_and_all_time() -> None:
-    snap = snapshot(_inventory(), CUT)
+    snap = snapshot(tiny_inventory(), CUT)
     lot = lot_hazard(snap, prefixes=(7,), half_lives=(90.0,), prior_units=1.0)
     w = 2.0 ** (-_days("2015-01-01") / 90.0) + 2.0 ** (-_days("2015-06-01") / 90.0)
     # lot 0323712: units 2 and 4 in service; the fleet prior is w over 4 units in service
@@ -119,7 +97,7 @@ def test_lot_hazard_recent_and_all_time() -> None:
 
 
 def test_maintenance_counts_healthy_removals_and_blade_visits() -> None:
-    m = maintenance_activity(snapshot(_inventory(), CUT), half_lives=(30.0,))
+    m = maintenance_activity(snapshot(tiny_inventory(), CUT), half_lives=(30.0,))
     w = 2.0 ** (-_days("2015-03-01") / 30.0)  # unit 5 pulled healthy from c2-0c2s3n1
     assert m.loc["0323816000006", "rm_cabinet_30d"] == pytest.approx(w / 2)  # 5 and 6 there
     assert m.loc["0323712000002", "rm_position_class_30d"] == pytest.approx(w / 1)  # cage 2 node 1
@@ -131,7 +109,7 @@ def test_maintenance_counts_healthy_removals_and_blade_visits() -> None:
 
 
 def test_cohort_hazard_follows_vintage_and_position() -> None:
-    c = cohort_hazard(snapshot(_inventory(), CUT), half_lives=(90.0,), prior_units=1.0)
+    c = cohort_hazard(snapshot(tiny_inventory(), CUT), half_lives=(90.0,), prior_units=1.0)
     w1 = 2.0 ** (-_days("2015-01-01") / 90.0)
     w3 = 2.0 ** (-_days("2015-06-01") / 90.0)
     base = (w1 + w3) / 4
@@ -141,11 +119,11 @@ def test_cohort_hazard_follows_vintage_and_position() -> None:
 
 
 def test_landmark_features_ignore_everything_after_the_landmark() -> None:
-    records = _inventory()
+    records = tiny_inventory()
     before = landmark_features(records, CUT)
     assert list(before.columns) == list(feature_columns(tuple(FEATURE_GROUPS)))
     assert np.isfinite(before.to_numpy()).all()
-    later = _records(
+    later = make_records(
         [
             # failures, removals, insertions and event notes after the landmark
             ("0323712000002", "c1-0c2s3n1", "2015-01-10", "2016-02-01", "DBE"),
@@ -162,7 +140,7 @@ def test_landmark_features_ignore_everything_after_the_landmark() -> None:
 
 
 def test_landmark_training_frame_labels_from_what_the_cutoff_knew() -> None:
-    records = _inventory()
+    records = tiny_inventory()
     X, y = landmark_training_frame(records, CUT, start="2014-04-01", freq="QS")
     assert landmark_dates("2014-04-01", CUT, "QS")[0] == pd.Timestamp("2014-04-01")
     assert len(X) == len(y) and list(y.columns) == ["duration", "event", "follow_up", "landmark"]
@@ -179,7 +157,7 @@ def test_landmark_training_frame_labels_from_what_the_cutoff_knew() -> None:
     assert X["age_days"].gt(0).all()
     # a failure after the cutoff is unknown at it: every later landmark's units survive
     later_fail = pd.concat(
-        [records, _records([("0323816000006", "c2-0c1s1n0", None, "2016-02-01", "DBE")])],
+        [records, make_records([("0323816000006", "c2-0c1s1n0", None, "2016-02-01", "DBE")])],
         ignore_index=True,
     )
     X2, y2 = landmark_training_frame(later_fail, CUT, start="2014-04-01", freq="QS")
@@ -189,7 +167,7 @@ def test_landmark_training_frame_labels_from_what_the_cutoff_knew() -> None:
 
 def test_landmark_training_frame_needs_follow_up() -> None:
     with pytest.raises(ValueError, match="follow-up"):
-        landmark_training_frame(_inventory(), CUT, min_horizon_days=5000)
+        landmark_training_frame(tiny_inventory(), CUT, min_horizon_days=5000)
 
 
 def test_unknown_feature_group_is_named() -> None:

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 from sqlalchemy import Connection, select
 
-from fleetwatch.models.landmarks import LANDMARK_COL, MIN_FAILURES
+from fleetwatch.models.landmarks import LANDMARK_COL, MIN_FAILURES, failures_within
 from fleetwatch.models.telemetry_features import HourRollup, window_features
 from fleetwatch.models.telemetry_landmarks import (
     daily_landmarks,
@@ -78,9 +78,7 @@ def landmark_frame(
         max_rows=max_rows,
     )
     window = timedelta(days=window_days)
-    shortest = min(horizons_days)
-    soon = units["event"].astype(bool) & (units["duration"] <= shortest)
-    if int(soon.sum()) < MIN_FAILURES:
+    if failures_within(units, min(horizons_days)) < MIN_FAILURES:
         # The landmark model cannot be fitted on these rows (its fit says so, naming the count):
         # reading a week of telemetry for each of them would be wasted.
         return telemetry_landmark_rows(units, lambda uuids, _at: [{} for _ in uuids])
