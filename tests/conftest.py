@@ -28,6 +28,7 @@ from fleetwatch.server.db.migrate import upgrade
 from fleetwatch.server.db.session import Database, make_engine
 from fleetwatch.server.db.tables import metadata
 from tests.leak_check import pytest_runtest_teardown  # noqa: F401 - a hook of this conftest
+from tests.process_logs import pytest_runtest_makereport  # noqa: F401 - a hook of this conftest
 from tests.run_order import longest_first
 
 REPO = Path(__file__).resolve().parents[1]
