@@ -22,6 +22,7 @@ ones are taken as UTC and offsets are converted to UTC.
 from __future__ import annotations
 
 import csv
+import math
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, fields, replace
@@ -38,6 +39,7 @@ __all__ = [
     "LifetimeRecord",
     "RejectedLine",
     "compile_location_pattern",
+    "location_covariates",
     "parse_utc",
     "read_lifetimes",
 ]
@@ -135,6 +137,24 @@ def compile_location_pattern(pattern: str | None) -> re.Pattern[str] | None:
             f"location pattern {pattern!r} is not a regular expression: {exc}",
             [{"loc": ["query", "location_pattern"], "msg": str(exc)}],
         ) from exc
+
+
+def location_covariates(location: str | None, pattern: re.Pattern[str]) -> dict[str, float]:
+    """``loc_<name>`` for each named group of ``pattern`` that matched a number in the whole
+    ``location``: the covariates a model fitted with this pattern reads. A group that did not
+    match, or matched no number, is absent (not 0): the model imputes it as it was trained to."""
+    match = pattern.fullmatch(location) if location else None
+    if match is None:
+        return {}
+    found = {}
+    for name, raw in match.groupdict().items():
+        try:
+            value = float(raw) if raw is not None else math.nan
+        except ValueError:  # a part that is not a number ("c0-0c0s0n0"'s letters) says nothing
+            value = math.nan
+        if not math.isnan(value):
+            found[f"loc_{name}"] = value
+    return found
 
 
 def parse_utc(text: str) -> datetime:

@@ -235,6 +235,15 @@ class RiskBundle:
         return self._landmark is not None
 
     @property
+    def covariates(self) -> tuple[str, ...]:
+        """Every covariate a part of this bundle reads (``age_days`` aside), for a caller that
+        builds the units to score."""
+        names = list(self._aft.features) if self._aft is not None else []
+        if self._landmark is not None:
+            names += [n for n in self._landmark.feature_names if n != AGE and n not in names]
+        return tuple(names)
+
+    @property
     def scorers(self) -> list[Scorer]:
         """The scorers this bundle can use, most specific first (``"weibull"`` always)."""
         parts = {"landmark": self.has_landmark, "aft": self.has_aft, "weibull": True}

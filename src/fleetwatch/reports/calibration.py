@@ -13,12 +13,19 @@ MIN_FOR_DECILES = 100
 
 
 def calibration(
-    model: Any | None, lifetimes: list[Any], start: datetime, end: datetime
+    model: Any | None,
+    lifetimes: list[Any],
+    start: datetime,
+    end: datetime,
+    features: dict[str, dict[str, float]] | None = None,
+    location_pattern: str | None = None,
 ) -> dict[str, Any]:
     """Expected = sum of P(fail within 7 d) over GPUs in service at ``start``; actual = those
     GPUs' failures in ``[start, end)``; by decile of predicted risk when there are enough.
 
-    ``model`` is the stored risk model in effect at ``start`` (``version``, ``params``), if any.
+    ``model`` is the stored risk model in effect at ``start`` (``version``, ``params``), if any;
+    it scores each GPU as the server did (:mod:`fleetwatch.reports.scored_units`): ``features``
+    are the GPUs' telemetry covariates before ``start``, ``location_pattern`` the refit's.
     """
     in_service = [
         lt
@@ -34,16 +41,11 @@ def calibration(
             "deciles": [],
         }
     import numpy as np
-    import pandas as pd
 
     from fleetwatch.models.registry import RiskBundle
+    from fleetwatch.reports.scored_units import units_at
 
-    units = pd.DataFrame(
-        {
-            "age_days": [(start - lt.installed_at).total_seconds() / 86400.0 for lt in in_service],
-            "group": [lt.sku for lt in in_service],
-        }
-    )
+    units = units_at(in_service, start, features or {}, location_pattern)
     bundle = RiskBundle.from_params(model.params)
     probability = bundle.score(units, HORIZON_DAYS).probability
     failed = np.array([_failed_by(lt, end) for lt in in_service])

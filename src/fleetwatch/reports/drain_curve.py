@@ -5,11 +5,12 @@ report recomputes the ranking the server would have made at the week's start fro
 stores: the risk model in effect then (the newest good one trained by the start, as
 :mod:`.calibration` reads it), each GPU in service at the start with its age and SKU, and its
 telemetry covariates over the model's window before the start, from the hourly rollups
-(``gpu_hourly``); a GPU without rollups there is scored on median covariates, as the server
-scores it. One decision at the week's start, horizon the week (7 days), then
-:func:`fleetwatch.models.drain_budget.budget_curve`: for each k, the k highest P(failure within
-7 days) are drained; precision = drained GPUs that failed in the week / k; recall = the week's
-failures among GPUs in service at the start that were drained; lead time = failure - start.
+(``gpu_hourly``) and its location's parts (:mod:`.scored_units`); a GPU without rollups there
+is scored on median covariates, as the server scores it. One decision at the week's start,
+horizon the week (7 days), then :func:`fleetwatch.models.drain_budget.budget_curve`: for each
+k, the k highest P(failure within 7 days) are drained; precision = drained GPUs that failed in
+the week / k; recall = the week's failures among GPUs in service at the start that were
+drained; lead time = failure - start.
 """
 
 from __future__ import annotations
@@ -45,11 +46,14 @@ def drain_curve(
     lifetimes: list[Any],
     start: datetime,
     features: dict[str, dict[str, float]] | None = None,
+    location_pattern: str | None = None,
 ) -> dict[str, Any]:
     """The week's drain-budget curve (module doc); empty ``curve`` without a model or GPUs.
 
     ``model``: ``version`` and ``params`` of the model in effect at ``start``; ``features``:
-    GPU UUID to its covariates over the model's window before ``start``.
+    GPU UUID to its covariates over the model's window before ``start``;
+    ``location_pattern``: the refit's, for the ``loc_*`` covariates
+    (:mod:`fleetwatch.reports.scored_units`).
     """
     in_service = [
         lt
@@ -68,7 +72,6 @@ def drain_curve(
             "curve": [],
         }
     import numpy as np
-    import pandas as pd
 
     from fleetwatch.models.drain_budget import (
         BUDGET_FRACTIONS,
@@ -78,17 +81,10 @@ def drain_curve(
         curve_ks,
     )
     from fleetwatch.models.registry import RiskBundle
-    from fleetwatch.models.telemetry_features import FEATURE_NAMES
+    from fleetwatch.reports.scored_units import units_at
 
     day = 86400.0
-    covariates = [features.get(lt.gpu_uuid or "", {}) for lt in in_service]
-    units = pd.DataFrame(
-        {
-            "age_days": [(start - lt.installed_at).total_seconds() / day for lt in in_service],
-            "group": [lt.sku for lt in in_service],
-            **{name: [c.get(name, np.nan) for c in covariates] for name in FEATURE_NAMES},
-        }
-    )
+    units = units_at(in_service, start, features, location_pattern)
     risk = RiskBundle.from_params(model.params).probability(units, HORIZON_DAYS)
     failure = np.array(
         [
@@ -108,7 +104,7 @@ def drain_curve(
         "model_version": int(model.version),
         "horizon_days": HORIZON_DAYS,
         "gpus": n,
-        "with_telemetry": sum(1 for c in covariates if c),
+        "with_telemetry": sum(1 for lt in in_service if features.get(lt.gpu_uuid or "")),
         "failures": curve[0].failures,
         "budgets": [
             {"fraction": f, **_point(by_k[k])}

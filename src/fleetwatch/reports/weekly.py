@@ -438,7 +438,9 @@ def build_weekly(
         goodput=core.goodput,
         energy=core.energy,
         drains=core.drains,
-        calibration=calibration(d.model, d.lifetimes, d.start, d.end),
+        calibration=calibration(
+            d.model, d.lifetimes, d.start, d.end, d.features, settings.location_pattern
+        ),
         offenders=_offenders(d),
         survival=km_by_sku(d.lifetimes, min(now, d.end)),
         stragglers=_stragglers(d),
@@ -448,5 +450,7 @@ def build_weekly(
         notice_savings=notice_savings,
         fleet_states=fleet_states,
         days=days,
-        drain_budget=drain_curve(d.model, d.lifetimes, d.start, d.features),
+        drain_budget=drain_curve(
+            d.model, d.lifetimes, d.start, d.features, settings.location_pattern
+        ),
     )

@@ -8,12 +8,15 @@ snapshot and cached on it.
 Rules first: a GPU with a verdict that takes it out of service (critical or fatal, counted
 against the GPU) has probability 1 with basis ``rule``, whatever the model says. Otherwise the
 probability is the model's P(failure within H | survived to its age, covariates), basis
-``model``. Without any fitted model the probability is absent (``None``), never made up.
+``model``. The covariates are the telemetry window's and, with a ``location_pattern`` set, the
+``loc_*`` parts of the location of the GPU's newest lifetime, as the refit read them from each
+lifetime it fitted on. Without any fitted model the probability is absent (``None``), never made up.
 Node risk is :math:`1 - \\prod_i (1 - p_i)` over its GPUs.
 """
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -25,6 +28,7 @@ import pandas as pd
 from sqlalchemy import Connection, Select, func, select
 
 from fleetwatch.gc_paused import gc_paused
+from fleetwatch.inventory import location_covariates
 from fleetwatch.models.registry import Factor, RiskBundle
 from fleetwatch.models.telemetry_features import FEATURE_NAMES
 from fleetwatch.server.db.raw_rows import psycopg_rows
@@ -226,7 +230,7 @@ class FleetAssessment:
         with (none without a model). At 100,000 GPUs the model's input table, the factors and
         the rule flags were three quarters of scoring a horizon, rebuilt for each of them."""
         n = len(self.gpus)
-        units = _units(self.gpus)
+        units = _units(self.gpus, self.bundle.covariates if self.bundle is not None else ())
         out_of_service = [g.out_of_service for g in self.gpus]
         if self.bundle is None or not self.gpus:
             return _ScoringBasis(units, out_of_service, [None] * n, [()] * n), []
@@ -303,7 +307,9 @@ def risk_order(risk: GpuRisk) -> tuple[float, str, int]:
     return (-p, risk.gpu.node, risk.gpu.index)
 
 
-def _units(assessed: Sequence[GpuAssessment]) -> pd.DataFrame:
+def _units(assessed: Sequence[GpuAssessment], covariates: Sequence[str] = ()) -> pd.DataFrame:
+    """The model's input: age, SKU, the telemetry covariates and any other of ``covariates``
+    (the bundle's: ``loc_*``) the GPUs have, NaN where a GPU has none."""
     columns: dict[str, Any] = {
         "age_days": np.array([g.age_days for g in assessed], dtype=np.float64),
         "group": [g.sku for g in assessed],
@@ -316,6 +322,8 @@ def _units(assessed: Sequence[GpuAssessment]) -> pd.DataFrame:
     ).reshape(len(assessed), len(FEATURE_NAMES))
     for i, name in enumerate(FEATURE_NAMES):
         columns[name] = table[:, i]
+    for name in (c for c in covariates if c not in columns):
+        columns[name] = np.array([g.features.get(name, np.nan) for g in assessed], np.float64)
     return pd.DataFrame(columns)
 
 
@@ -338,6 +346,22 @@ def _install_times(conn: Connection, serials: Select[Any] | None = None) -> dict
     if serials is not None:
         query = query.where(gpu_lifetimes.c.serial.in_(serials.scalar_subquery()))
     return {row.serial: row.at for row in conn.execute(query.group_by(gpu_lifetimes.c.serial))}
+
+
+def _newest_locations(
+    conn: Connection, serials: Select[Any] | None = None
+) -> dict[str, str | None]:
+    """Serial to the location of its newest lifetime (None where that one has none: a unit
+    that moved is not where an older record put it); of ``serials`` only, if given."""
+    query = select(gpu_lifetimes.c.serial, gpu_lifetimes.c.installed_at, gpu_lifetimes.c.location)
+    if serials is not None:
+        query = query.where(gpu_lifetimes.c.serial.in_(serials.scalar_subquery()))
+    newest: dict[str, tuple[datetime, str | None]] = {}
+    for serial, installed_at, location in conn.execute(query):
+        seen = newest.get(serial)
+        if seen is None or installed_at > seen[0]:
+            newest[serial] = (installed_at, location)
+    return {serial: location for serial, (_, location) in newest.items()}
 
 
 def _gpu_rows(
@@ -369,21 +393,38 @@ def assess_fleet(
     feature_window: timedelta,
     stale_after: timedelta = timedelta(days=1),
     features: Mapping[str, dict[str, float]] | None = None,
+    location_pattern: re.Pattern[str] | None = None,
 ) -> FleetAssessment:
     """Judge every GPU seen within ``stale_after`` and gather what its risk needs.
 
     ``features``: the covariates :func:`fleet_window_features` gives for ``feature_window``
-    and :data:`FEATURES_SINCE` at ``now``, when the caller has them already. Gives way between
-    its steps (:mod:`fleetwatch.server.runtime.passes`)."""
+    and :data:`FEATURES_SINCE` at ``now``, when the caller has them already.
+    ``location_pattern``: the refit's (``location_pattern`` setting), whose ``loc_*`` parts of
+    each GPU's location join its covariates. Gives way between its steps
+    (:mod:`fleetwatch.server.runtime.passes`)."""
     verdicts = judge.judge(conn, now)
     give_way()
     if features is None:
         features = fleet_window_features(conn, window=feature_window, since=now - FEATURES_SINCE)
     installs = _install_times(conn)
     give_way()
+    located = _located(conn, location_pattern)
     rows = _gpu_rows(conn, now - stale_after)
-    assessed = _assessed_gpus(rows, now, verdicts, features, installs)
+    assessed = _assessed_gpus(rows, now, verdicts, features, installs, located)
     return FleetAssessment(now, assessed, bundle, model_version)
+
+
+def _located(
+    conn: Connection, pattern: re.Pattern[str] | None, serials: Select[Any] | None = None
+) -> dict[str, dict[str, float]]:
+    """Serial to its ``loc_*`` covariates under ``pattern`` (none without one)."""
+    if pattern is None:
+        return {}
+    found = {}
+    for serial, location in _newest_locations(conn, serials).items():
+        if parts := location_covariates(location, pattern):
+            found[serial] = parts
+    return found
 
 
 def assess_nodes(
@@ -394,6 +435,7 @@ def assess_nodes(
     now: datetime,
     features: Mapping[str, dict[str, float]],
     stale_after: timedelta = timedelta(days=1),
+    location_pattern: re.Pattern[str] | None = None,
 ) -> list[GpuAssessment]:
     """:func:`assess_fleet`'s GPUs of the nodes ``names`` alone (a targeted pass,
     :meth:`FleetJudge.judge_nodes`), to patch into the newest snapshot."""
@@ -401,9 +443,11 @@ def assess_nodes(
     serials = select(func.coalesce(gpus.c.serial, gpus.c.uuid)).join(
         nodes, nodes.c.id == gpus.c.node_id
     )
-    installs = _install_times(conn, serials.where(nodes.c.name.in_(sorted(names))))
+    of_nodes = serials.where(nodes.c.name.in_(sorted(names)))
+    installs = _install_times(conn, of_nodes)
+    located = _located(conn, location_pattern, of_nodes)
     return _assessed_gpus(
-        _gpu_rows(conn, now - stale_after, names), now, verdicts, features, installs
+        _gpu_rows(conn, now - stale_after, names), now, verdicts, features, installs, located
     )
 
 
@@ -413,6 +457,7 @@ def _assessed_gpus(
     verdicts: Mapping[str, list[Verdict]],
     features: Mapping[str, dict[str, float]],
     installs: Mapping[str, datetime],
+    located: Mapping[str, dict[str, float]],
 ) -> list[GpuAssessment]:
     assessed = []
     # One string object per node name and per SKU, not one per GPU row.
@@ -424,6 +469,9 @@ def _assessed_gpus(
             give_way()
         installed = installs.get(serial or uuid, first_seen)
         found = verdicts.get(uuid)
+        covariates = features.get(uuid, no_features)
+        if located and (parts := located.get(serial or uuid)):
+            covariates = {**covariates, **parts}
         assessed.append(
             GpuAssessment(
                 uuid=uuid,
@@ -433,7 +481,7 @@ def _assessed_gpus(
                 sku=skus.setdefault(sku, sku),
                 installed_at=installed,
                 age_days=max((now - installed).total_seconds(), 0.0) / _DAY_S,
-                features=features.get(uuid, no_features),
+                features=covariates,
                 verdicts=tuple(found) if found else (),
             )
         )

@@ -17,6 +17,7 @@ from typing import Any
 from sqlalchemy import Connection
 
 from fleetwatch.config import ServerSettings
+from fleetwatch.inventory import compile_location_pattern
 from fleetwatch.models.registry import RiskBundle
 from fleetwatch.rules.thresholds import HealthThresholds
 from fleetwatch.rules.xid_catalog import XidCatalog
@@ -56,6 +57,8 @@ class Assessor:
             unreachable_after_intervals=settings.unreachable_after_intervals,
             guard=guard,
         )
+        # The refit reads each lifetime's location by this pattern: so does the scoring.
+        self.location_pattern = compile_location_pattern(settings.location_pattern)
         self.latest: FleetAssessment | None = None
         self._bundle: tuple[int, RiskBundle] | None = None
         self._features: tuple[tuple[Any, ...], dict[str, dict[str, float]]] | None = None
@@ -135,6 +138,7 @@ class Assessor:
                 model_version=version,
                 feature_window=window,
                 features=features,
+                location_pattern=self.location_pattern,
             )
         with self._publish:
             # Targeted passes that ran meanwhile judged their nodes after this pass began.
@@ -183,7 +187,14 @@ class Assessor:
         """The targeted pass with no snapshot here yet (see ``defers``): the nodes' judgement is
         kept for the snapshot adopted later; the snapshot if one was adopted meanwhile."""
         with self.db.read() as conn:
-            fresh = assess_nodes(conn, self.judge, names, now=now, features={})
+            fresh = assess_nodes(
+                conn,
+                self.judge,
+                names,
+                now=now,
+                features={},
+                location_pattern=self.location_pattern,
+            )
         with self._publish:
             if self.latest is not None:  # adopted meanwhile: patch it as usual
                 self.latest = self.latest.patched(now, names, fresh)
@@ -215,7 +226,12 @@ class Assessor:
             names = frozenset(names)
             with self.db.read() as conn:
                 fresh = assess_nodes(
-                    conn, self.judge, names, now=now, features=self._fleet_features
+                    conn,
+                    self.judge,
+                    names,
+                    now=now,
+                    features=self._fleet_features,
+                    location_pattern=self.location_pattern,
                 )
             with self._publish:
                 assert self.latest is not None

@@ -35,7 +35,7 @@ import numpy as np
 import pandas as pd
 from sqlalchemy import Connection, select
 
-from fleetwatch.inventory import compile_location_pattern
+from fleetwatch.inventory import compile_location_pattern, location_covariates
 from fleetwatch.models.registry import DURATION_DAYS, EVENT, GROUP
 from fleetwatch.models.telemetry_features import FEATURE_NAMES, HourRollup, window_features
 from fleetwatch.server.db.tables import gpu_hourly, gpu_lifetimes
@@ -48,20 +48,12 @@ CHUNK_GPUS = 500
 SPAN_WINDOWS = 3
 
 
-def _location_covariates(
+def _location_columns(
     locations: list[str | None], pattern: re.Pattern[str]
 ) -> dict[str, list[float]]:
-    columns: dict[str, list[float]] = {f"loc_{n}": [] for n in pattern.groupindex}
-    for location in locations:
-        match = pattern.fullmatch(location) if location else None
-        for name in pattern.groupindex:
-            raw = match.group(name) if match else None
-            try:
-                value = float(raw) if raw is not None else np.nan
-            except ValueError:
-                value = np.nan
-            columns[f"loc_{name}"].append(value)
-    return columns
+    names = [f"loc_{n}" for n in pattern.groupindex]
+    parsed = [location_covariates(location, pattern) for location in locations]
+    return {name: [found.get(name, np.nan) for found in parsed] for name in names}
 
 
 def read_chunks(
@@ -173,7 +165,7 @@ def training_frame(
     for name in FEATURE_NAMES:
         columns[name] = np.asarray([f.get(name, np.nan) for f in features], dtype=np.float64)
     if pattern is not None:
-        for name, values in _location_covariates(locations, pattern).items():
+        for name, values in _location_columns(locations, pattern).items():
             columns[name] = np.asarray(values, dtype=np.float64)
     frame = pd.DataFrame(columns)
     frame.index = pd.Index(ids, name="lifetime_id")
