@@ -15,6 +15,13 @@ locked first, so that no ingest slips a row of that day in between; every DDL st
 under ``lock_timeout``, so that a long query holding the table makes the step fail (and be
 retried next pass) instead of queueing every ingest behind it.
 
+Every writer of samples first takes the DEFAULT partition (:data:`HOLD_DEFAULT_SQL`) before its
+COPY. A COPY fixes the list of partitions it routes by when it starts: one that started while a
+day was being created waited on the DEFAULT partition with rows of that day, and once the day was
+attached PostgreSQL refused them ("violates partition constraint", a 500 for the push). Taken
+first, the lock makes the writer wait for the creation to commit before its COPY starts, and a
+creation wait for the writer's transaction to end.
+
 Partitions named otherwise (an operator's own) are listed but never created nor dropped here.
 """
 
@@ -28,6 +35,7 @@ from sqlalchemy import Connection, text
 
 __all__ = [
     "DEFAULT_PARTITION",
+    "HOLD_DEFAULT_SQL",
     "PARTITIONED_TABLE",
     "Partitions",
     "create_day",
@@ -45,6 +53,12 @@ __all__ = [
 PARTITIONED_TABLE = "gpu_sample_blocks"
 DEFAULT_PARTITION = "gpu_sample_blocks_default"
 PARTITION_KEY = "ts0"
+# One statement, whether or not the DEFAULT partition exists (an operator may have dropped it;
+# the retention job puts it back): ingest must not fail for want of it.
+HOLD_DEFAULT_SQL = (
+    f"DO $$ BEGIN IF to_regclass('{DEFAULT_PARTITION}') IS NOT NULL THEN "
+    f"LOCK TABLE {DEFAULT_PARTITION} IN ROW EXCLUSIVE MODE; END IF; END $$"
+)
 _DAY_NAME = re.compile(r"^gpu_sample_blocks_p(\d{8})$")
 
 

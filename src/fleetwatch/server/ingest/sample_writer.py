@@ -23,6 +23,7 @@ from sqlalchemy import Connection, bindparam, insert, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
+from fleetwatch.server.db.partitions import HOLD_DEFAULT_SQL
 from fleetwatch.server.db.sample_blocks import encode_blocks
 from fleetwatch.server.db.session import Database
 from fleetwatch.server.db.tables import gpu_sample_blocks, gpus, node_boots
@@ -185,9 +186,12 @@ def boot_key(
 
 
 def copy_blocks(conn: Connection, rows: Iterable[tuple[Any, ...]]) -> None:
-    """PostgreSQL's bulk path, inside the SQLAlchemy transaction (same connection)."""
+    """PostgreSQL's bulk path, inside the SQLAlchemy transaction (same connection). The DEFAULT
+    partition is taken first: see :mod:`fleetwatch.server.db.partitions`."""
     raw = conn.connection.driver_connection
     assert raw is not None
+    with raw.cursor() as cursor:
+        cursor.execute(HOLD_DEFAULT_SQL)
     with raw.cursor() as cursor, cursor.copy(BLOCK_COPY_STATEMENT) as copy:
         copy.set_types(BLOCK_COPY_TYPES)
         for row in rows:
