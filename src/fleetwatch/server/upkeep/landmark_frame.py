@@ -3,7 +3,9 @@
 :mod:`fleetwatch.models.telemetry_landmarks` says what a row is. Here, at a refit's ``now``, the
 lifetimes are those stored with ``installed_at`` before ``now``, each removal and its kind read
 as known at ``now`` (a removal after ``now`` is not yet known), and the telemetry of a row is
-its GPU's ``gpu_hourly`` rollups in the ``window_days`` before its landmark. So the frame at a
+its GPU's ``gpu_hourly`` rollups in the ``window_days`` before its landmark, and, with a
+``location_pattern``, the ``loc_*`` parts of its lifetime's location (as the AFT's frame has them,
+:mod:`fleetwatch.server.upkeep.training_frame`). So the frame at a
 past ``now`` is what a refit then would have seen, and the held-out evaluation fits on it
 (:mod:`fleetwatch.server.upkeep.promotion`).
 """
@@ -18,6 +20,7 @@ import numpy as np
 import pandas as pd
 from sqlalchemy import Connection, select
 
+from fleetwatch.inventory import compile_location_pattern, location_covariates
 from fleetwatch.models.landmarks import LANDMARK_COL, MIN_FAILURES, failures_within
 from fleetwatch.models.telemetry_features import HourRollup, window_features
 from fleetwatch.models.telemetry_landmarks import (
@@ -34,7 +37,7 @@ __all__ = ["LandmarkTelemetry", "landmark_frame"]
 def _lifetimes(conn: Connection, now: datetime) -> pd.DataFrame:
     lt = gpu_lifetimes.c
     query = (
-        select(lt.id, lt.gpu_uuid, lt.installed_at, lt.removed_at, lt.end_kind)
+        select(lt.id, lt.gpu_uuid, lt.location, lt.installed_at, lt.removed_at, lt.end_kind)
         .where(lt.installed_at < now)
         .order_by(lt.id)
     )
@@ -43,6 +46,7 @@ def _lifetimes(conn: Connection, now: datetime) -> pd.DataFrame:
     return pd.DataFrame(
         {
             "gpu_uuid": np.array([r.gpu_uuid for r in rows], dtype=object),
+            "location": np.array([r.location for r in rows], dtype=object),
             "installed_at": pd.to_datetime([r.installed_at for r in rows], utc=True),
             "removed_at": pd.to_datetime(
                 [r.removed_at if k else None for r, k in zip(rows, known, strict=True)], utc=True
@@ -61,6 +65,7 @@ def landmark_frame(
     window_days: float,
     horizons_days: Sequence[float],
     max_rows: int,
+    location_pattern: str | None = None,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """``(X, y)`` of the landmarks in the ``span_days`` before ``now`` that have the longest
     horizon of follow-up (empty when there are none). When the shortest horizon has fewer than
@@ -70,8 +75,9 @@ def landmark_frame(
         raise ValueError(f"window_days and span_days must be > 0, got {window_days}, {span_days}")
     longest = max(horizons_days)
     landmarks = daily_landmarks(now, span_days=span_days, follow_up_days=longest)
+    lifetimes = _lifetimes(conn, now)
     units = landmark_units(
-        _lifetimes(conn, now),
+        lifetimes,
         landmarks,
         now,
         longest_horizon_days=longest,
@@ -81,9 +87,16 @@ def landmark_frame(
     if failures_within(units, min(horizons_days)) < MIN_FAILURES:
         # The landmark model cannot be fitted on these rows (its fit says so, naming the count):
         # reading a week of telemetry for each of them would be wasted.
-        return telemetry_landmark_rows(units, lambda uuids, _at: [{} for _ in uuids])
-
-    return telemetry_landmark_rows(units, LandmarkTelemetry(conn, units, window, now))
+        X, y = telemetry_landmark_rows(units, lambda uuids, _at: [{} for _ in uuids])
+    else:
+        X, y = telemetry_landmark_rows(units, LandmarkTelemetry(conn, units, window, now))
+    pattern = compile_location_pattern(location_pattern)
+    if pattern is not None:
+        parsed = {i: location_covariates(loc, pattern) for i, loc in lifetimes["location"].items()}
+        of_rows = [parsed[i] for i in units["lifetime"]]
+        for name in pattern.groupindex:
+            X[f"loc_{name}"] = np.array([p.get(f"loc_{name}", np.nan) for p in of_rows], np.float64)
+    return X, y
 
 
 class LandmarkTelemetry:

@@ -81,6 +81,7 @@ def bundle_recipe(settings: ServerSettings) -> Recipe:
             window_days=settings.model_window_days,
             horizons_days=horizons,
             max_rows=settings.model_landmark_max_rows,
+            location_pattern=settings.location_pattern,
         )
         return RiskBundle.fit(
             frame,

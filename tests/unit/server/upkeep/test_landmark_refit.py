@@ -189,3 +189,27 @@ def test_telemetry_read_whole_or_by_landmark_gives_each_row_its_window(stored: D
                     continue
                 inside = [r for r in everything[uuid] if landmark - window <= r.hour < landmark]
                 assert inside and features == window_features(inside)
+
+
+def test_with_a_location_pattern_each_row_has_its_lifetimes_location_parts(db: Database) -> None:
+    """As the AFT's frame: the ``loc_*`` parts of the location of the row's own lifetime, NaN
+    for a lifetime without one. Failing GPUs sit in rack 1 here, healthy ones in rack 2 or
+    nowhere known, so a row's outcome says which rack it must show."""
+    lifetimes, _ = _fleet()
+    for g, lt in enumerate(lifetimes):
+        rack = 1 if lt["end_kind"] == "failure" else (2 if g % 2 == 0 else None)
+        lt["location"] = None if rack is None else f"r{rack}-u{g}"
+    with db.write() as conn:
+        conn.execute(insert(gpu_lifetimes), lifetimes)
+    kwargs: dict[str, Any] = {
+        "now": NOW, "span_days": SPAN_DAYS, "window_days": 1.0, "horizons_days": [1.0, 7.0],
+        "max_rows": 20_000,
+    }  # fmt: skip
+    with db.read() as conn:
+        X, y = landmark_frame(conn, location_pattern=r"r(?P<rack>\d+)-u\d+", **kwargs)
+        plain, _ = landmark_frame(conn, **kwargs)
+    failing = y["event"].to_numpy(dtype=bool)
+    assert failing.any() and (X.loc[failing, "loc_rack"] == 1.0).all()
+    healthy = X.loc[~failing, "loc_rack"]
+    assert set(healthy.dropna()) == {2.0} and healthy.isna().any()
+    assert [c for c in plain.columns if c.startswith("loc_")] == []
