@@ -73,6 +73,7 @@ SMOKES = [
     Smoke("sim_budget", "| rules + risk, after |"),
     Smoke("snapshot_codec", "B per GPU"),
     Smoke("stragglers", "| hw-8 | 2 |"),
+    Smoke("titan_learners", "| xgb_cox |", needs=("shared",)),
     Smoke("titan_models", "| model | dev AUC |", needs=("shared",)),
     Smoke("urgent_lane", '"latency"', ("--database-url", "{postgres}"), PG, slow=True),
     Smoke("validation", "| 48 | 2 |"),
