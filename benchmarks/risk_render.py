@@ -31,6 +31,8 @@ HORIZONS_H = [24.0, 168.0]  # the server's default risk_horizons_h
 class _AgeModel:
     """A stand-in for the fitted bundle: p = age x horizon / 1000 days (capped at 1)."""
 
+    covariates: tuple[str, ...] = ()  # age only, as RiskBundle.covariates says
+
     def score(self, units: Any, horizon_days: float) -> Any:
         p = self.probability(units, horizon_days)
         return type("Scores", (), {"probability": p, "model": ["m"] * len(p),

@@ -67,9 +67,11 @@ def _stored(monitor: psycopg.Connection[tuple[int]]) -> int:
 
 
 def _waiting_on_samples(monitor: psycopg.Connection[tuple[int]]) -> int:
+    """Lock requests waiting on the sample table or a partition of it (a push takes the DEFAULT
+    partition before its COPY: server/db/partitions.py)."""
     row = monitor.execute(
-        "SELECT count(*) FROM pg_locks "
-        "WHERE NOT granted AND relation = 'gpu_sample_blocks'::regclass"
+        "SELECT count(*) FROM pg_locks WHERE NOT granted AND relation IN "
+        "(SELECT relid FROM pg_partition_tree('gpu_sample_blocks'))"
     ).fetchone()
     return int(row[0]) if row else 0
 
@@ -114,6 +116,7 @@ def test_server_killed_inside_inflight_requests_loses_and_duplicates_nothing(
             _until("traffic", lambda before=before: _stored(monitor) > before)  # type: ignore[misc]
             if kind == "lock":
                 locker = psycopg.connect(_libpq(url))
+                cleanup.callback(locker.close)  # closed below too; this one on failure
                 locker.execute("LOCK TABLE gpu_sample_blocks IN ACCESS EXCLUSIVE MODE")
                 _until("ingest blocked on the lock", lambda: _waiting_on_samples(monitor) >= 2)
                 waiting = _waiting_on_samples(monitor)

@@ -480,6 +480,8 @@ class _AgeBundle:
     def __init__(self) -> None:
         self.scored: list[int] = []
 
+    covariates: tuple[str, ...] = ()  # age only, as RiskBundle.covariates says
+
     def score(self, units: Any, horizon_days: float) -> Any:
         self.scored.append(len(units))
         p = [float(a) / 100 for a in units["age_days"]]

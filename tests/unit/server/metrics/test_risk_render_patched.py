@@ -20,6 +20,8 @@ AT = datetime(2026, 1, 1, tzinfo=UTC)
 class _AgeBundle:
     """A stand-in risk model: p grows with age and horizon."""
 
+    covariates: tuple[str, ...] = ()  # age only, as RiskBundle.covariates says
+
     def score(self, units: Any, horizon_days: float) -> Any:
         p = self.probability(units, horizon_days)
         return type("Scores", (), {"probability": p, "model": ["m"] * len(p),
