@@ -8,6 +8,8 @@ the other processes :meth:`Assessor.adopt` the leader's instead of building thei
 
 from __future__ import annotations
 
+import logging
+import re
 import threading
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import replace
@@ -17,6 +19,7 @@ from typing import Any
 from sqlalchemy import Connection
 
 from fleetwatch.config import ServerSettings
+from fleetwatch.errors import InvalidInput
 from fleetwatch.inventory import compile_location_pattern
 from fleetwatch.models.registry import RiskBundle
 from fleetwatch.rules.thresholds import HealthThresholds
@@ -38,6 +41,20 @@ from fleetwatch.server.upkeep.rollups import fleet_window_features, floor_hour
 __all__ = ["Assessor"]
 
 
+logger = logging.getLogger(__name__)
+
+
+def _scoring_pattern(pattern: str | None) -> re.Pattern[str] | None:
+    """The refit reads each lifetime's location by ``location_pattern``: so does the scoring. A
+    pattern that is no regular expression fails every refit, which stores the error in its model
+    version; the scoring then reads no location (no model fitted on one exists) and says why."""
+    try:
+        return compile_location_pattern(pattern)
+    except InvalidInput as exc:
+        logger.error("location_pattern not used for scoring: %s", exc)
+        return None
+
+
 class Assessor:
     """Builds this worker's :class:`FleetAssessment` and keeps the newest one."""
 
@@ -57,8 +74,7 @@ class Assessor:
             unreachable_after_intervals=settings.unreachable_after_intervals,
             guard=guard,
         )
-        # The refit reads each lifetime's location by this pattern: so does the scoring.
-        self.location_pattern = compile_location_pattern(settings.location_pattern)
+        self.location_pattern = _scoring_pattern(settings.location_pattern)
         self.latest: FleetAssessment | None = None
         self._bundle: tuple[int, RiskBundle] | None = None
         self._features: tuple[tuple[Any, ...], dict[str, dict[str, float]]] | None = None

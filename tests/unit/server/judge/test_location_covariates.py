@@ -5,6 +5,7 @@ on them and scored every GPU on their training median: the location changed noth
 
 from __future__ import annotations
 
+import logging
 from datetime import UTC, datetime, timedelta
 
 import numpy as np
@@ -97,3 +98,15 @@ def test_each_gpu_is_scored_on_the_location_parts_of_its_newest_lifetime(
     plain.run_once(now)
     alike = {r.probability for r in _risks(plain).values()}
     assert alike == {unknown}
+
+
+def test_a_pattern_that_is_no_regex_leaves_the_location_out_and_says_so(
+    db: Database, settings: ServerSettings, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Every refit fails on it and stores why; the server still starts and scores."""
+    catalog, thresholds = load_rules(settings.rules_file)
+    broken = settings.model_copy(update={"location_pattern": "r(?P<rack"})
+    with caplog.at_level(logging.ERROR):
+        assessor = Assessor(db, broken, catalog, thresholds)
+    assert assessor.location_pattern is None
+    assert "location_pattern not used for scoring" in caplog.text and "r(?P<rack" in caplog.text
