@@ -68,10 +68,12 @@ def _stored(monitor: psycopg.Connection[tuple[int]]) -> int:
 
 def _waiting_on_samples(monitor: psycopg.Connection[tuple[int]]) -> int:
     """Lock requests waiting on the sample table or a partition of it (a push takes the DEFAULT
-    partition before its COPY: server/db/partitions.py)."""
+    partition before its COPY: server/db/partitions.py). From the catalog: pg_partition_tree()
+    would itself wait for the locked table."""
     row = monitor.execute(
         "SELECT count(*) FROM pg_locks WHERE NOT granted AND relation IN "
-        "(SELECT relid FROM pg_partition_tree('gpu_sample_blocks'))"
+        "(SELECT 'gpu_sample_blocks'::regclass UNION ALL SELECT inhrelid FROM pg_inherits "
+        "WHERE inhparent = 'gpu_sample_blocks'::regclass)"
     ).fetchone()
     return int(row[0]) if row else 0
 
