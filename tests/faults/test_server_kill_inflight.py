@@ -100,7 +100,10 @@ def test_server_killed_inside_inflight_requests_loses_and_duplicates_nothing(
     agent_token = create_token(url, "agent")
     port = free_port()
     proxy = HoldProxy(port)
-    monitor: psycopg.Connection[tuple[int]] = psycopg.connect(_libpq(url), autocommit=True)
+    # A monitor query that waits on a lock fails the test within 30 s instead of hanging it.
+    monitor: psycopg.Connection[tuple[int]] = psycopg.connect(
+        _libpq(url), autocommit=True, options="-c statement_timeout=30000"
+    )
     agents: list[AgentProcess] = []
     seen: list[str] = []
     with ExitStack() as cleanup:
