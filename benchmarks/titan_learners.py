@@ -44,7 +44,7 @@ from numpy.typing import NDArray
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from titan_models import SPLITS, TIE_AUC, TITAN, _machine  # noqa: E402
+from titan_models import SPLITS, TIE_AUC, TITAN, _machine, metric_row  # noqa: E402
 
 from fleetwatch.models.backtest import backtest  # noqa: E402
 from fleetwatch.models.base import AGE_COL  # noqa: E402
@@ -215,19 +215,8 @@ def run(
             for name, m in res.metrics.items():
                 if name in ("age_only", "location_only"):
                     continue
-                rows.append(
-                    {
-                        "model": learner if name == "model" else name,
-                        "cutoff": cut.date().isoformat(),
-                        "horizon": int(h),
-                        "role": role,
-                        "auc": m.auc,
-                        "ap": m.average_precision,
-                        "ece": m.ece,
-                        "failures": m.n_failures,
-                        "seconds": sec if name == "model" else np.nan,
-                    }
-                )
+                model = learner if name == "model" else name
+                rows.append(metric_row(model, cut, h, role, m, sec if name == "model" else np.nan))
             got, aft = res.metrics["model"], res.metrics.get("aft", aft)
             assert aft is not None
             print(

@@ -49,7 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from procstats import machine  # noqa: E402
 
-from fleetwatch.models.backtest import LandmarkModel, backtest, score_risks  # noqa: E402
+from fleetwatch.models.backtest import LandmarkModel, Metrics, backtest, score_risks  # noqa: E402
 from fleetwatch.models.features import read_titan  # noqa: E402
 from fleetwatch.models.landmark_features import FEATURE_GROUPS  # noqa: E402
 from fleetwatch.models.landmark_risk import LandmarkRisk  # noqa: E402
@@ -127,6 +127,24 @@ BLEND_OF = "gbm_all"
 """The variant also averaged with today's AFT (mean of the two probabilities): ``blend``."""
 
 
+def metric_row(
+    model: str, cut: pd.Timestamp, h: float, role: str, m: Metrics, seconds: float
+) -> dict[str, object]:
+    """One (model, split) row of the runs' tables."""
+    return {
+        "model": model,
+        "cutoff": cut.date().isoformat(),
+        "horizon": int(h),
+        "role": role,
+        "auc": m.auc,
+        "ap": m.average_precision,
+        "ece": m.ece,
+        "n": m.n,
+        "failures": m.n_failures,
+        "seconds": seconds,
+    }
+
+
 def run(
     records: pd.DataFrame,
     variants: list[Variant],
@@ -151,20 +169,8 @@ def run(
                 days = res.risks["days_to_failure"].fillna(h).to_numpy()
                 metrics["blend"] = score_risks(blend, label, days, k=100)
             for name, m in metrics.items():
-                rows.append(
-                    {
-                        "model": v.name if name == "model" else name,
-                        "cutoff": cut.date().isoformat(),
-                        "horizon": int(h),
-                        "role": role,
-                        "auc": m.auc,
-                        "ap": m.average_precision,
-                        "ece": m.ece,
-                        "n": m.n,
-                        "failures": m.n_failures,
-                        "seconds": sec if name == "model" else np.nan,
-                    }
-                )
+                model = v.name if name == "model" else name
+                rows.append(metric_row(model, cut, h, role, m, sec if name == "model" else np.nan))
             print(f"{cut.date()} {h:g} d {v.name}: AUC {res.metrics['model'].auc:.3f} AP "
                   f"{res.metrics['model'].average_precision:.3f} ({sec:.1f} s)",
                   file=sys.stderr, flush=True)  # fmt: skip

@@ -39,6 +39,7 @@ __all__ = [
     "LifetimeRecord",
     "RejectedLine",
     "compile_location_pattern",
+    "location_columns",
     "location_covariates",
     "parse_utc",
     "read_lifetimes",
@@ -155,6 +156,16 @@ def location_covariates(location: str | None, pattern: re.Pattern[str]) -> dict[
         if not math.isnan(value):
             found[f"loc_{name}"] = value
     return found
+
+
+def location_columns(
+    locations: Iterable[str | None], pattern: re.Pattern[str]
+) -> dict[str, list[float]]:
+    """:func:`location_covariates` of each of ``locations`` as one column per named group of
+    ``pattern`` (``loc_<name>``), NaN where absent: a model's input."""
+    names = [f"loc_{n}" for n in pattern.groupindex]
+    parsed = [location_covariates(location, pattern) for location in locations]
+    return {name: [found.get(name, math.nan) for found in parsed] for name in names}
 
 
 def parse_utc(text: str) -> datetime:

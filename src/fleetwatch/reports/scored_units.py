@@ -26,7 +26,7 @@ def units_at(
     import numpy as np
     import pandas as pd
 
-    from fleetwatch.inventory import compile_location_pattern, location_covariates
+    from fleetwatch.inventory import compile_location_pattern, location_columns
     from fleetwatch.models.telemetry_features import FEATURE_NAMES
 
     day = 86400.0
@@ -38,8 +38,5 @@ def units_at(
     }
     pattern = compile_location_pattern(location_pattern)
     if pattern is not None:
-        located = [location_covariates(lt.location, pattern) for lt in in_service]
-        for name in pattern.groupindex:
-            key = f"loc_{name}"
-            columns[key] = [found.get(key, np.nan) for found in located]
+        columns.update(location_columns((lt.location for lt in in_service), pattern))
     return pd.DataFrame(columns)

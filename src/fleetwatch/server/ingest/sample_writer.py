@@ -192,10 +192,10 @@ def copy_blocks(conn: Connection, rows: Iterable[tuple[Any, ...]]) -> None:
     assert raw is not None
     with raw.cursor() as cursor:
         cursor.execute(HOLD_DEFAULT_SQL)
-    with raw.cursor() as cursor, cursor.copy(BLOCK_COPY_STATEMENT) as copy:
-        copy.set_types(BLOCK_COPY_TYPES)
-        for row in rows:
-            copy.write_row(row)
+        with cursor.copy(BLOCK_COPY_STATEMENT) as copy:
+            copy.set_types(BLOCK_COPY_TYPES)
+            for row in rows:
+                copy.write_row(row)
 
 
 def write_sample_rows(conn: Connection, rows: Iterable[Mapping[str, Any]]) -> int:

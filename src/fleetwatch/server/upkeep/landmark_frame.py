@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 from sqlalchemy import Connection, select
 
-from fleetwatch.inventory import compile_location_pattern, location_covariates
+from fleetwatch.inventory import compile_location_pattern, location_columns
 from fleetwatch.models.landmarks import LANDMARK_COL, MIN_FAILURES, failures_within
 from fleetwatch.models.telemetry_features import HourRollup, window_features
 from fleetwatch.models.telemetry_landmarks import (
@@ -92,10 +92,9 @@ def landmark_frame(
         X, y = telemetry_landmark_rows(units, LandmarkTelemetry(conn, units, window, now))
     pattern = compile_location_pattern(location_pattern)
     if pattern is not None:
-        parsed = {i: location_covariates(loc, pattern) for i, loc in lifetimes["location"].items()}
-        of_rows = [parsed[i] for i in units["lifetime"]]
-        for name in pattern.groupindex:
-            X[f"loc_{name}"] = np.array([p.get(f"loc_{name}", np.nan) for p in of_rows], np.float64)
+        of_rows = lifetimes.index.get_indexer(units["lifetime"])  # each row's lifetime
+        for name, values in location_columns(lifetimes["location"], pattern).items():
+            X[name] = np.asarray(values, dtype=np.float64)[of_rows]
     return X, y
 
 

@@ -25,7 +25,6 @@ by the events themselves: a lifetime imported later but installed before ``now``
 
 from __future__ import annotations
 
-import re
 from collections import defaultdict
 from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime, timedelta
@@ -35,7 +34,7 @@ import numpy as np
 import pandas as pd
 from sqlalchemy import Connection, select
 
-from fleetwatch.inventory import compile_location_pattern, location_covariates
+from fleetwatch.inventory import compile_location_pattern, location_columns
 from fleetwatch.models.registry import DURATION_DAYS, EVENT, GROUP
 from fleetwatch.models.telemetry_features import FEATURE_NAMES, HourRollup, window_features
 from fleetwatch.server.db.tables import gpu_hourly, gpu_lifetimes
@@ -46,14 +45,6 @@ _DAY_S = 86400.0
 _HOUR = timedelta(hours=1)
 CHUNK_GPUS = 500
 SPAN_WINDOWS = 3
-
-
-def _location_columns(
-    locations: list[str | None], pattern: re.Pattern[str]
-) -> dict[str, list[float]]:
-    names = [f"loc_{n}" for n in pattern.groupindex]
-    parsed = [location_covariates(location, pattern) for location in locations]
-    return {name: [found.get(name, np.nan) for found in parsed] for name in names}
 
 
 def read_chunks(
@@ -165,7 +156,7 @@ def training_frame(
     for name in FEATURE_NAMES:
         columns[name] = np.asarray([f.get(name, np.nan) for f in features], dtype=np.float64)
     if pattern is not None:
-        for name, values in _location_columns(locations, pattern).items():
+        for name, values in location_columns(locations, pattern).items():
             columns[name] = np.asarray(values, dtype=np.float64)
     frame = pd.DataFrame(columns)
     frame.index = pd.Index(ids, name="lifetime_id")
